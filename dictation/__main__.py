@@ -1,0 +1,3 @@
+from dictation.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""Typed model configuration, read from a checkpoint's ``config.json``.
+
+Two layouts exist (DESIGN.md §1.5): the original one, where everything lives under
+``thinker_config``, and the transformers-native ``-hf`` one, where ``audio_config`` and
+``text_config`` sit at the top level. Both become the same frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dictation.asr.errors import ModelError
+
+
+@dataclass(frozen=True)
+class AudioEncoderConfig:
+    num_mel_bins: int = 128
+    d_model: int = 1024
+    encoder_layers: int = 24
+    encoder_attention_heads: int = 16
+    encoder_ffn_dim: int = 4096
+    output_dim: int = 2048
+    downsample_hidden_size: int = 480
+    n_window: int = 50
+    n_window_infer: int = 800
+    conv_chunksize: int = 500
+    max_source_positions: int = 1500
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.encoder_attention_heads
+
+    @property
+    def chunk_frames(self) -> int:
+        """Mel frames per conv chunk (100 = 1 s, spec §4.1)."""
+        return 2 * self.n_window
+
+
+@dataclass(frozen=True)
+class TextDecoderConfig:
+    vocab_size: int = 151936
+    hidden_size: int = 2048
+    intermediate_size: int = 6144
+    num_hidden_layers: int = 28
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 8
+    head_dim: int = 128
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 65536
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    audio_token_id: int = 151676
+    audio_start_token_id: int = 151669
+    audio_end_token_id: int = 151670
+
+
+@dataclass(frozen=True)
+class AsrConfig:
+    audio: AudioEncoderConfig
+    text: TextDecoderConfig
+    special: SpecialTokens
+    layout: str  # "thinker" or "hf"
+    support_languages: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "config.json") -> AsrConfig:
+        model_type = raw.get("model_type", "")
+        if "thinker_config" in raw:
+            layout = "thinker"
+            inner = raw["thinker_config"]
+        elif "audio_config" in raw and "text_config" in raw:
+            layout = "hf"
+            inner = raw
+        else:
+            raise ModelError(
+                f"{source}: not a Qwen3-ASR config (model_type={model_type!r}; "
+                "expected thinker_config or audio_config + text_config)"
+            )
+        if model_type and "qwen3_asr" not in model_type:
+            raise ModelError(f"{source}: model_type {model_type!r} is not Qwen3-ASR (expected 'qwen3_asr')")
+        if inner.get("model_type") == "qwen3_forced_aligner":
+            raise ModelError(f"{source}: this is Qwen3-ForcedAligner, not a Qwen3-ASR transcription model")
+        audio_raw = inner.get("audio_config") or {}
+        text_raw = dict(inner.get("text_config") or {})
+        # Old configs keep rope settings in rope_scaling, newer ones in rope_parameters.
+        rope = text_raw.get("rope_parameters") or {}
+        if "rope_theta" not in text_raw and "rope_theta" in rope:
+            text_raw["rope_theta"] = rope["rope_theta"]
+        if layout == "hf" and "tie_word_embeddings" in raw:
+            # transformers >= 5 ties the head by the top-level flag for this layout.
+            text_raw["tie_word_embeddings"] = raw["tie_word_embeddings"]
+        special = SpecialTokens(
+            **{k: int(inner[k]) for k in SpecialTokens.__dataclass_fields__ if inner.get(k) is not None}
+        )
+        audio = _pick(AudioEncoderConfig, audio_raw)
+        text = _pick(TextDecoderConfig, text_raw)
+        if audio.output_dim != text.hidden_size:
+            raise ModelError(f"{source}: audio output_dim {audio.output_dim} != text hidden_size {text.hidden_size}")
+        if audio.d_model % audio.encoder_attention_heads:
+            raise ModelError(f"{source}: audio d_model not divisible by encoder_attention_heads")
+        if text.num_attention_heads % text.num_key_value_heads:
+            raise ModelError(f"{source}: num_attention_heads not a multiple of num_key_value_heads")
+        langs = tuple(raw.get("support_languages") or ())
+        return cls(audio=audio, text=text, special=special, layout=layout, support_languages=langs)
+
+    @classmethod
+    def from_file(cls, path: Path) -> AsrConfig:
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ModelError(f"{path}: missing (not a model folder?)") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelError(f"{path}: unreadable config ({exc})") from None
+        if not isinstance(raw, dict):
+            raise ModelError(f"{path}: not a JSON object")
+        return cls.from_dict(raw, source=str(path))
+
+
+def _pick(cls: type, raw: dict[str, Any]) -> Any:
+    """Build a dataclass from the keys it knows, converting to the declared field type."""
+    kwargs = {}
+    for name, field in cls.__dataclass_fields__.items():
+        if name in raw and raw[name] is not None:
+            kind = type(field.default)
+            kwargs[name] = kind(raw[name])
+    return cls(**kwargs)

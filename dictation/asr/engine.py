@@ -1,0 +1,294 @@
+"""AsrEngine: the engine's public face (DESIGN.md §3).
+
+16 kHz mono float32 samples in, text out. Loading is lazy, idempotent and thread-safe; one lock
+serialises use of the model (and its KV cache) between threads.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dictation.asr.config import AsrConfig
+from dictation.asr.errors import AsrError, AudioError
+from dictation.asr.features import MIN_SAMPLES, SAMPLE_RATE, LogMel, n_audio_tokens
+from dictation.asr.generate import greedy
+from dictation.asr.longform import MAX_PASS_SECONDS, join_texts, merge_languages, split_long_audio
+from dictation.asr.model import AsrModel
+from dictation.asr.prompt import PromptBuilder, normalize_language, parse_output
+from dictation.asr.weights import load_model, resolve_device, resolve_dtype
+
+log = logging.getLogger(__name__)
+
+# Without an explicit budget, allow generously more tokens than anyone speaks (fast speech is
+# about 5 tokens/s) so a long clip is never cut short, while a looping model still stops.
+AUTO_TOKENS_BASE = 64
+AUTO_TOKENS_PER_SECOND = 12
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    model: str | Path
+    device: str = "auto"
+    dtype: str = "auto"
+    variant: str | None = None
+    adapters: Sequence[str] = ()
+    max_new_tokens: int | None = None  # None: scale with the audio length
+
+
+@dataclass
+class Transcript:
+    text: str
+    language: str
+    token_ids: list[int]  # generated ids, prompt and EOS excluded (all chunks, in order)
+    audio_seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+    raw: str = ""  # decoded model output before parsing (last chunk joined)
+    chunks: int = 1
+    truncated: bool = False  # the token budget ran out before the model ended the text
+
+
+@dataclass(frozen=True)
+class Progress:
+    done_seconds: float
+    total_seconds: float
+    chunk: int
+    n_chunks: int
+    text_so_far: str
+
+    @property
+    def fraction(self) -> float:
+        return self.done_seconds / self.total_seconds if self.total_seconds else 1.0
+
+
+@dataclass
+class _Pass:
+    ids: list[int]
+    raw: str
+    language: str
+    text: str
+    truncated: bool
+    timings: dict[str, float]
+    first_logits: torch.Tensor | None = None
+
+
+def _auto_budget(seconds: float) -> int:
+    return int(AUTO_TOKENS_BASE + AUTO_TOKENS_PER_SECOND * seconds)
+
+
+class AsrEngine:
+    def __init__(self, options: EngineOptions) -> None:
+        self.options = options
+        self._lock = threading.RLock()
+        self._model: AsrModel | None = None
+        self._prompt: PromptBuilder | None = None
+        self._mel: LogMel | None = None
+        self._label = ""
+        self.folder: Path | None = None
+        self.load_seconds = 0.0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._model is not None
+
+    def prepare(self) -> None:
+        """Load the model once; later calls return at once. Safe to call from any thread."""
+        with self._lock:
+            if self._model is not None:
+                return
+            if self.options.adapters:
+                raise AsrError("LoRA adapters are not supported by this version of the engine yet")
+            if self.options.variant not in (None, "", "bf16", "fp16", "fp32"):
+                raise AsrError(f"variant {self.options.variant!r} is not supported by this version yet")
+            from dictation.asr.models import resolve_model
+
+            t0 = time.perf_counter()
+            folder = resolve_model(self.options.model)
+            cfg = AsrConfig.from_file(folder / "config.json")
+            device = resolve_device(self.options.device)
+            dtype_opt = self.options.dtype
+            if self.options.variant and dtype_opt == "auto":
+                dtype_opt = self.options.variant
+            dtype = resolve_dtype(dtype_opt, device)
+            # EOS = {<|im_end|>, <|endoftext|>} from the tokenizer; like the official code we
+            # ignore generation_config.json (spec §2.5).
+            prompt = PromptBuilder.from_folder(folder, audio_token_id=cfg.special.audio_token_id)
+            model = load_model(folder, cfg, device, dtype)
+            self._model, self._prompt, self._mel = model, prompt, LogMel(cfg.audio.num_mel_bins, device)
+            self.folder = folder
+            self._label = f"{_model_name(cfg, folder)} · {_DTYPE_NAMES[dtype]} · {device.type}"
+            self.load_seconds = time.perf_counter() - t0
+            log.info("loaded %s from %s in %.2f s", self._label, folder, self.load_seconds)
+
+    def unload(self) -> None:
+        """Drop the model and its caches; GPU memory is returned to the driver."""
+        with self._lock:
+            device = self._model.device if self._model is not None else None
+            self._model = self._prompt = self._mel = None
+            gc.collect()
+            if device is not None and device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    @property
+    def model_label(self) -> str:
+        """e.g. ``Qwen3-ASR-1.7B · bf16 · cuda``; empty until loaded."""
+        return self._label
+
+    @property
+    def model(self) -> AsrModel:
+        self.prepare()
+        assert self._model is not None
+        return self._model
+
+    @property
+    def prompt(self) -> PromptBuilder:
+        self.prepare()
+        assert self._prompt is not None
+        return self._prompt
+
+    # --- transcription -----------------------------------------------------------------------
+
+    def transcribe(
+        self, samples: np.ndarray, *, language: str | None = None, context: str = "", max_new_tokens: int | None = None
+    ) -> Transcript:
+        """Transcribe 16 kHz mono audio. ``language``: None/"auto", a name or an ISO code."""
+        return self.transcribe_with_progress(samples, language=language, context=context, max_new_tokens=max_new_tokens)
+
+    def transcribe_with_progress(
+        self,
+        samples: np.ndarray,
+        *,
+        language: str | None = None,
+        context: str = "",
+        max_new_tokens: int | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> Transcript:
+        """Like :meth:`transcribe`; clips over 20 minutes are split at quiet points and
+        ``on_progress`` is called before the first piece and after each one."""
+        forced = normalize_language(language)
+        audio = prepare_samples(samples)
+        total = len(audio) / SAMPLE_RATE
+        pieces = split_long_audio(audio, SAMPLE_RATE, MAX_PASS_SECONDS)
+        self.prepare()
+        t0 = time.perf_counter()
+        passes: list[_Pass] = []
+        done = 0.0
+        if on_progress:
+            on_progress(Progress(0.0, total, 0, len(pieces), ""))
+        for i, (piece, _offset) in enumerate(pieces):
+            passes.append(self._run_pass(piece, forced, context, max_new_tokens))
+            done = min(total, done + len(piece) / SAMPLE_RATE)
+            if on_progress:
+                on_progress(Progress(done, total, i + 1, len(pieces), join_texts([p.text for p in passes])))
+        timings = {key: sum(p.timings[key] for p in passes) for key in passes[0].timings}
+        timings["total_s"] = time.perf_counter() - t0
+        return Transcript(
+            text=join_texts([p.text for p in passes]),
+            language=forced or merge_languages([p.language for p in passes]),
+            token_ids=[t for p in passes for t in p.ids],
+            audio_seconds=total,
+            timings=timings,
+            raw="".join(p.raw for p in passes),
+            chunks=len(passes),
+            truncated=any(p.truncated for p in passes),
+        )
+
+    def _run_pass(
+        self,
+        audio: np.ndarray,
+        forced: str | None,
+        context: str,
+        max_new_tokens: int | None,
+        keep_first_logits: bool = False,
+    ) -> _Pass:
+        """One model pass over at most 20 minutes of audio."""
+        with self._lock, torch.inference_mode():
+            self.prepare()
+            model, prompt, mel = self._model, self._prompt, self._mel
+            assert model is not None and prompt is not None and mel is not None
+            budget = max_new_tokens if max_new_tokens is not None else self.options.max_new_tokens
+            if budget is None:
+                budget = _auto_budget(len(audio) / SAMPLE_RATE)
+            t0 = time.perf_counter()
+            features = mel(audio)
+            _sync(model.device)
+            t1 = time.perf_counter()
+            audio_embeds = model.audio_tower(features)
+            _sync(model.device)
+            t2 = time.perf_counter()
+            n_tokens = n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames)
+            ids = prompt.prompt_ids(n_tokens, context=context, language=forced)
+            embeds = model.embed_prompt(torch.tensor(ids, device=model.device), audio_embeds)
+            gen = greedy(
+                model, embeds, max_new_tokens=budget, eos_ids=prompt.special.eos, keep_first_logits=keep_first_logits
+            )
+            raw = prompt.decode(gen.token_ids)
+            language, text = parse_output(raw, forced)
+            t3 = time.perf_counter()
+            timings = {
+                "mel_s": t1 - t0,
+                "encoder_s": t2 - t1,
+                "prefill_s": gen.prefill_s,
+                "decode_s": gen.decode_s,
+                "generated_tokens": float(len(gen.token_ids)),
+                "prompt_tokens": float(len(ids)),
+                "pass_s": t3 - t0,
+            }
+            truncated = not gen.stopped_on_eos and len(gen.token_ids) >= budget
+            if truncated:
+                log.warning("transcription hit the %d-token budget before the model finished", budget)
+            return _Pass(gen.token_ids, raw, language, text, truncated, timings, gen.first_logits)
+
+
+def prepare_samples(samples: np.ndarray) -> np.ndarray:
+    """Validate and normalise 16 kHz mono samples as the official toolkit does (spec §3)."""
+    audio = np.asarray(samples)
+    if audio.ndim != 1:
+        raise AudioError(f"expected 1-D mono samples, got an array of shape {audio.shape}")
+    if audio.size == 0:
+        raise AudioError("no audio samples")
+    if not np.issubdtype(audio.dtype, np.floating):
+        raise AudioError(f"expected float samples in [-1, 1], got {audio.dtype}")
+    audio = audio.astype(np.float32, copy=False)
+    if not np.isfinite(audio).all():
+        raise AudioError("audio contains NaN or infinite samples")
+    if audio.size < MIN_SAMPLES:
+        raise AudioError(f"audio too short: {audio.size} samples (< {MIN_SAMPLES / SAMPLE_RATE * 1000:.0f} ms)")
+    peak = float(np.abs(audio).max())
+    if peak > 1.0:
+        audio = audio / peak
+    return np.clip(audio, -1.0, 1.0)
+
+
+def is_silent(samples: np.ndarray, threshold_db: float = -70.0) -> bool:
+    """True for digital silence or near-silence (RMS below ``threshold_db`` dBFS)."""
+    audio = np.asarray(samples, dtype=np.float64)
+    if audio.size == 0:
+        return True
+    rms = float(np.sqrt(np.mean(audio * audio)))
+    return rms == 0.0 or 20.0 * np.log10(rms) < threshold_db
+
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def _model_name(cfg: AsrConfig, folder: Path) -> str:
+    sizes = {1024: "Qwen3-ASR-0.6B", 2048: "Qwen3-ASR-1.7B"}
+    if cfg.text.num_hidden_layers == 28 and cfg.text.hidden_size in sizes:
+        return sizes[cfg.text.hidden_size]
+    return folder.name
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,178 @@
+"""The ``dictation`` command. Heavy imports (torch) happen inside the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from dictation import __version__
+
+DEFAULT_DOWNLOAD = "Qwen/Qwen3-ASR-1.7B"
+
+
+def _fail(message: str) -> int:
+    print(f"dictation: error: {message}", file=sys.stderr)
+    return 1
+
+
+def cmd_transcribe(args: argparse.Namespace) -> int:
+    from dictation.asr import AsrEngine, AsrError, EngineOptions
+    from dictation.asr.engine import is_silent
+    from dictation.asr.prompt import normalize_language
+    from dictation.audio.wav import load_audio_16k
+
+    try:
+        normalize_language(args.language)
+    except AsrError as exc:
+        return _fail(str(exc))
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        return _fail("--max-new-tokens must be at least 1")
+
+    # Read every file first, so a bad path is reported before a long model load.
+    clips: list[tuple[str, object]] = []
+    failed = 0
+    for name in args.files:
+        try:
+            audio = load_audio_16k(Path(name))
+            if is_silent(audio):
+                raise AsrError(f"{name}: audio is silent (nothing to transcribe)")
+        except AsrError as exc:
+            failed += 1
+            _fail(str(exc))
+            continue
+        clips.append((name, audio))
+    if not clips:
+        return 1
+
+    engine = AsrEngine(
+        EngineOptions(
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            variant=args.variant,
+            adapters=tuple(args.adapter or ()),
+        )
+    )
+    try:
+        engine.prepare()
+    except AsrError as exc:
+        return _fail(str(exc))
+    logging.getLogger(__name__).info("model: %s", engine.model_label)
+
+    for name, audio in clips:
+        try:
+            result = engine.transcribe(
+                audio, language=args.language, context=args.context or "", max_new_tokens=args.max_new_tokens
+            )
+        except AsrError as exc:
+            failed += 1
+            _fail(f"{name}: {exc}")
+            continue
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "file": name,
+                        "text": result.text,
+                        "language": result.language,
+                        "token_ids": result.token_ids,
+                        "audio_seconds": round(result.audio_seconds, 3),
+                        "timings": {k: round(v, 4) for k, v in result.timings.items()},
+                        "truncated": result.truncated,
+                        "model": engine.model_label,
+                    },
+                    ensure_ascii=False,
+                ),
+                flush=True,
+            )
+        elif len(args.files) > 1:
+            print(f"{name}: {result.text}", flush=True)
+        else:
+            print(result.text, flush=True)
+    return 1 if failed else 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from dictation.asr import AsrError
+    from dictation.asr.models import download_model
+
+    bar = _ProgressBar(args.model)
+    try:
+        path = download_model(args.model, on_progress=bar.update)
+    except AsrError as exc:
+        bar.close()
+        return _fail(str(exc))
+    bar.close()
+    print(path)
+    return 0
+
+
+class _ProgressBar:
+    """A one-line progress bar on stderr (no dependency; tqdm would be fine too)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.shown = False
+
+    def update(self, done: int, total: int) -> None:
+        width = 30
+        frac = done / total if total else 0.0
+        filled = int(frac * width)
+        sys.stderr.write(
+            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] "
+            f"{done / 1e9:.2f}/{total / 1e9:.2f} GB {frac * 100:5.1f}%"
+        )
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dictation", description="Local push-to-talk dictation (Qwen3-ASR).")
+    parser.add_argument("--version", action="version", version=f"dictation {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command")
+
+    t = sub.add_parser("transcribe", help="transcribe WAV files")
+    t.add_argument("files", nargs="+", metavar="FILE", help="WAV files (any rate, mono or stereo)")
+    t.add_argument("--model", required=True, help="model folder or repo id in the local Hugging Face cache")
+    t.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    t.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    t.add_argument("--variant", default=None, help="weight variant (bf16, fp16, fp32)")
+    t.add_argument("--adapter", action="append", metavar="DIR[:WEIGHT]", help="LoRA adapter (repeatable)")
+    t.add_argument("--language", default=None, help="force a language (name or ISO code); default: detect")
+    t.add_argument("--context", default="", help="background text / vocabulary to bias recognition")
+    t.add_argument("--max-new-tokens", type=int, default=None, help="token budget (default: scales with length)")
+    t.add_argument("--json", action="store_true", help="one JSON object per file")
+    t.set_defaults(func=cmd_transcribe)
+
+    d = sub.add_parser("download", help="fetch a model into the Hugging Face cache")
+    d.add_argument("model", nargs="?", default=DEFAULT_DOWNLOAD, help=f"repo id (default {DEFAULT_DOWNLOAD})")
+    d.set_defaults(func=cmd_download)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    if args.command is None:
+        parser.print_help()
+        print("\nThe tray app is not part of this version yet; use `dictation transcribe`.", file=sys.stderr)
+        return 0
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

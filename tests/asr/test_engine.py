@@ -1,0 +1,103 @@
+"""AsrEngine lifecycle, input validation and long-audio splitting."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import dictation.asr.engine as engine_mod
+from dictation.asr import AsrEngine, AudioError, EngineOptions, LanguageError
+from tests.oracle import synth_audio
+
+
+def test_prepare_is_idempotent_and_thread_safe(ckpt_untied, monkeypatch):
+    calls = []
+    real = engine_mod.load_model
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine_mod, "load_model", counting)
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
+    assert not engine.is_loaded and engine.model_label == ""
+    threads = [threading.Thread(target=engine.prepare) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    engine.prepare()
+    assert calls == [1]
+    assert engine.model_label == f"{ckpt_untied.name} · fp32 · cpu"
+
+
+def test_unload_frees_and_transcribe_reloads(ckpt_untied):
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
+    audio = synth_audio(2.0, seed=3)
+    first = engine.transcribe(audio, max_new_tokens=8)
+    engine.unload()
+    assert not engine.is_loaded
+    again = engine.transcribe(audio, max_new_tokens=8)
+    assert engine.is_loaded and again.token_ids == first.token_ids
+
+
+def test_transcript_fields(ckpt_untied, engine_factory):
+    audio = synth_audio(2.5, seed=4)
+    t = engine_factory(ckpt_untied).transcribe(audio, max_new_tokens=10, language="de")
+    assert t.language == "German"
+    assert t.audio_seconds == pytest.approx(2.5)
+    assert len(t.token_ids) == 10 and t.truncated
+    for key in ("mel_s", "encoder_s", "prefill_s", "decode_s", "total_s"):
+        assert t.timings[key] >= 0
+
+
+@pytest.mark.parametrize(
+    ("samples", "message"),
+    [
+        (np.zeros((2, 16000), np.float32), "1-D mono"),
+        (np.zeros(0, np.float32), "no audio samples"),
+        (np.zeros(16000, np.int16), "float samples"),
+        (np.full(16000, np.nan, np.float32), "NaN"),
+        (np.zeros(100, np.float32), "too short"),
+    ],
+)
+def test_bad_samples_are_clear_errors(ckpt_untied, engine_factory, samples, message):
+    with pytest.raises(AudioError, match=message):
+        engine_factory(ckpt_untied).transcribe(samples)
+
+
+def test_unknown_language_fails_before_any_work(ckpt_untied):
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu"))
+    with pytest.raises(LanguageError):
+        engine.transcribe(synth_audio(1.0), language="Elvish")
+    assert not engine.is_loaded
+
+
+def test_loud_input_is_peak_normalised(ckpt_untied, engine_factory):
+    audio = synth_audio(2.0, seed=8)
+    engine = engine_factory(ckpt_untied)
+    assert float(np.abs(audio).max()) == pytest.approx(0.5)
+    loud = engine.transcribe(audio * 7.0, max_new_tokens=8).token_ids  # peak 3.5 → divided by its peak
+    assert loud == engine.transcribe(audio * 2.0, max_new_tokens=8).token_ids  # peak exactly 1.0
+
+
+def test_long_audio_is_split_and_progress_reported(ckpt_untied, engine_factory, monkeypatch):
+    monkeypatch.setattr(engine_mod, "MAX_PASS_SECONDS", 5.0)
+    engine = engine_factory(ckpt_untied)
+    audio = synth_audio(13.0, seed=21)
+    seen = []
+    result = engine.transcribe_with_progress(audio, max_new_tokens=6, on_progress=seen.append)
+    pieces = engine_mod.split_long_audio(engine_mod.prepare_samples(audio), 16000, 5.0)
+    assert result.chunks == len(pieces) >= 3
+    assert [p.chunk for p in seen] == list(range(len(pieces) + 1))
+    assert seen[-1].fraction == pytest.approx(1.0) and seen[0].fraction == 0.0
+    expected = [engine._run_pass(p, None, "", 6).ids for p, _ in pieces]
+    assert result.token_ids == [t for ids in expected for t in ids]
+    assert seen[-1].text_so_far == result.text
+
+
+def test_auto_budget_scales_with_length():
+    assert engine_mod._auto_budget(1.0) < engine_mod._auto_budget(60.0)
+    assert engine_mod._auto_budget(1200.0) >= 1200 * 5

@@ -1,0 +1,92 @@
+"""Output parsing (spec §6.4), checked case by case and against the official parser."""
+
+import random
+
+import pytest
+from qwen_asr.inference.utils import detect_and_fix_repetitions, parse_asr_output
+
+from dictation.asr.errors import LanguageError
+from dictation.asr.prompt import LANGUAGES, fix_repetitions, normalize_language, parse_output
+
+
+@pytest.mark.parametrize(
+    ("raw", "forced", "expected"),
+    [
+        ("language English<asr_text>Hello world.", None, ("English", "Hello world.")),
+        ("language ENGLISH<asr_text> Hello ", None, ("English", "Hello")),
+        ("language None<asr_text>", None, ("", "")),
+        ("language None<asr_text>stray", None, ("", "stray")),
+        ("plain text without tag", None, ("", "plain text without tag")),
+        ("", None, ("", "")),
+        ("   ", None, ("", "")),
+        ("Bonjour tout le monde", "French", ("French", "Bonjour tout le monde")),
+        ("language Chinese\nextra\n<asr_text>你好", None, ("Chinese", "你好")),
+        ("language chinese<asr_text>你好<asr_text>再见", None, ("Chinese", "你好<asr_text>再见")),
+        ("a" * 25 + "b", None, ("", "ab")),
+        ("la" * 30 + " end", None, ("", "la end")),
+    ],
+)
+def test_parse_cases(raw, forced, expected):
+    assert parse_output(raw, forced) == expected
+
+
+def _random_text(rng: random.Random) -> str:
+    pieces = []
+    for _ in range(rng.randint(0, 6)):
+        kind = rng.random()
+        if kind < 0.3:
+            pieces.append(rng.choice("ab好 ") * rng.randint(1, 45))
+        elif kind < 0.6:
+            pieces.append(rng.choice(["ha", "abc", "的了", "x y ", "hello "]) * rng.randint(1, 30))
+        else:
+            pieces.append("".join(rng.choice("abcde 你好。,") for _ in range(rng.randint(0, 30))))
+    return "".join(pieces)
+
+
+def test_repetition_fix_matches_official_on_random_strings():
+    rng = random.Random(1234)
+    for _ in range(400):
+        text = _random_text(rng)
+        assert fix_repetitions(text) == detect_and_fix_repetitions(text), text
+
+
+def test_parse_matches_official_on_random_outputs():
+    rng = random.Random(99)
+    names = [n for n, _ in LANGUAGES] + ["None", "english", "xx"]
+    for _ in range(300):
+        meta = f"language {rng.choice(names)}" if rng.random() < 0.8 else ""
+        raw = meta + ("<asr_text>" if rng.random() < 0.8 else "") + _random_text(rng)
+        forced = rng.choice([None, None, "German"])
+        assert parse_output(raw, forced) == parse_asr_output(raw, forced), raw
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("english", "English"),
+        ("EN", "English"),
+        ("zh", "Chinese"),
+        ("yue", "Cantonese"),
+        ("Fil", "Filipino"),
+        ("mk", "Macedonian"),
+        (" German ", "German"),
+        (None, None),
+        ("", None),
+        ("auto", None),
+        ("AUTO", None),
+    ],
+)
+def test_language_names_and_codes(given, expected):
+    assert normalize_language(given) == expected
+
+
+def test_thirty_languages_with_unique_codes():
+    assert len(LANGUAGES) == 30
+    assert len({c for _, c in LANGUAGES}) == 30
+
+
+@pytest.mark.parametrize("bad", ["Klingon", "english!", "eng", "Chinese (Sichuan)"])
+def test_unknown_language_is_a_clear_error(bad):
+    with pytest.raises(LanguageError, match="unsupported language") as info:
+        normalize_language(bad)
+    assert "English (en)" in str(info.value)

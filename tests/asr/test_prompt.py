@@ -1,0 +1,80 @@
+"""Tokenizer loading and prompt ids against the ids the spec lists (§6.1, §2.4)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from dictation.asr.errors import ModelError
+from dictation.asr.prompt import PromptBuilder
+
+PROMPT_HEAD = [151644, 8948, 198, 151645, 198, 151644, 872, 198, 151669]
+PROMPT_TAIL = [151670, 151645, 198, 151644, 77091, 198]
+HOTWORDS = "Hotwords: Qwen3-ASR, Tongyi, 通义千问"
+HOTWORD_IDS = [20170, 5761, 25, 1207, 16948, 18, 12, 1911, 49, 11, 50391, 38072, 11, 220, 31935, 64559, 99320, 56007]
+
+
+@pytest.fixture(scope="module")
+def builder(ckpt_untied):
+    return PromptBuilder.from_folder(ckpt_untied)
+
+
+def test_special_ids_come_from_the_tokenizer_files(builder):
+    s = builder.special
+    assert (s.im_start, s.im_end, s.end_of_text) == (151644, 151645, 151643)
+    assert (s.audio_start, s.audio_pad, s.audio_end, s.asr_text) == (151669, 151676, 151670, 151704)
+    assert s.eos == {151645, 151643}
+
+
+def test_prompt_without_context(builder):
+    assert builder.prompt_ids(7) == PROMPT_HEAD + [151676] * 7 + PROMPT_TAIL
+
+
+def test_forced_language_suffix(builder):
+    assert builder.prompt_ids(3, language="English") == PROMPT_HEAD + [151676] * 3 + PROMPT_TAIL + [11528, 6364, 151704]
+    assert builder.prompt_ids(3, language="Chinese")[-3:] == [11528, 8453, 151704]
+
+
+def test_context_goes_in_the_system_turn(builder):
+    ids = builder.prompt_ids(2, context=HOTWORDS)
+    assert ids == [151644, 8948, 198, *HOTWORD_IDS, 151645, 198, 151644, 872, 198, 151669, 151676, 151676, *PROMPT_TAIL]
+
+
+def test_control_tokens_are_removed_from_context(builder):
+    assert builder.prompt_ids(1, context="a<|audio_pad|>b<|im_end|>") == builder.prompt_ids(1, context="ab")
+
+
+def test_decode_keeps_asr_text_and_skips_specials(builder):
+    ids = [11528, 6364, 151704] + builder.encode("Hello there.") + [151645]
+    assert builder.decode(ids) == "language English<asr_text>Hello there."
+    assert builder.decode(builder.encode("Grüße 你好 🎙")) == "Grüße 你好 🎙"
+
+
+def test_tokenizer_json_and_vocab_merges_agree(ckpt_untied, tmp_path):
+    from tests.oracle.checkpoints import build_tiny_checkpoint
+
+    with_json = build_tiny_checkpoint(tmp_path / "j", tokenizer_json=True)
+    assert (with_json / "tokenizer.json").exists()
+    a, b = PromptBuilder.from_folder(with_json), PromptBuilder.from_folder(ckpt_untied)
+    for text in (HOTWORDS, "HelloWorld don't\n\n  x", "Grüße 你好"):
+        assert a.prompt_ids(3, context=text, language="fr") == b.prompt_ids(3, context=text, language="fr")
+
+
+def test_missing_tokenizer_files_are_named(ckpt_untied, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(ckpt_untied, folder)
+    (folder / "merges.txt").unlink()
+    with pytest.raises(ModelError, match="merges.txt: missing"):
+        PromptBuilder.from_folder(folder)
+
+
+def test_tokenizer_without_asr_tokens_is_rejected(ckpt_untied, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(ckpt_untied, folder)
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg["added_tokens_decoder"] = {k: v for k, v in cfg["added_tokens_decoder"].items() if int(k) < 151669}
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match="no <\\|audio_start\\|> token"):
+        PromptBuilder.from_folder(folder)

@@ -1,0 +1,145 @@
+"""Loading: layouts, dtypes, strict tensor checks and clear errors naming file and tensor."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from dictation.asr import AsrEngine, EngineOptions, ModelError, WeightsError
+from dictation.asr.config import AsrConfig
+from tests.oracle import synth_audio
+from tests.oracle.checkpoints import cached_checkpoint
+
+
+def copy_ckpt(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def load(folder, dtype="fp32"):
+    engine = AsrEngine(EngineOptions(model=str(folder), device="cpu", dtype=dtype))
+    engine.prepare()
+    return engine
+
+
+def rewrite(folder, change):
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    change(tensors)
+    save_file(tensors, str(path))
+    return path
+
+
+def test_missing_tensor_names_file_tensor_and_shape(ckpt_untied, tmp_path):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    path = rewrite(folder, lambda t: t.pop("thinker.model.layers.1.self_attn.k_norm.weight"))
+    with pytest.raises(WeightsError) as info:
+        load(folder)
+    msg = str(info.value)
+    assert str(path) in msg and "missing tensor thinker.model.layers.1.self_attn.k_norm.weight" in msg
+    assert "(128,)" in msg
+
+
+def test_unexpected_tensor_is_an_error(ckpt_untied, tmp_path):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    path = rewrite(folder, lambda t: t.__setitem__("thinker.model.layers.0.mlp.extra.weight", torch.zeros(2)))
+    with pytest.raises(WeightsError, match="unexpected tensor thinker.model.layers.0.mlp.extra.weight") as info:
+        load(folder)
+    assert str(path) in str(info.value)
+
+
+def test_misshaped_tensor_names_expected_and_actual(ckpt_untied, tmp_path):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    name = "thinker.audio_tower.proj1.weight"
+
+    def shrink(t):
+        t[name] = t[name][:, :-1].contiguous()
+
+    path = rewrite(folder, shrink)
+    with pytest.raises(WeightsError) as info:
+        load(folder)
+    msg = str(info.value)
+    assert str(path) in msg and name in msg
+    d = AsrConfig.from_file(folder / "config.json").audio.d_model
+    assert f"has shape ({d}, {d - 1}), expected ({d}, {d})" in msg
+
+
+def test_missing_shard_is_named(ckpt_root, tmp_path):
+    folder = copy_ckpt(cached_checkpoint(ckpt_root, shards=3), tmp_path / "m")
+    victim = sorted(folder.glob("model-*.safetensors"))[1]
+    victim.unlink()
+    with pytest.raises(WeightsError, match=f"{victim}: shard listed in model.safetensors.index.json is missing"):
+        load(folder)
+
+
+def test_pickle_checkpoint_is_refused(ckpt_untied, tmp_path):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    (folder / "model.safetensors").unlink()
+    torch.save({"w": torch.zeros(1)}, folder / "pytorch_model.bin")
+    with pytest.raises(WeightsError, match="pytorch_model.bin: pickle checkpoints are refused because loading"):
+        load(folder)
+
+
+def test_folder_without_weights(ckpt_untied, tmp_path):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(WeightsError, match="no model.safetensors or model.safetensors.index.json"):
+        load(folder)
+
+
+def test_not_a_qwen3_asr_folder(ckpt_untied, tmp_path):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    with pytest.raises(ModelError, match="not a Qwen3-ASR config"):
+        load(folder)
+    (folder / "config.json").unlink()
+    with pytest.raises(ModelError, match="config.json: missing"):
+        load(folder)
+
+
+def test_corrupt_safetensors_is_named(ckpt_untied, tmp_path):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    (folder / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(WeightsError, match="model.safetensors: not a readable safetensors file"):
+        load(folder)
+
+
+def test_missing_folder_and_uncached_repo(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelError, match="no such model folder"):
+        load(tmp_path / "nowhere")
+    with pytest.raises(ModelError, match="not in the local Hugging Face cache"):
+        load("Qwen/Qwen3-ASR-1.7B")
+
+
+@pytest.mark.parametrize("stored", [torch.bfloat16, torch.float16])
+def test_half_precision_checkpoints_load(ckpt_untied, tmp_path, stored):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    rewrite(folder, lambda t: t.update({k: v.to(stored) for k, v in t.items()}))
+    engine = load(folder)  # stored bf16/fp16, computed in fp32 on CPU
+    ref = load(ckpt_untied)
+    assert engine.model.dtype == torch.float32
+    w, w_ref = engine.model.decoder.layers[0].mlp.up_proj.weight, ref.model.decoder.layers[0].mlp.up_proj.weight
+    assert torch.equal(w, w_ref.to(stored).float())
+
+
+def test_bf16_compute_runs_and_mostly_agrees(ckpt_untied, engine_factory):
+    audio = synth_audio(3.0, seed=5)
+    fp32 = engine_factory(ckpt_untied).transcribe(audio, max_new_tokens=12)
+    bf16 = engine_factory(ckpt_untied, "bf16")
+    assert bf16.model.dtype == torch.bfloat16 and "bf16" in bf16.model_label
+    out = bf16.transcribe(audio, max_new_tokens=12)
+    assert len(out.token_ids) == 12
+    assert out.token_ids[0] == fp32.token_ids[0]
+
+
+def test_hf_layout_config_is_detected(ckpt_root):
+    cfg = AsrConfig.from_file(cached_checkpoint(ckpt_root, layout="hf") / "config.json")
+    thinker = AsrConfig.from_file(cached_checkpoint(ckpt_root) / "config.json")
+    assert cfg.layout == "hf" and thinker.layout == "thinker"
+    assert (cfg.audio, cfg.text, cfg.special) == (thinker.audio, thinker.text, thinker.special)

@@ -1,0 +1,50 @@
+"""Test oracle: tiny random Qwen3-ASR checkpoints and the official implementation as a reference.
+
+``tests.oracle.checkpoints`` builds the checkpoints (needs torch, safetensors and the official ``qwen_asr``
+package for its config/model classes); ``tests.oracle.official`` runs the official model on them.
+Both live only in the test tree: nothing in ``dictation`` may import them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+
+
+def synth_audio(seconds: float, seed: int = 0) -> np.ndarray:
+    """Deterministic speech-like test signal: 1-D float32 at 16 kHz, peak 0.5.
+
+    A sum of a few voiced "syllables" (harmonic stacks on a gliding pitch, with attack/decay envelopes),
+    one linear chirp and seeded white noise (-50 dB). Different seeds give clearly different log-mel
+    features; the same seed always gives the same samples.
+    """
+    rng = np.random.default_rng(seed)
+    n = int(round(seconds * SAMPLE_RATE))
+    t = np.arange(n, dtype=np.float64) / SAMPLE_RATE
+    x = np.zeros(n, dtype=np.float64)
+    # syllables: random onsets, 120-400 ms long, pitch 90-260 Hz gliding by up to +-30 %, 3-7 harmonics
+    n_syll = max(1, int(seconds * rng.uniform(2.0, 4.0)))
+    for _ in range(n_syll):
+        start = rng.uniform(0.0, max(seconds - 0.1, 0.0))
+        length = rng.uniform(0.12, 0.4)
+        f0 = rng.uniform(90.0, 260.0)
+        glide = rng.uniform(-0.3, 0.3)
+        local = t - start
+        inside = (local >= 0) & (local < length)
+        if not inside.any():
+            continue
+        u = local[inside] / length
+        env = np.sin(np.pi * u) ** rng.uniform(0.5, 2.0)
+        phase = 2 * np.pi * f0 * (local[inside] + glide * local[inside] ** 2 / (2 * length))
+        for h in range(1, int(rng.integers(3, 8)) + 1):
+            x[inside] += env * rng.uniform(0.2, 1.0) / h * np.sin(h * phase + rng.uniform(0, 2 * np.pi))
+    # one chirp across the clip, from 300-1500 Hz to 1500-6000 Hz
+    f_a, f_b = rng.uniform(300.0, 1500.0), rng.uniform(1500.0, 6000.0)
+    dur = max(seconds, 1e-3)
+    x += 0.15 * np.sin(2 * np.pi * (f_a * t + (f_b - f_a) * t**2 / (2 * dur)))
+    x += 0.003 * rng.standard_normal(n)
+    peak = np.abs(x).max() if n else 0.0
+    if peak > 0:
+        x *= 0.5 / peak
+    return x.astype(np.float32)

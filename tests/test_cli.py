@@ -1,0 +1,119 @@
+"""`dictation transcribe`: exit codes, one-line errors, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dictation.audio.wav import write_wav
+from tests.oracle import synth_audio
+
+
+def run_cli(*args, env=None):
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "dictation", *map(str, args)], capture_output=True, text=True, env=full_env, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def speech_wav(tmp_path_factory):
+    path = tmp_path_factory.mktemp("wav") / "speech.wav"
+    write_wav(path, synth_audio(2.5, seed=31), 16000)
+    return path
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_json_output(ckpt_untied, speech_wav, tmp_path):
+    stereo_44k = tmp_path / "stereo.wav"
+    audio = synth_audio(1.5, seed=2)
+    write_wav(stereo_44k, np.stack([audio, audio], axis=1), 16000)
+    proc = run_cli(
+        "transcribe",
+        speech_wav,
+        stereo_44k,
+        "--model",
+        ckpt_untied,
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "7",
+        "--json",
+        "--language",
+        "en",
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["file"] for r in rows] == [str(speech_wav), str(stereo_44k)]
+    first = rows[0]
+    assert first["language"] == "English" and first["audio_seconds"] == pytest.approx(2.5)
+    assert len(first["token_ids"]) == 7 and all(isinstance(t, int) for t in first["token_ids"])
+    assert first["text"] and {"mel_s", "encoder_s", "prefill_s", "decode_s", "total_s"} <= set(first["timings"])
+
+
+def test_plain_output_is_the_text(ckpt_untied, speech_wav):
+    from dictation.asr import AsrEngine, EngineOptions
+    from dictation.audio.wav import load_audio_16k
+
+    proc = run_cli("transcribe", speech_wav, "--model", ckpt_untied, "--max-new-tokens", "5")
+    assert proc.returncode == 0, proc.stderr
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu"))
+    assert proc.stdout.strip() == engine.transcribe(load_audio_16k(speech_wav), max_new_tokens=5).text
+
+
+def test_missing_file(ckpt_untied, tmp_path):
+    missing = tmp_path / "nope.wav"
+    assert_one_line_error(run_cli("transcribe", missing, "--model", ckpt_untied), str(missing))
+
+
+def test_not_audio(ckpt_untied, tmp_path):
+    text = tmp_path / "notes.wav"
+    text.write_text("this is not audio")
+    assert_one_line_error(run_cli("transcribe", text, "--model", ckpt_untied), str(text), "not a WAV file")
+
+
+def test_silent_and_empty_audio(ckpt_untied, tmp_path):
+    silent, empty = tmp_path / "silent.wav", tmp_path / "empty.wav"
+    write_wav(silent, np.zeros(16000, np.float32), 16000)
+    write_wav(empty, np.zeros(0, np.float32), 16000)
+    assert_one_line_error(run_cli("transcribe", silent, "--model", ckpt_untied), str(silent), "silent")
+    assert_one_line_error(run_cli("transcribe", empty, "--model", ckpt_untied), str(empty), "no audio")
+
+
+def test_wrong_model_folder(speech_wav, tmp_path):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    assert_one_line_error(run_cli("transcribe", speech_wav, "--model", empty), str(empty / "config.json"))
+    assert_one_line_error(run_cli("transcribe", speech_wav, "--model", tmp_path / "absent"), "no such model folder")
+
+
+def test_bad_language(ckpt_untied, speech_wav):
+    assert_one_line_error(
+        run_cli("transcribe", speech_wav, "--model", ckpt_untied, "--language", "xx"), "unsupported language 'xx'"
+    )
+
+
+def test_one_bad_file_among_good_ones(ckpt_untied, speech_wav, tmp_path):
+    missing = tmp_path / "gone.wav"
+    proc = run_cli("transcribe", speech_wav, missing, "--model", ckpt_untied, "--max-new-tokens", "3")
+    assert proc.returncode == 1
+    assert str(missing) in proc.stderr and proc.stdout.startswith(f"{speech_wav}: ")
+
+
+def test_version_and_help():
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("dictation ")
+    assert "transcribe" in run_cli("--help").stdout

@@ -1,0 +1,60 @@
+"""The engine runs with Qt and the reference implementation unavailable (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dictation
+
+BLOCKED = ["PySide6", "PyQt5", "PyQt6", "transformers", "qwen_asr", "librosa", "soundfile", "scipy", "accelerate"]
+PACKAGE = Path(dictation.__file__).parent
+
+
+def test_engine_imports_and_transcribes_with_qt_and_transformers_blocked(ckpt_untied):
+    script = textwrap.dedent(f"""
+        import importlib.abc, sys
+        BLOCKED = {BLOCKED!r}
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ImportError(f"blocked import of {{name}}")
+
+        sys.meta_path.insert(0, Block())
+        import numpy as np
+        import dictation.asr, dictation.cli, dictation.audio.wav
+        from dictation.asr import AsrEngine, EngineOptions
+        t = np.arange(32000) / 16000
+        audio = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+        engine = AsrEngine(EngineOptions(model={str(ckpt_untied)!r}, device="cpu"))
+        print(len(engine.transcribe(audio, max_new_tokens=4).token_ids))
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        print("loaded:", loaded)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["4", "loaded: []"]
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_no_module_imports_qt_outside_app_or_the_reference_anywhere():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        roots = _imported_roots(path)
+        in_app = "app" in path.relative_to(PACKAGE).parts[:1]
+        if roots & {"transformers", "qwen_asr"} or (not in_app and roots & {"PySide6", "PyQt5", "PyQt6"}):
+            offenders.append(str(path))
+    assert offenders == []
