@@ -80,15 +80,22 @@ class OfficialOracle:
     Audio arguments are 1-D float32 numpy arrays at 16 kHz.
     """
 
-    def __init__(self, folder: str | os.PathLike, *, fix_mistral_regex: bool = True):
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        *,
+        fix_mistral_regex: bool = True,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ):
         from qwen_asr import Qwen3ASRModel  # registers the qwen3_asr Auto classes
         from transformers import AutoModel, AutoProcessor
 
         self.folder = Path(folder)
         if not (self.folder / "config.json").exists():
             raise FileNotFoundError(f"{self.folder} has no config.json")
-        self.model = AutoModel.from_pretrained(str(self.folder), dtype=torch.float32, attn_implementation="sdpa")
-        self.model.eval()
+        self.model = AutoModel.from_pretrained(str(self.folder), dtype=dtype, attn_implementation="sdpa")
+        self.model.to(device).eval()
         processor = AutoProcessor.from_pretrained(str(self.folder), fix_mistral_regex=fix_mistral_regex)
         # the official wrapper, used for its prompt builder and its transcribe() pipeline
         self.asr = Qwen3ASRModel(

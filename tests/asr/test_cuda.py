@@ -1,0 +1,75 @@
+"""CUDA paths (run where a GPU exists; CI has none, DESIGN.md §5)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dictation.asr import AsrEngine, EngineOptions
+from tests.oracle import synth_audio
+from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
+from tests.oracle.official import OfficialOracle, oracle_for
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+CLIPS = [(0.62, 11), (4.3, 12), (19.5, 13)]
+
+
+def strip_eos(ids):
+    return ids[:-1] if ids and ids[-1] in EOS_IDS else ids
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32():
+    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+@pytest.mark.parametrize(("seconds", "seed"), CLIPS)
+@pytest.mark.parametrize("tied", [False, True])
+def test_fp32_cuda_matches_official_cpu(ckpt_root, seconds, seed, tied):
+    folder = cached_checkpoint(ckpt_root, tie_word_embeddings=tied)
+    engine = AsrEngine(EngineOptions(model=str(folder), device="cuda", dtype="fp32"))
+    audio = synth_audio(seconds, seed)
+    result = engine._run_pass(audio, None, "", 24, keep_first_logits=True)
+    oracle = oracle_for(folder)
+    ref_logits = oracle.first_step_logits(audio)
+    torch.testing.assert_close(result.first_logits.cpu(), ref_logits, atol=1e-3 * float(ref_logits.abs().max()), rtol=0)
+    assert result.ids == strip_eos(oracle.greedy_ids(audio, max_new_tokens=24))
+
+
+def test_bf16_cuda_agrees_with_official_bf16_cuda(ckpt_untied):
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cuda", dtype="bf16"))
+    oracle = OfficialOracle(ckpt_untied, device="cuda", dtype=torch.bfloat16)
+    for seconds, seed in CLIPS:
+        audio = synth_audio(seconds, seed)
+        result = engine._run_pass(audio, None, "", 16, keep_first_logits=True)
+        ref_logits = oracle.first_step_logits(audio).float().cpu()
+        ours = result.first_logits.cpu()
+        assert torch.corrcoef(torch.stack([ours, ref_logits]))[0, 1] > 0.999
+        ref_ids = strip_eos(oracle.greedy_ids(audio, max_new_tokens=16))
+        assert result.ids[:4] == ref_ids[:4]
+
+
+def test_unload_returns_gpu_memory(ckpt_untied):
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cuda", dtype="bf16"))
+    engine.transcribe(synth_audio(3.0, 1), max_new_tokens=8)
+    assert torch.cuda.memory_allocated() > before
+    assert "cuda" in engine.model_label
+    engine.unload()
+    assert torch.cuda.memory_allocated() - before < 1 << 20
+
+
+def test_twenty_one_minutes_on_cuda_splits_once(ckpt_untied):
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cuda", dtype="bf16"))
+    audio = synth_audio(21 * 60.0, 3)
+    seen = []
+    result = engine.transcribe_with_progress(audio, max_new_tokens=8, on_progress=seen.append)
+    assert result.chunks == 2 and len(result.token_ids) == 16
+    assert [p.chunk for p in seen] == [0, 1, 2]
