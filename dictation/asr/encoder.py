@@ -16,6 +16,11 @@ from dictation.asr.config import AudioEncoderConfig
 from dictation.asr.features import conv_out_len, n_audio_tokens
 
 
+# Chunks per conv batch: a memory bound (no numeric effect). 100 one-second chunks of the first
+# conv's output are 600 MB in fp32; the checkpoint's 500 would be 3 GB for long clips.
+CONV_BATCH = 100
+
+
 def sinusoid_table(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
     """``[length, channels]``: sin block then cos block (spec §4.2), computed in float32."""
     increment = math.log(max_timescale) / (channels // 2 - 1)
@@ -115,7 +120,7 @@ class AudioEncoder(nn.Module):
         x = F.pad(features, (0, n_chunks * width - frames))
         x = x.view(n_mels, n_chunks, width).permute(1, 0, 2).unsqueeze(1)  # [n_chunks, 1, n_mels, width]
         outs = []
-        for part in x.split(self.cfg.conv_chunksize):
+        for part in x.split(min(self.cfg.conv_chunksize, CONV_BATCH)):
             y = F.gelu(self.conv2d1(part))
             y = F.gelu(self.conv2d2(y))
             y = F.gelu(self.conv2d3(y))  # [n, ch, 16, t]

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # Without an explicit budget, allow generously more tokens than anyone speaks (fast speech is
 # about 5 tokens/s) so a long clip is never cut short, while a looping model still stops.
 AUTO_TOKENS_BASE = 64
-AUTO_TOKENS_PER_SECOND = 12
+AUTO_TOKENS_PER_SECOND = 10
 
 
 @dataclass(frozen=True)

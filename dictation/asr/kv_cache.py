@@ -27,5 +27,11 @@ class StaticKVCache:
         self.values[layer, :, :, start:stop] = v
         return self.keys[layer, :, :, :stop], self.values[layer, :, :, :stop]
 
+    def copy_from(self, other: StaticKVCache) -> None:
+        """Copy a smaller cache's contents into this one (used when the cache grows)."""
+        n = min(other.max_len, self.max_len)
+        self.keys[..., :n, :] = other.keys[..., :n, :]
+        self.values[..., :n, :] = other.values[..., :n, :]
+
     def nbytes(self) -> int:
         return self.keys.nbytes + self.values.nbytes

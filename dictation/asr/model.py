@@ -13,7 +13,10 @@ from dictation.asr.rope import rope_tables
 
 # Prompts longer than this are prefilled in pieces, so attention memory stays bounded for
 # 20-minute clips (15,600 audio tokens) on any device.
-PREFILL_CHUNK = 2048
+PREFILL_CHUNK = 1024
+# Positions reserved for generated tokens at prefill; the cache grows in steps of this size.
+DECODE_RESERVE = 512
+CACHE_ROUND = 512
 
 
 class AsrModel(nn.Module):
@@ -42,15 +45,17 @@ class AsrModel(nn.Module):
         return self.decoder.embed_tokens.weight.device
 
     def ensure_capacity(self, max_len: int) -> StaticKVCache:
-        """Grow the KV cache and RoPE tables to ``max_len`` positions (never shrinks)."""
+        """Grow the KV cache and RoPE tables to ``max_len`` positions, keeping what is stored."""
         if self.cache is None or self.cache.max_len < max_len:
             t = self.cfg.text
             # Round up so slightly longer clips reuse the buffer.
-            size = max(512, -(-max_len // 512) * 512)
-            self.cache = None  # free the old buffer before allocating the new one
+            size = -(-max_len // CACHE_ROUND) * CACHE_ROUND
+            old = self.cache
             self.cache = StaticKVCache(
                 t.num_hidden_layers, t.num_key_value_heads, t.head_dim, size, self.dtype, self.device
             )
+            if old is not None:
+                self.cache.copy_from(old)
             cos, sin = rope_tables(torch.arange(size, device=self.device), t.head_dim, t.rope_theta)
             self._rope = (cos.to(self.dtype), sin.to(self.dtype))
         return self.cache
@@ -83,7 +88,8 @@ class AsrModel(nn.Module):
     def prefill(self, embeds: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         """Fill the cache with the prompt ``[1, S, hidden]``; return the last position's logits."""
         total = embeds.shape[1]
-        self.ensure_capacity(total + max_new_tokens + 1)
+        # Room for the usual output; decoding grows the cache if a long text needs more.
+        self.ensure_capacity(total + min(max_new_tokens, DECODE_RESERVE) + 1)
         h_last = None
         for start in range(0, total, PREFILL_CHUNK):
             h_last = self._run(embeds[:, start : start + PREFILL_CHUNK], start)
@@ -92,5 +98,7 @@ class AsrModel(nn.Module):
     @torch.inference_mode()
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         """One token ``[1]`` at ``position`` → logits ``[vocab]``."""
+        if position >= self.cache.max_len:
+            self.ensure_capacity(position + DECODE_RESERVE)
         h = self.decoder.embed_tokens(token).view(1, 1, -1)
         return self.logits(self._run(h, position))

@@ -101,3 +101,30 @@ def test_long_audio_is_split_and_progress_reported(ckpt_untied, engine_factory, 
 def test_auto_budget_scales_with_length():
     assert engine_mod._auto_budget(1.0) < engine_mod._auto_budget(60.0)
     assert engine_mod._auto_budget(1200.0) >= 1200 * 5
+
+
+def test_kv_cache_grows_during_long_outputs_without_changing_ids(ckpt_untied, monkeypatch):
+    import dictation.asr.model as model_mod
+
+    audio = synth_audio(3.0, seed=17)
+    plain = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu")).transcribe(audio, max_new_tokens=30)
+    monkeypatch.setattr(model_mod, "DECODE_RESERVE", 3)
+    monkeypatch.setattr(model_mod, "CACHE_ROUND", 4)
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu"))
+    grown = engine.transcribe(audio, max_new_tokens=30)
+    prompt_len = int(grown.timings["prompt_tokens"])
+    assert engine.model.cache.max_len >= prompt_len + 29
+    assert engine.model.cache.max_len < prompt_len + 30 + 8  # grew in small steps, not preallocated
+    assert grown.token_ids == plain.token_ids
+
+
+def test_twenty_minutes_in_one_pass_and_longer_in_two(ckpt_untied, engine_factory):
+    """Real lengths, no monkeypatching: 20 min is one pass (as the official toolkit), 20.5 min two."""
+    rng = np.random.default_rng(0)
+    envelope = np.repeat(rng.uniform(0.05, 0.5, 1231), 16000)
+    audio = (rng.standard_normal(len(envelope)) * envelope).astype(np.float32)  # 20 min 31 s
+    engine = engine_factory(ckpt_untied)
+    two = engine.transcribe(audio, max_new_tokens=3)
+    assert two.chunks == 2 and len(two.token_ids) == 6
+    one = engine.transcribe(audio[: 1200 * 16000], max_new_tokens=3)
+    assert one.chunks == 1 and one.timings["prompt_tokens"] == 1200 * 13 + 15
