@@ -15,7 +15,6 @@ from torch import nn
 from dictation.asr.config import AudioEncoderConfig
 from dictation.asr.features import conv_out_len, n_audio_tokens
 
-
 # Chunks per conv batch: a memory bound (no numeric effect). 100 one-second chunks of the first
 # conv's output are 600 MB in fp32; the checkpoint's 500 would be 3 GB for long clips.
 CONV_BATCH = 100

@@ -258,6 +258,10 @@ def _bytes_on_disk(blob_dir: Path, blobs: Sequence[tuple[str, int]]) -> int:
     return done
 
 
+# HTTP stacks huggingface_hub has used; their connection errors are not OSError subclasses.
+_NETWORK_LIBRARIES = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "requests", "urllib3", "hf_xet"})
+
+
 def _download_error(repo_id: str, error: BaseException) -> ModelError | None:
     """A one-line ModelError for Hub, network and disk failures; None for anything else (a bug)."""
     from huggingface_hub.errors import (
@@ -277,6 +281,9 @@ def _download_error(repo_id: str, error: BaseException) -> ModelError | None:
         reason = "the main revision was not found on the Hugging Face Hub"
     elif isinstance(error, (OfflineModeIsEnabled, LocalEntryNotFoundError)):
         reason = "cannot reach the Hugging Face Hub (offline, or HF_HUB_OFFLINE is set)"
+    elif type(error).__module__.split(".")[0] in _NETWORK_LIBRARIES:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        reason = f"cannot reach the Hugging Face Hub ({first_line})"
     elif isinstance(error, (HfHubHTTPError, OSError)):
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         reason = f"download failed: {first_line}"

@@ -268,11 +268,18 @@ def test_download_uses_the_env_cache_and_skips_the_file_listing_without_a_callba
     assert received["cache_dir"] == str(hub_cache)
 
 
+def _httpx_like_error(message: str) -> Exception:
+    """huggingface_hub >= 1 uses httpx, whose ConnectError is not an OSError."""
+    cls = type("ConnectError", (Exception,), {"__module__": "httpx2._transports.default"})
+    return cls(message)
+
+
 @pytest.mark.parametrize(
     ("error", "expected"),
     [
         (RepositoryNotFoundError("404 Client Error.\nRepository Not Found"), "no such model on the Hugging Face Hub"),
-        (requests.ConnectionError("Max retries exceeded\nwith url"), "download failed: Max retries exceeded"),
+        (requests.ConnectionError("Max retries exceeded\nwith url"), "cannot reach the Hugging Face Hub (Max retries"),
+        (_httpx_like_error("[Errno -2] Name or service not known"), "cannot reach the Hugging Face Hub ([Errno -2]"),
         (OSError(28, "No space left on device"), "download failed: [Errno 28] No space left on device"),
     ],
 )
