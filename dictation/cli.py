@@ -56,10 +56,16 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
             adapters=tuple(args.adapter or ()),
         )
     )
+    import torch
+
     try:
         engine.prepare()
     except AsrError as exc:
         return _fail(str(exc))
+    except torch.OutOfMemoryError:
+        return _fail(
+            f"{args.model}: not enough {args.device} memory to load the model; try --device cpu or the 0.6B model"
+        )
     logging.getLogger(__name__).info("model: %s", engine.model_label)
 
     for name, audio in clips:
@@ -70,6 +76,10 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         except AsrError as exc:
             failed += 1
             _fail(f"{name}: {exc}")
+            continue
+        except torch.OutOfMemoryError:
+            failed += 1
+            _fail(f"{name}: out of memory while transcribing; try a shorter clip or --device cpu")
             continue
         if args.json:
             print(
