@@ -117,14 +117,14 @@ class AudioEncoder(nn.Module):
         width = c if frames >= c else frames  # every chunk is padded to the longest one
         n_chunks = -(-frames // width)
         x = F.pad(features, (0, n_chunks * width - frames))
-        x = x.view(n_mels, n_chunks, width).permute(1, 0, 2).unsqueeze(1)  # [n_chunks, 1, n_mels, width]
+        x = x.view(n_mels, n_chunks, width).permute(1, 0, 2).unsqueeze(1).contiguous()  # [n_chunks, 1, n_mels, width]
         outs = []
         for part in x.split(min(self.cfg.conv_chunksize, CONV_BATCH)):
             y = F.gelu(self.conv2d1(part))
             y = F.gelu(self.conv2d2(y))
             y = F.gelu(self.conv2d3(y))  # [n, ch, 16, t]
             n, ch, f, t = y.shape
-            outs.append(self.conv_out(y.permute(0, 3, 1, 2).reshape(n, t, ch * f)))
+            outs.append(self.conv_out(y.permute(0, 3, 1, 2).contiguous().view(n, t, ch * f)))
         y = torch.cat(outs) if len(outs) > 1 else outs[0]  # [n_chunks, t, d]
         y = y + self.positions[: y.shape[1]].to(y.dtype)
         # Only the last chunk is padded and its valid rows come first, so a flat prefix is exact.
