@@ -128,12 +128,13 @@ def test_half_precision_checkpoints_load(ckpt_untied, tmp_path, stored):
     assert torch.equal(w, w_ref.to(stored).float())
 
 
-def test_bf16_compute_runs_and_mostly_agrees(ckpt_untied, engine_factory):
+@pytest.mark.parametrize(("dtype", "torch_dtype"), [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_half_precision_compute_runs_and_agrees_at_first(ckpt_untied, engine_factory, dtype, torch_dtype):
     audio = synth_audio(3.0, seed=5)
     fp32 = engine_factory(ckpt_untied).transcribe(audio, max_new_tokens=12)
-    bf16 = engine_factory(ckpt_untied, "bf16")
-    assert bf16.model.dtype == torch.bfloat16 and "bf16" in bf16.model_label
-    out = bf16.transcribe(audio, max_new_tokens=12)
+    half = engine_factory(ckpt_untied, dtype)
+    assert half.model.dtype == torch_dtype and f" {dtype} " in half.model_label
+    out = half.transcribe(audio, max_new_tokens=12)
     assert len(out.token_ids) == 12
     assert out.token_ids[0] == fp32.token_ids[0]
 
