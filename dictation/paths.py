@@ -1,0 +1,43 @@
+"""Where the app keeps its files (platformdirs), overridable with DICTATION_HOME for tests.
+
+- config: settings.json
+- data:   history.sqlite3, recordings/
+- log:    dictation.log
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+APP_NAME = "dictation"
+
+
+def _base(kind: str) -> Path:
+    override = os.environ.get("DICTATION_HOME")
+    if override:
+        return Path(override) / kind
+    import platformdirs
+
+    getter = {
+        "config": platformdirs.user_config_dir,
+        "data": platformdirs.user_data_dir,
+        "log": platformdirs.user_log_dir,
+    }[kind]
+    return Path(getter(APP_NAME, appauthor=False))
+
+
+def config_dir() -> Path:
+    return _base("config")
+
+
+def data_dir() -> Path:
+    return _base("data")
+
+
+def log_dir() -> Path:
+    return _base("log")
+
+
+def recordings_dir() -> Path:
+    return data_dir() / "recordings"
