@@ -120,6 +120,16 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_devices(args: argparse.Namespace) -> int:
+    from dictation.audio.devices import AudioDeviceError, format_devices, list_input_devices
+
+    try:
+        print(format_devices(list_input_devices()))
+    except AudioDeviceError as exc:
+        return _fail(str(exc))
+    return 0
+
+
 class _ProgressBar:
     """A one-line progress bar on stderr (no dependency; tqdm would be fine too)."""
 
@@ -165,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("download", help="fetch a model into the Hugging Face cache")
     d.add_argument("model", nargs="?", default=DEFAULT_DOWNLOAD, help=f"repo id (default {DEFAULT_DOWNLOAD})")
     d.set_defaults(func=cmd_download)
+
+    v = sub.add_parser("devices", help="list microphones (input devices) and their default rates")
+    v.set_defaults(func=cmd_devices)
     return parser
 
 

@@ -58,3 +58,14 @@ def test_no_module_imports_qt_outside_app_or_the_reference_anywhere():
         if roots & {"transformers", "qwen_asr"} or (not in_app and roots & {"PySide6", "PyQt5", "PyQt6"}):
             offenders.append(str(path))
     assert offenders == []
+
+
+def test_light_modules_do_not_load_torch():
+    """Settings, prompt helpers and the session machine stay cheap to import (the tray starts fast)."""
+    script = (
+        "import sys, dictation.asr, dictation.asr.prompt, dictation.asr.errors, dictation.session, dictation.config;"
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

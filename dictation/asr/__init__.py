@@ -1,7 +1,15 @@
-"""The speech engine: our PyTorch Qwen3-ASR. No Qt, no transformers (DESIGN.md §1)."""
+"""The speech engine: our PyTorch Qwen3-ASR. No Qt, no transformers (DESIGN.md §1).
 
-from dictation.asr.engine import AsrEngine, EngineOptions, Progress, Transcript
+The engine classes are imported on first use, so light modules of this package (errors,
+prompt, models) can be imported without loading torch.
+"""
+
+from typing import TYPE_CHECKING
+
 from dictation.asr.errors import AsrError, AudioError, LanguageError, ModelError, WeightsError
+
+if TYPE_CHECKING:
+    from dictation.asr.engine import AsrEngine, EngineOptions, Progress, Transcript
 
 __all__ = [
     "AsrEngine",
@@ -14,3 +22,13 @@ __all__ = [
     "ModelError",
     "WeightsError",
 ]
+
+_ENGINE_NAMES = {"AsrEngine", "EngineOptions", "Progress", "Transcript"}
+
+
+def __getattr__(name: str):
+    if name in _ENGINE_NAMES:
+        from dictation.asr import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'dictation.asr' has no attribute {name!r}")

@@ -1,0 +1,337 @@
+"""The dictation history: one SQLite row per dictation (DESIGN.md §1.7).
+
+The transcript goes in *before* it is typed: ``entry_id = history.add(text, ...)`` with the
+outcome ``"pending"``, then ``history.set_outcome(entry_id, "pasted")`` (or ``"typed"``,
+``"clipboard_only"``, ``Outcome.failed("no paste tool")``). A crash between the two leaves the text
+in the history, marked pending.
+
+Durability: WAL journal, ``synchronous=FULL`` and one transaction per change, so a committed row
+survives the process being killed and the machine losing power; an interrupted write rolls back.
+A file that is not a database at all is moved aside (``history.sqlite3.bad-<UTC time>``) and a new
+one started, so dictation keeps working.
+
+Threads: one connection guarded by a lock; the app writes from a worker thread and reads from
+the GUI thread. Each call holds the lock for one short statement or transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ENTRIES = 1000
+
+
+class HistoryError(Exception):
+    """The history database cannot be opened or used."""
+
+
+class Outcome:
+    """What happened to a transcript after it was stored."""
+
+    PENDING = "pending"
+    TYPED = "typed"
+    PASTED = "pasted"
+    CLIPBOARD_ONLY = "clipboard_only"  # left on the clipboard; the user was told to paste it
+    KNOWN = (PENDING, TYPED, PASTED, CLIPBOARD_ONLY)
+    FAILED_PREFIX = "failed: "
+
+    @staticmethod
+    def failed(reason: str) -> str:
+        return Outcome.FAILED_PREFIX + (" ".join(reason.split()) or "unknown reason")
+
+    @staticmethod
+    def is_valid(outcome: str) -> bool:
+        return outcome in Outcome.KNOWN or (
+            outcome.startswith(Outcome.FAILED_PREFIX) and bool(outcome[len(Outcome.FAILED_PREFIX) :].strip())
+        )
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    id: int
+    created: datetime  # UTC, timezone-aware
+    text: str
+    language: str | None
+    duration_s: float | None
+    model_label: str | None
+    audio_path: Path | None
+    outcome: str
+    timings: dict[str, float] | None
+
+
+# MIGRATIONS[n] upgrades a database at user_version n to n + 1 (0 is a new, empty file).
+def _create_v1(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        """
+        CREATE TABLE dictations (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, so a held id never names another row
+            created TEXT NOT NULL,                 -- UTC, ISO 8601
+            text TEXT NOT NULL,
+            language TEXT,
+            duration_s REAL,
+            model_label TEXT,
+            audio_path TEXT,
+            outcome TEXT NOT NULL DEFAULT 'pending',
+            timings TEXT                           -- JSON object of seconds per stage
+        )
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1]
+COLUMNS = ("id", "created", "text", "language", "duration_s", "model_label", "audio_path", "outcome", "timings")
+
+
+def default_path() -> Path:
+    from dictation.paths import data_dir
+
+    return data_dir() / "history.sqlite3"
+
+
+class History:
+    """The history store. ``max_entries``: keep only the newest N (pruned on every insert)."""
+
+    def __init__(self, path: Path | str | None = None, max_entries: int = DEFAULT_MAX_ENTRIES):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self.path = Path(path) if path is not None else default_path()
+        self._max_entries = max_entries
+        self._lock = threading.RLock()
+        self._conn = self._open()
+
+    # --- opening ---------------------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError as e:
+            if "not a database" not in str(e) and "malformed" not in str(e):
+                raise HistoryError(f"{self.path}: {e}") from e
+            aside = self.path.with_name(f"{self.path.name}.bad-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
+            log.error("%s is damaged (%s); moved it to %s and started a new history", self.path, e, aside)
+            for suffix in ("", "-wal", "-shm"):
+                src = Path(str(self.path) + suffix)
+                if src.exists():
+                    src.replace(Path(str(aside) + suffix))
+            try:
+                return self._connect()
+            except sqlite3.DatabaseError as e2:
+                raise HistoryError(f"{self.path}: {e2}") from e2
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions; _transaction() opens them explicitly.
+        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                log.warning("%s: no WAL journal (got %s); writes still use transactions", self.path, mode)
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.create_function("casefold", 1, _casefold, deterministic=True)
+            self._migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        target = len(MIGRATIONS)
+        while True:
+            conn.execute("BEGIN IMMEDIATE")  # re-read the version under the write lock: another process may migrate
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version >= target:
+                    conn.execute("COMMIT")
+                    break
+                MIGRATIONS[version](conn)
+                conn.execute(f"PRAGMA user_version = {version + 1}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            log.info("%s: history schema upgraded to version %d", self.path, version + 1)
+        if version > target:
+            have = {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}
+            missing = [c for c in COLUMNS if c not in have]
+            if missing:
+                raise HistoryError(
+                    f"{self.path}: written by a newer version (schema {version}) without the columns {missing}"
+                )
+            log.warning("%s is from a newer version (schema %d > %d); using it as is", self.path, version, target)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def add(
+        self,
+        text: str,
+        *,
+        language: str | None = None,
+        duration_s: float | None = None,
+        model_label: str | None = None,
+        audio_path: Path | str | None = None,
+        timings: dict[str, float] | None = None,
+        outcome: str = Outcome.PENDING,
+        created: datetime | None = None,
+    ) -> int:
+        """Store a transcript (committed when this returns) and prune beyond ``max_entries``; its id."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, got {type(text).__name__}")
+        _check_outcome(outcome)
+        created = created or datetime.now(timezone.utc)
+        if created.tzinfo is None:
+            raise ValueError("created must be timezone-aware")
+        row = (
+            created.astimezone(timezone.utc).isoformat(timespec="milliseconds"),
+            text,
+            language or None,
+            None if duration_s is None else float(duration_s),
+            model_label or None,
+            None if audio_path is None else str(audio_path),
+            outcome,
+            None if timings is None else json.dumps(timings),
+        )
+        with self._transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO dictations (created, text, language, duration_s, model_label, audio_path, outcome,"
+                " timings) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+            entry_id = cur.lastrowid
+            self._prune(conn)
+        return entry_id
+
+    def set_outcome(self, entry_id: int, outcome: str) -> bool:
+        """Record what happened to the text; False if the entry is gone (deleted or pruned meanwhile)."""
+        _check_outcome(outcome)
+        with self._transaction() as conn:
+            return conn.execute("UPDATE dictations SET outcome = ? WHERE id = ?", (outcome, entry_id)).rowcount == 1
+
+    def set_audio_path(self, entry_id: int, audio_path: Path | str | None) -> bool:
+        """Point the entry at its recording, or at none (the file was deleted); False if the entry is gone."""
+        value = None if audio_path is None else str(audio_path)
+        with self._transaction() as conn:
+            return conn.execute("UPDATE dictations SET audio_path = ? WHERE id = ?", (value, entry_id)).rowcount == 1
+
+    def delete(self, entry_id: int) -> bool:
+        with self._transaction() as conn:
+            return conn.execute("DELETE FROM dictations WHERE id = ?", (entry_id,)).rowcount == 1
+
+    def clear(self) -> int:
+        """Delete every entry; how many there were."""
+        with self._transaction() as conn:
+            return conn.execute("DELETE FROM dictations").rowcount
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @max_entries.setter
+    def max_entries(self, value: int) -> None:
+        """Apply a new size limit now (settings apply without a restart)."""
+        if value < 1:
+            raise ValueError(f"max_entries must be at least 1, got {value}")
+        with self._transaction() as conn:
+            self._max_entries = value
+            self._prune(conn)
+
+    def _prune(self, conn: sqlite3.Connection) -> None:
+        removed = conn.execute(
+            "DELETE FROM dictations WHERE id < (SELECT MIN(id) FROM (SELECT id FROM dictations ORDER BY id DESC"
+            " LIMIT ?))",
+            (self._max_entries,),
+        ).rowcount
+        if removed:
+            log.debug("history: pruned %d old entries (limit %d)", removed, self._max_entries)
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def get(self, entry_id: int) -> HistoryEntry | None:
+        rows = self._query(f"SELECT {', '.join(COLUMNS)} FROM dictations WHERE id = ?", (entry_id,))
+        return _entry(rows[0]) if rows else None
+
+    def recent(self, n: int = 50) -> list[HistoryEntry]:
+        """The newest ``n`` entries, newest first."""
+        rows = self._query(f"SELECT {', '.join(COLUMNS)} FROM dictations ORDER BY id DESC LIMIT ?", (n,))
+        return [_entry(r) for r in rows]
+
+    def search(self, query: str, limit: int = 50) -> list[HistoryEntry]:
+        """Entries whose text contains ``query``, ignoring case in any script; newest first.
+
+        A plain scan (the history is capped, so it stays fast): unlike FTS it finds any substring,
+        including two-character Chinese words, and folds case beyond ASCII ("STRASSE" finds "Straße").
+        """
+        needle = _casefold(query.strip())
+        if not needle:
+            return self.recent(limit)
+        rows = self._query(
+            f"SELECT {', '.join(COLUMNS)} FROM dictations WHERE instr(casefold(text), ?) > 0 ORDER BY id DESC LIMIT ?",
+            (needle, limit),
+        )
+        return [_entry(r) for r in rows]
+
+    def count(self) -> int:
+        return self._query("SELECT COUNT(*) FROM dictations")[0][0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_outcome(outcome: str) -> None:
+    if not isinstance(outcome, str) or not Outcome.is_valid(outcome):
+        raise ValueError(f"unknown outcome {outcome!r}; use one of {Outcome.KNOWN} or Outcome.failed(reason)")
+
+
+def _casefold(text: str | None) -> str | None:
+    return None if text is None else text.casefold()
+
+
+def _entry(row: tuple) -> HistoryEntry:
+    entry_id, created, text, language, duration_s, model_label, audio_path, outcome, timings = row
+    try:
+        parsed_timings = json.loads(timings) if timings else None
+    except json.JSONDecodeError:
+        parsed_timings = None
+    return HistoryEntry(
+        id=entry_id,
+        created=datetime.fromisoformat(created),
+        text=text,
+        language=language,
+        duration_s=duration_s,
+        model_label=model_label,
+        audio_path=Path(audio_path) if audio_path else None,
+        outcome=outcome,
+        timings=parsed_timings,
+    )

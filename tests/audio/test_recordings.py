@@ -1,0 +1,101 @@
+"""Takes saved before transcription, under unique timestamped names, with old ones pruned."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from dictation.audio.recordings import list_recordings, prune_recordings, save_recording
+from dictation.audio.wav import read_wav
+
+T0 = datetime(2026, 1, 21, 14, 30, 15, 123456, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("DICTATION_HOME", str(tmp_path))
+    return tmp_path
+
+
+def tone(seconds: float = 0.5) -> np.ndarray:
+    t = np.arange(round(seconds * 16000)) / 16000
+    return (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+
+
+def test_saved_into_recordings_dir_with_a_timestamped_name(home):
+    audio = tone()
+    path = save_recording(audio, now=T0)
+    assert path.parent == home / "data" / "recordings"
+    assert path.name == "rec-20260121T143015.123Z.wav"
+    samples, rate = read_wav(path)
+    assert rate == 16000
+    np.testing.assert_allclose(samples, audio, atol=1 / 32768)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # recordings are private
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp files left
+
+
+def test_names_are_unique_within_the_same_millisecond(home):
+    paths = [save_recording(tone(0.1), now=T0) for _ in range(3)]
+    assert [p.name for p in paths] == [
+        "rec-20260121T143015.123Z.wav",
+        "rec-20260121T143015.123Z-2.wav",
+        "rec-20260121T143015.123Z-3.wav",
+    ]
+    assert list_recordings() == paths  # in time order, suffixes included
+
+
+def test_local_times_are_named_in_utc(home):
+    local = T0.astimezone(timezone(timedelta(hours=-5)))
+    assert save_recording(tone(0.1), now=local).name == "rec-20260121T143015.123Z.wav"
+
+
+def test_keep_n_deletes_only_our_oldest_files(home):
+    folder = home / "data" / "recordings"
+    folder.mkdir(parents=True)
+    foreign = ["notes.txt", "rec-mine.wav", "my-take.wav", "rec-20200101T000000.000Z.wav.bak"]
+    for name in foreign:
+        (folder / name).write_text("user's file")
+    saved = [save_recording(tone(0.1), now=T0 + timedelta(seconds=i), keep=3) for i in range(5)]
+    assert list_recordings() == saved[-3:]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(foreign + [p.name for p in saved[-3:]])
+
+
+def test_the_new_recording_survives_pruning_even_if_the_clock_went_back(home):
+    newer = save_recording(tone(0.1), now=T0 + timedelta(days=1))
+    back_in_time = save_recording(tone(0.1), now=T0, keep=1)
+    assert list_recordings() == [back_in_time, newer]  # the take about to be transcribed is never deleted
+
+
+def test_prune_and_validation(home, tmp_path):
+    folder = tmp_path / "elsewhere"
+    saved = [save_recording(tone(0.05), directory=folder, now=T0 + timedelta(minutes=i)) for i in range(4)]
+    assert prune_recordings(2, directory=folder) == saved[:2]
+    assert list_recordings(folder) == saved[2:]
+    assert list_recordings(tmp_path / "missing") == []
+    with pytest.raises(ValueError, match="at least 1"):
+        save_recording(tone(0.05), directory=folder, keep=0)
+    with pytest.raises(ValueError, match="at least 1"):
+        prune_recordings(0, directory=folder)
+
+
+def test_a_failed_write_leaves_no_file(home, monkeypatch):
+    from dictation.audio import recordings
+
+    def broken(path, samples, rate):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(recordings, "write_wav", broken)
+    with pytest.raises(OSError, match="No space left"):
+        save_recording(tone(0.05), now=T0)
+    assert list_recordings() == []
+
+
+def test_name_pattern_is_filesystem_safe(home):
+    name = save_recording(tone(0.05)).name
+    assert re.fullmatch(r"rec-\d{8}T\d{6}\.\d{3}Z\.wav", name)
+    assert os.sep not in name and ":" not in name  # valid on Windows too

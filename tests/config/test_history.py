@@ -1,0 +1,306 @@
+"""The SQLite dictation history: store-before-type, search, cap, threads, crash safety, migration."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from dictation.config import History, HistoryError, Outcome
+from dictation.config import history as history_module
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return tmp_path / "history.sqlite3"
+
+
+@pytest.fixture
+def history(db_path):
+    with History(db_path) as h:
+        yield h
+
+
+def _texts(entries) -> list[str]:
+    return [e.text for e in entries]
+
+
+def test_default_location_follows_dictation_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("DICTATION_HOME", str(tmp_path))
+    with History() as h:
+        assert h.path == tmp_path / "data" / "history.sqlite3"
+        h.add("hello")
+    assert h.path.exists()
+
+
+def test_text_is_stored_pending_before_typing_then_gets_its_outcome(history, db_path):
+    entry_id = history.add(
+        "Hello world.",
+        language="English",
+        duration_s=2.5,
+        model_label="Qwen3-ASR-0.6B · bf16 · cuda",
+        audio_path=Path("/rec/0001.wav"),
+        timings={"encode": 0.02, "decode": 0.11},
+    )
+    # committed and visible to another connection before any outcome is known
+    with sqlite3.connect(db_path) as other:
+        assert other.execute("SELECT text, outcome FROM dictations").fetchall() == [("Hello world.", "pending")]
+    assert history.set_outcome(entry_id, Outcome.PASTED)
+    e = history.get(entry_id)
+    assert (e.text, e.language, e.duration_s, e.outcome) == ("Hello world.", "English", 2.5, "pasted")
+    assert e.model_label == "Qwen3-ASR-0.6B · bf16 · cuda"
+    assert e.audio_path == Path("/rec/0001.wav")
+    assert e.timings == {"encode": 0.02, "decode": 0.11}
+    assert e.created.tzinfo is not None
+    assert abs(e.created - datetime.now(timezone.utc)) < timedelta(minutes=1)
+
+
+def test_outcomes_are_checked(history):
+    entry_id = history.add("x")
+    for outcome in ("typed", "clipboard_only", Outcome.failed("wtype: compositor lacks virtual keyboard")):
+        assert history.set_outcome(entry_id, outcome)
+    assert history.get(entry_id).outcome == "failed: wtype: compositor lacks virtual keyboard"
+    for bad in ("done", "failed: ", "Pasted", ""):
+        with pytest.raises(ValueError):
+            history.set_outcome(entry_id, bad)
+    assert Outcome.failed("  line one\nline two ") == "failed: line one line two"
+    assert history.set_outcome(entry_id + 100, "typed") is False
+
+
+def test_non_ascii_text_round_trips_and_is_found(history):
+    texts = ["Grüße aus Köln", "你好，世界", "Straße", "Ελληνικά ΣΊΣΥΦΟΣ", "emoji 🎤 ok"]
+    ids = [history.add(t) for t in texts]
+    assert [history.get(i).text for i in ids] == texts
+    assert _texts(history.search("GRÜSSE")) == ["Grüße aus Köln"]
+    assert _texts(history.search("strasse")) == ["Straße"]
+    assert _texts(history.search("你好")) == ["你好，世界"]  # two characters: too short for trigram FTS
+    assert _texts(history.search("σίσυφος")) == ["Ελληνικά ΣΊΣΥΦΟΣ"]
+    assert _texts(history.search("🎤")) == ["emoji 🎤 ok"]
+
+
+def test_search_is_a_literal_case_insensitive_substring_newest_first(history):
+    for t in ["100% sure", "a_b", "abc", "Deploy to Kubernetes", "kubernetes again"]:
+        history.add(t)
+    assert _texts(history.search("KUBERNETES")) == ["kubernetes again", "Deploy to Kubernetes"]
+    assert _texts(history.search("%")) == ["100% sure"]  # not a wildcard
+    assert _texts(history.search("_")) == ["a_b"]
+    assert _texts(history.search("kubernetes", limit=1)) == ["kubernetes again"]
+    assert _texts(history.search("nothing like this")) == []
+    assert _texts(history.search("  ")) == _texts(history.recent(50))
+
+
+def test_recent_get_delete_clear(history):
+    ids = [history.add(f"entry {i}") for i in range(5)]
+    assert _texts(history.recent(3)) == ["entry 4", "entry 3", "entry 2"]
+    assert history.delete(ids[4])
+    assert history.get(ids[4]) is None
+    assert history.delete(ids[4]) is False
+    assert _texts(history.recent(2)) == ["entry 3", "entry 2"]
+    assert history.count() == 4
+    assert history.clear() == 4
+    assert history.count() == 0 and history.recent() == []
+    new_id = history.add("after clear")
+    assert new_id > ids[-1]  # ids are never reused: a held id cannot name another dictation
+
+
+def test_cap_keeps_the_newest_entries_and_applies_a_new_limit_at_once(db_path):
+    with History(db_path, max_entries=5) as h:
+        ids = [h.add(f"n{i}") for i in range(8)]
+        assert h.count() == 5
+        assert _texts(h.recent(10)) == ["n7", "n6", "n5", "n4", "n3"]
+        assert h.get(ids[2]) is None
+        h.max_entries = 2
+        assert _texts(h.recent(10)) == ["n7", "n6"]
+        with pytest.raises(ValueError):
+            h.max_entries = 0
+    with pytest.raises(ValueError):
+        History(db_path, max_entries=0)
+
+
+def test_audio_path_can_be_cleared_when_the_recording_is_deleted(history):
+    entry_id = history.add("x", audio_path="/rec/a.wav")
+    assert history.set_audio_path(entry_id, None)
+    assert history.get(entry_id).audio_path is None
+
+
+def test_reopening_keeps_everything_and_uses_wal(db_path):
+    with History(db_path) as h:
+        h.add("persisted", language="German")
+    with History(db_path) as h:
+        assert _texts(h.recent()) == ["persisted"]
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(history_module.MIGRATIONS)
+
+
+def test_concurrent_writers_and_readers_from_threads(db_path):
+    n_threads, per_thread = 8, 40
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    with History(db_path, max_entries=10_000) as h, History(db_path, max_entries=10_000) as other_conn:
+
+        def writer(t: int) -> None:
+            try:
+                store = h if t % 2 else other_conn  # a second connection (as another process would be)
+                for i in range(per_thread):
+                    entry_id = store.add(f"thread {t} item {i} Grüße")
+                    assert store.set_outcome(entry_id, "typed")
+            except BaseException as e:  # reported below: a thread's exception would otherwise vanish
+                errors.append(e)
+
+        def reader() -> None:
+            try:
+                while not stop.is_set():
+                    h.search("grüsse", limit=20)
+                    h.recent(20)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(n_threads)]
+        read_thread = threading.Thread(target=reader)
+        read_thread.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        read_thread.join()
+        assert errors == []
+        entries = h.recent(10_000)
+        assert len(entries) == n_threads * per_thread
+        assert len({e.id for e in entries}) == len(entries)
+        assert {e.outcome for e in entries} == {"typed"}
+        assert {e.text for e in entries} == {
+            f"thread {t} item {i} Grüße" for t in range(n_threads) for i in range(per_thread)
+        }
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from dictation.config import History
+
+    h = History(sys.argv[1], max_entries=1_000_000)
+    if sys.argv[2] == "loop":
+        i = 0
+        while True:
+            entry_id = h.add(f"row {i} " + "Grüße 你好 " * 50, duration_s=i)
+            print(entry_id, i, flush=True)  # printed only after the commit
+            i += 1
+    else:  # die in the middle of a transaction
+        h.add("committed before the crash")
+        with h._transaction() as conn:
+            conn.execute("INSERT INTO dictations (created, text) VALUES ('2020-01-01T00:00:00+00:00', 'torn')")
+            print("inside", flush=True)
+            os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+    """
+)
+
+
+def _integrity_ok(path: Path) -> bool:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_killed_during_an_insert_loop_loses_no_committed_row(db_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(db_path), "loop"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    committed: dict[int, int] = {}
+    try:
+        for line in proc.stdout:
+            entry_id, i = map(int, line.split())
+            committed[entry_id] = i
+            if len(committed) >= 300:
+                break
+    finally:
+        proc.kill()  # SIGKILL: no cleanup, no rollback, likely in the middle of the next insert
+        proc.wait(timeout=30)
+    assert len(committed) >= 300, proc.stderr.read()
+    assert _integrity_ok(db_path)
+    with History(db_path, max_entries=1_000_000) as h:
+        for entry_id, i in committed.items():
+            e = h.get(entry_id)
+            assert e is not None and e.text.startswith(f"row {i} ") and e.duration_s == i
+        h.add("still writable")
+        assert h.count() >= len(committed) + 1
+
+
+def test_killed_inside_a_transaction_rolls_back_only_that_transaction(db_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(db_path), "torn"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.strip() == "inside", proc.stderr
+    assert proc.returncode != 0
+    assert _integrity_ok(db_path)
+    with History(db_path) as h:
+        assert _texts(h.recent()) == ["committed before the crash"]
+
+
+def test_a_file_that_is_not_a_database_is_moved_aside_and_a_new_history_started(db_path, caplog):
+    db_path.write_bytes(b"this is not sqlite" * 100)
+    with caplog.at_level(logging.ERROR), History(db_path) as h:
+        h.add("works again")
+        assert _texts(h.recent()) == ["works again"]
+    (aside,) = db_path.parent.glob("history.sqlite3.bad-*")
+    assert aside.read_bytes() == b"this is not sqlite" * 100
+    assert "moved it to" in caplog.text
+
+
+def test_migrations_run_in_order_and_keep_rows(db_path, monkeypatch):
+    with History(db_path) as h:
+        h.add("from version 1")
+
+    def add_starred(conn):
+        conn.execute("ALTER TABLE dictations ADD COLUMN starred INTEGER NOT NULL DEFAULT 0")
+
+    monkeypatch.setattr(history_module, "MIGRATIONS", [*history_module.MIGRATIONS, add_starred])
+    with History(db_path) as h:
+        assert _texts(h.recent()) == ["from version 1"]
+        h.add("from version 2")
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("SELECT text, starred FROM dictations ORDER BY id").fetchall() == [
+            ("from version 1", 0),
+            ("from version 2", 0),
+        ]
+
+
+def test_a_failed_migration_rolls_back_and_leaves_the_old_schema(db_path, monkeypatch):
+    with History(db_path) as h:
+        h.add("kept")
+
+    def broken(conn):
+        conn.execute("ALTER TABLE dictations ADD COLUMN half_done TEXT")
+        raise RuntimeError("migration bug")
+
+    monkeypatch.setattr(history_module, "MIGRATIONS", [*history_module.MIGRATIONS, broken])
+    with pytest.raises(RuntimeError, match="migration bug"):
+        History(db_path)
+    monkeypatch.undo()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert "half_done" not in {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}
+    with History(db_path) as h:
+        assert _texts(h.recent()) == ["kept"]
+
+
+def test_a_database_from_a_newer_version_is_used_if_it_has_our_columns(db_path, caplog):
+    with History(db_path) as h:
+        h.add("kept")
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("PRAGMA user_version = 7")
+    with caplog.at_level(logging.WARNING), History(db_path) as h:
+        assert _texts(h.recent()) == ["kept"]
+    assert "newer version" in caplog.text
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("ALTER TABLE dictations DROP COLUMN timings")
+    with pytest.raises(HistoryError, match="timings"):
+        History(db_path)
