@@ -1,0 +1,228 @@
+"""Choosing backends for the session, and the chain that tries them in order.
+
+Auto order per session (first available wins; the clipboard is always the last resort):
+
+| session | order                                                          |
+|---------|----------------------------------------------------------------|
+| X11     | xdotool-paste, xdotool-type, pynput-type                       |
+| Wayland | wtype-paste, ydotool-paste, wtype-type, ydotool-type           |
+| macOS   | pynput-paste (pbcopy + Cmd+V), pynput-type                     |
+| Windows | pynput-paste (unavailable: no clipboard support yet), pynput-type |
+
+xdotool and pynput are left out on Wayland on purpose: they reach only XWayland windows and fail
+silently for native ones (OpenWhispr#240, #285). A backend named in settings is tried alone
+(then the clipboard), without the session heuristics but with the tool checks.
+
+Fallback rule: the chain moves to the next backend only when the failed one sent no input
+(`input_sent` False); otherwise a retry could make the text arrive twice. When everything fails,
+the text is put on the clipboard and the result is ok=False with every reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dictation.output.base import Availability, DeliveryResult, OutputBackend, OutputOptions
+from dictation.output.clipboard import platform_clipboard
+from dictation.output.environment import Session, detect_session
+from dictation.output.keys import PynputKeys, WtypeKeys, XdotoolKeys, YdotoolKeys
+from dictation.output.paste import (
+    ON_CLIPBOARD,
+    ClipboardKeeper,
+    ClipboardOnlyBackend,
+    ClipboardPasteBackend,
+    RestoreOutcome,
+)
+from dictation.output.process import Host, SystemHost
+from dictation.output.typing_backend import TypingBackend
+
+log = logging.getLogger(__name__)
+
+_SENDERS = {"xdotool": XdotoolKeys, "wtype": WtypeKeys, "ydotool": YdotoolKeys, "pynput": PynputKeys}
+BACKEND_NAMES = tuple(f"{tool}-{mode}" for tool in _SENDERS for mode in ("paste", "type")) + ("clipboard",)
+AUTO_ORDER = {
+    "x11": ("xdotool-paste", "xdotool-type", "pynput-type"),
+    "wayland": ("wtype-paste", "ydotool-paste", "wtype-type", "ydotool-type"),
+    "macos": ("pynput-paste", "pynput-type"),
+    "windows": ("pynput-paste", "pynput-type"),
+    "none": ("xdotool-paste", "xdotool-type"),
+}
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    name: str
+    ok: bool
+    reason: str
+    unicode: str  # "yes" or "no": whether non-ASCII text arrives intact through this backend
+    in_auto_chain: bool
+
+
+class OutputChain:
+    """An OutputBackend that tries its backends in order. Deliveries are serialised."""
+
+    def __init__(
+        self,
+        name: str,
+        backends: list[OutputBackend],
+        fallback: OutputBackend | None,
+        session: Session,
+        keeper: ClipboardKeeper,
+        auto_names: tuple[str, ...] = (),
+    ):
+        self.name, self.backends, self.fallback = name, backends, fallback
+        self.session, self.keeper, self._auto_names = session, keeper, auto_names
+        self._lock = threading.Lock()
+
+    def is_available(self) -> Availability:
+        reasons = []
+        for backend in self.backends:
+            available = backend.is_available()
+            if available:
+                return Availability(True, f"{backend.name}: {available.reason}")
+            reasons.append(f"{backend.name}: {available.reason}")
+        return Availability(False, "; ".join(reasons) or "no backend")
+
+    def deliver(self, text: str) -> DeliveryResult:
+        with self._lock:
+            return self._deliver(text)
+
+    def _deliver(self, text: str) -> DeliveryResult:
+        failures: list[str] = []
+        on_clipboard = input_sent = False
+        last: DeliveryResult | None = None
+        for backend in self.backends:
+            available = backend.is_available()
+            if not available:
+                failures.append(f"{backend.name}: {available.reason}")
+                continue
+            last = backend.deliver(text)
+            if last.ok:
+                if failures:
+                    log.info("delivered with %s after: %s", backend.name, "; ".join(failures))
+                return last
+            failures.append(f"{backend.name}: {last.message.removesuffix('; ' + ON_CLIPBOARD)}")
+            on_clipboard, input_sent = on_clipboard or last.on_clipboard, input_sent or last.input_sent
+            if last.input_sent:
+                break  # part of the text may be in the window already: no second attempt
+        if not on_clipboard and self.fallback is not None:
+            kept = self.fallback.deliver(text)
+            on_clipboard = kept.ok
+            if not kept.ok:
+                failures.append(f"{self.fallback.name}: {kept.message}")
+        reasons = "; ".join(failures) or "no backend configured"
+        tail = f"{ON_CLIPBOARD}, paste it yourself" if on_clipboard else "the text is only in history"
+        log.warning("output failed (%s); %s", reasons, tail)
+        method = last.method if last is not None else (self.fallback.name if self.fallback else self.name)
+        return DeliveryResult(
+            method,
+            False,
+            f"not delivered: {reasons}; {tail}",
+            on_clipboard=on_clipboard,
+            input_sent=input_sent,
+            chord=last.chord if last else None,
+            window_class=last.window_class if last else None,
+        )
+
+    def flush(self) -> RestoreOutcome | None:
+        """Call on quit: put the user's clipboard back now if a restore is pending, and undo
+        temporary keymap bindings. Returns the restore's outcome (None if none was pending)."""
+        with self._lock:
+            for backend in self.backends:
+                flush = getattr(backend, "flush", None)
+                if flush is not None:
+                    flush()
+            return self.keeper.flush()
+
+    def statuses(self) -> list[BackendStatus]:
+        members = self.backends + ([self.fallback] if self.fallback is not None else [])
+        return [_status(b, b.name in self._auto_names) for b in members]
+
+    def describe(self) -> str:
+        """Human-readable diagnostics: the session, then each backend with why it is (not) usable."""
+        lines = [f"output: {self.session.describe()}; backend {self.name}"]
+        for i, status in enumerate(self.statuses(), 1):
+            label = "fallback" if self.fallback is not None and i == len(self.backends) + 1 else f"{i}."
+            state = "available" if status.ok else "unavailable"
+            lines.append(f"  {label} {status.name}: {state}, {status.reason} [Unicode: {status.unicode}]")
+        return "\n".join(lines)
+
+
+def _status(backend: OutputBackend, in_auto: bool) -> BackendStatus:
+    available = backend.is_available()
+    return BackendStatus(backend.name, available.ok, available.reason, getattr(backend, "unicode", "?"), in_auto)
+
+
+def _build(name: str, session: Session, host: Host, options: OutputOptions, keeper: ClipboardKeeper, forced: bool):
+    if name == "clipboard":
+        return ClipboardOnlyBackend(keeper)
+    tool, mode = name.split("-")
+    keys = _SENDERS[tool](host, session, forced=forced, timeout=options.command_timeout_s)
+    if mode == "paste":
+        return ClipboardPasteBackend(name, keeper, keys, session, host, options)
+    return TypingBackend(name, keys, options)
+
+
+def _context(options, environment, platform, host):
+    options = OutputOptions.coerce(options)
+    env = os.environ if environment is None else environment
+    session = detect_session(env, platform)
+    host = host if host is not None else SystemHost(env)
+    keeper = ClipboardKeeper(platform_clipboard(session, host, options.command_timeout_s), options)
+    return options, session, host, keeper
+
+
+def choose_backend(
+    options: object | None = None,
+    environment: Mapping[str, str] | None = None,
+    *,
+    platform: str | None = None,
+    host: Host | None = None,
+) -> OutputChain:
+    """The output path for this session, as one OutputBackend (an OutputChain).
+
+    `options`: OutputOptions, a settings object with the same attribute names, or None.
+    `environment`: defaults to os.environ; `platform` to sys.platform; `host` runs the tools.
+    """
+    options, session, host, keeper = _context(options, environment, platform, host)
+    auto = AUTO_ORDER[session.kind]
+    if options.backend == "auto":
+        names, forced = auto, False
+    elif options.backend in BACKEND_NAMES:
+        names, forced = (options.backend,), True
+    else:
+        raise ValueError(f"unknown output backend {options.backend!r}; known: auto, {', '.join(BACKEND_NAMES)}")
+    backends = [_build(n, session, host, options, keeper, forced) for n in names]
+    fallback = None if names == ("clipboard",) else ClipboardOnlyBackend(keeper)
+    chain = OutputChain(options.backend, backends, fallback, session, keeper, auto)
+    log.info("%s", chain.describe())
+    return chain
+
+
+def diagnose(
+    options: object | None = None,
+    environment: Mapping[str, str] | None = None,
+    *,
+    platform: str | None = None,
+    host: Host | None = None,
+) -> list[BackendStatus]:
+    """Every known backend with whether it works in this session and why (auto order first)."""
+    options, session, host, keeper = _context(options, environment, platform, host)
+    auto = AUTO_ORDER[session.kind]
+    names = list(auto) + [n for n in BACKEND_NAMES if n not in auto]
+    return [_status(_build(n, session, host, options, keeper, False), n in auto) for n in names]
+
+
+def available_backends(
+    options: object | None = None,
+    environment: Mapping[str, str] | None = None,
+    *,
+    platform: str | None = None,
+    host: Host | None = None,
+) -> list[str]:
+    """Names of the backends that work in this session, best first (see `diagnose` for the why)."""
+    return [s.name for s in diagnose(options, environment, platform=platform, host=host) if s.ok]
