@@ -20,7 +20,7 @@ import torch
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import AsrError, AudioError
 from dictation.asr.features import MIN_SAMPLES, SAMPLE_RATE, LogMel, n_audio_tokens
-from dictation.asr.generate import greedy
+from dictation.asr.generate import greedy, sync_device
 from dictation.asr.longform import MAX_PASS_SECONDS, join_texts, merge_languages, split_long_audio
 from dictation.asr.model import AsrModel
 from dictation.asr.prompt import PromptBuilder, normalize_language, parse_output
@@ -221,10 +221,10 @@ class AsrEngine:
                 budget = _auto_budget(len(audio) / SAMPLE_RATE)
             t0 = time.perf_counter()
             features = mel(audio)
-            _sync(model.device)
+            sync_device(model.device)
             t1 = time.perf_counter()
             audio_embeds = model.audio_tower(features)
-            _sync(model.device)
+            sync_device(model.device)
             t2 = time.perf_counter()
             n_tokens = n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames)
             ids = prompt.prompt_ids(n_tokens, context=context, language=forced)
@@ -287,8 +287,3 @@ def _model_name(cfg: AsrConfig, folder: Path) -> str:
     if cfg.text.num_hidden_layers == 28 and cfg.text.hidden_size in sizes:
         return sizes[cfg.text.hidden_size]
     return folder.name
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -20,7 +20,8 @@ class Generation:
     first_logits: torch.Tensor | None = field(default=None, repr=False)
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait for queued GPU work, so host timers measure it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -43,7 +44,7 @@ def greedy(
     logits = model.prefill(embeds, max_new_tokens)
     first = logits.float().clone() if keep_first_logits else None
     token = logits.argmax().view(1)
-    _sync(device)
+    sync_device(device)
     t1 = time.perf_counter()
     ids: list[int] = []
     eos = set(eos_ids)
@@ -59,5 +60,5 @@ def greedy(
             break
         token = model.step(token, position).argmax().view(1)
         position += 1
-    _sync(device)
+    sync_device(device)
     return Generation(ids, stopped, t1 - t0, time.perf_counter() - t1, first)

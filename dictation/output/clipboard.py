@@ -80,12 +80,12 @@ def _pick_data_type(types: list[str]) -> str | None:
     return (images or content or [None])[0]
 
 
-class _TypedClipboard:
-    """Shared logic for tools that can list and read formats (xclip, wl-clipboard)."""
+class _ToolClipboard:
+    """A clipboard driven by external command-line tools: holds the host and checks the tools."""
 
     name = ""
-    supports_primary = True
     tools: tuple[str, ...] = ()
+    capability = ""  # appended to the availability reason, e.g. " (text only)"
 
     def __init__(self, host: Host, timeout: float = 5.0):
         self.host = host
@@ -95,7 +95,13 @@ class _TypedClipboard:
         missing = [t for t in self.tools if not self.host.which(t)]
         if missing:
             return Availability(False, f"{' and '.join(missing)} not installed")
-        return Availability(True, f"clipboard via {self.name}")
+        return Availability(True, f"clipboard via {self.name}{self.capability}")
+
+
+class _TypedClipboard(_ToolClipboard):
+    """Shared logic for tools that can list and read formats (xclip, wl-clipboard)."""
+
+    supports_primary = True
 
     # Tool-specific commands.
     def _list_cmd(self, selection: Selection) -> list[str]:
@@ -221,23 +227,12 @@ class WlClipboard(_TypedClipboard):
             raise ClipboardError(f"clearing the {selection.value}: {result.failure()}")
 
 
-class _TextOnlyClipboard:
+class _TextOnlyClipboard(_ToolClipboard):
     """Tools that only see text (xsel, pbcopy): an empty read means "empty or not text"."""
 
-    name = ""
     supports_primary = False
-    tools: tuple[str, ...] = ()
     env: dict[str, str] = {}
-
-    def __init__(self, host: Host, timeout: float = 5.0):
-        self.host = host
-        self.timeout = timeout
-
-    def check(self) -> Availability:
-        missing = [t for t in self.tools if not self.host.which(t)]
-        if missing:
-            return Availability(False, f"{' and '.join(missing)} not installed")
-        return Availability(True, f"clipboard via {self.name} (text only)")
+    capability = " (text only)"
 
     def _read_cmd(self, selection: Selection) -> list[str]:
         raise NotImplementedError
