@@ -6,7 +6,7 @@ prompt, models) can be imported without loading torch.
 
 from typing import TYPE_CHECKING
 
-from dictation.asr.errors import AsrError, AudioError, LanguageError, ModelError, WeightsError
+from dictation.asr.errors import AdapterError, AsrError, AudioError, LanguageError, ModelError, WeightsError
 
 if TYPE_CHECKING:
     from dictation.asr.engine import AsrEngine, EngineOptions, Progress, Transcript
@@ -16,6 +16,7 @@ __all__ = [
     "EngineOptions",
     "Progress",
     "Transcript",
+    "AdapterError",
     "AsrError",
     "AudioError",
     "LanguageError",

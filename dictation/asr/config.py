@@ -116,7 +116,9 @@ class AsrConfig:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ModelError(f"{path}: missing (not a model folder?)") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except json.JSONDecodeError as exc:
+            raise ModelError(f"{path}: not valid JSON ({exc})") from None
+        except (OSError, UnicodeDecodeError) as exc:
             raise ModelError(f"{path}: unreadable config ({exc})") from None
         if not isinstance(raw, dict):
             raise ModelError(f"{path}: not a JSON object")

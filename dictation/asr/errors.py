@@ -21,3 +21,7 @@ class AudioError(AsrError):
 
 class LanguageError(AsrError, ValueError):
     """A forced language that the model does not support."""
+
+
+class AdapterError(AsrError):
+    """A LoRA adapter folder is missing, is not a PEFT LoRA adapter, or does not fit the model."""

@@ -11,6 +11,7 @@ huggingface_hub is imported lazily: it costs ~0.1 s and most commands never down
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -18,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dictation.asr.checkpoint import FLOAT_DTYPES, CheckpointFiles, TensorInfo, locate, our_name
+from dictation.asr.config import AsrConfig
 from dictation.asr.errors import ModelError
 
 # What the engine reads: configs, safetensors shards and their index, tokenizer files, templates.
@@ -130,6 +133,147 @@ def resolve_model(spec: str | os.PathLike) -> Path:
     if path.exists():
         raise ModelError(f"{text}: not a model folder (it is a file; pass the folder that holds config.json)")
     raise ModelError(f"{text}: no such model folder")
+
+
+def check_model_folder(path: str | os.PathLike) -> str | None:
+    """None if the engine can load the model at ``path``; else one sentence naming it and the problem.
+
+    ``path`` is a folder, or an ``owner/name`` repo id that is in the local Hugging Face cache (as
+    for `resolve_model`, offline; a local folder of that name wins). Meant for a settings window
+    checking a folder as the user picks it, so it loads no weights and no tokenizer: it reads
+    config.json, the safetensors headers (present, complete, float dtypes, the shapes that the
+    config determines, the layer counts) and the tokenizer files' special tokens, in tens of
+    milliseconds for a real model. Loading can still fail on what only loading sees (a damaged
+    tensor's bytes, too little memory).
+    """
+    try:
+        _check_model_folder(path)
+    except ModelError as exc:
+        return str(exc)
+    return None
+
+
+def _check_model_folder(path: str | os.PathLike) -> None:
+    text = os.fspath(path)
+    folder = Path(text).expanduser()
+    if isinstance(path, str) and looks_like_repo_id(path) and not folder.is_dir():
+        folder = resolve_model(path)  # the cached snapshot; raises if it is not cached
+    elif not folder.exists():
+        raise ModelError(f"{text}: no such folder")
+    elif not folder.is_dir():
+        raise ModelError(f"{text}: this is a file; choose the model folder (the one that holds config.json)")
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ModelError(f"{folder}: no config.json in this folder, so it is not a model folder")
+    cfg = AsrConfig.from_file(config_path)
+    files = locate(folder)
+    _check_tensors(files, files.headers(), cfg)
+    _check_tokenizer(folder, cfg)
+
+
+_LAYER = re.compile(r"(decoder|audio_tower)\.layers\.(\d+)\.")
+
+
+def _check_tensors(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: AsrConfig) -> None:
+    """What load_model would refuse, as far as the headers and the config tell."""
+    a, t = cfg.audio, cfg.text
+    n_layers = {"decoder": t.num_hidden_layers, "audio_tower": a.encoder_layers}
+    last_text, last_audio = f"decoder.layers.{t.num_hidden_layers - 1}", f"audio_tower.layers.{a.encoder_layers - 1}"
+    expected = {  # tensors whose shapes follow from config.json: a config from another model shows here
+        "decoder.embed_tokens.weight": (t.vocab_size, t.hidden_size),
+        f"{last_text}.self_attn.q_proj.weight": (t.num_attention_heads * t.head_dim, t.hidden_size),
+        f"{last_text}.self_attn.k_proj.weight": (t.num_key_value_heads * t.head_dim, t.hidden_size),
+        f"{last_text}.mlp.down_proj.weight": (t.hidden_size, t.intermediate_size),
+        f"{last_audio}.fc1.weight": (a.encoder_ffn_dim, a.d_model),
+        "audio_tower.proj2.weight": (a.output_dim, a.d_model),
+    }
+    if not t.tie_word_embeddings:
+        expected["lm_head.weight"] = (t.vocab_size, t.hidden_size)
+    ours = {}
+    for name, info in headers.items():
+        where = files.tensor_files[name]
+        mine = our_name(name, cfg.layout)
+        if mine is None:
+            raise ModelError(
+                f"{where}: tensor {name} does not belong to a Qwen3-ASR checkpoint in the {cfg.layout!r} layout "
+                "that config.json describes"
+            )
+        if info.dtype not in FLOAT_DTYPES:
+            raise ModelError(f"{where}: tensor {name} is {info.dtype}; only bf16/fp16/fp32 checkpoints load here")
+        layer = _LAYER.match(mine)
+        if layer is not None and int(layer.group(2)) >= n_layers[layer.group(1)]:
+            part, n = "text decoder" if layer.group(1) == "decoder" else "audio encoder", n_layers[layer.group(1)]
+            raise ModelError(
+                f"{where}: tensor {name} is in layer {layer.group(2)} of the {part}, but config.json says it has "
+                f"{n} layer{'' if n == 1 else 's'}; the weights and config.json come from different models"
+            )
+        ours[mine] = (name, info)
+    for mine, shape in expected.items():
+        if mine not in ours:
+            raise ModelError(f"{files.folder}: the weights have no tensor for {mine} (expected shape {shape})")
+        name, info = ours[mine]
+        if info.shape != shape:
+            raise ModelError(
+                f"{files.tensor_files[name]}: tensor {name} has shape {info.shape}, but config.json implies {shape}; "
+                "the weights and config.json come from different models"
+            )
+
+
+def _check_tokenizer(folder: Path, cfg: AsrConfig) -> None:
+    """The files load_tokenizer reads exist and hold the control tokens PromptBuilder needs."""
+    from dictation.asr.prompt import ASR_TEXT, AUDIO_END, AUDIO_PAD, AUDIO_START, END_OF_TEXT, IM_END, IM_START
+
+    has_json = (folder / "tokenizer.json").is_file()
+    if not has_json:
+        present = [name for name in ("vocab.json", "merges.txt") if (folder / name).is_file()]
+        if len(present) < 2:
+            have = f"only {present[0]}" if present else "no tokenizer files"
+            raise ModelError(f"{folder}: {have}; the tokenizer needs tokenizer.json, or vocab.json and merges.txt")
+    needed = [IM_START, IM_END, END_OF_TEXT, AUDIO_START, AUDIO_PAD, AUDIO_END, ASR_TEXT]
+    config = _read_json(folder / "tokenizer_config.json")
+    decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
+    ids = _token_ids((key, entry) for key, entry in (decoder or {}).items() if isinstance(entry, dict))
+    # The big files are parsed only when tokenizer_config.json does not list every control token.
+    if any(token not in ids for token in needed):
+        if has_json:
+            tokenizer = _read_json(folder / "tokenizer.json")
+            tokenizer = tokenizer if isinstance(tokenizer, dict) else {}
+            model = tokenizer.get("model") if isinstance(tokenizer.get("model"), dict) else {}
+            vocab = model.get("vocab") if isinstance(model.get("vocab"), dict) else {}
+            added = [e for e in tokenizer.get("added_tokens") or [] if isinstance(e, dict)]
+        else:
+            vocab, added = _read_json(folder / "vocab.json"), []
+        if isinstance(vocab, dict):
+            ids |= {token: vocab[token] for token in needed if isinstance(vocab.get(token), int)}
+        ids |= _token_ids((entry.get("id"), entry) for entry in added)
+    missing = [token for token in needed if token not in ids]
+    if missing:
+        raise ModelError(f"{folder}: the tokenizer has no {missing[0]} token, so it is not a Qwen3-ASR tokenizer")
+    if ids[AUDIO_PAD] != cfg.special.audio_token_id:
+        raise ModelError(
+            f"{folder}: config.json's audio_token_id is {cfg.special.audio_token_id} but the tokenizer's "
+            f"{AUDIO_PAD} is {ids[AUDIO_PAD]}; the tokenizer and config.json come from different models"
+        )
+
+
+def _token_ids(entries) -> dict[str, int]:
+    """content -> id for (id, {"content": ...}) pairs; malformed entries are skipped."""
+    ids = {}
+    for key, entry in entries:
+        content = entry.get("content")
+        if isinstance(content, str) and str(key).isdigit():
+            ids[content] = int(key)
+    return ids
+
+
+def _read_json(path: Path) -> object:
+    """The parsed file, None if it does not exist; ModelError naming it if it is not valid JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{path}: unreadable ({exc})") from None
 
 
 def cached_models() -> list[tuple[str, Path]]:

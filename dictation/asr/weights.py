@@ -1,12 +1,7 @@
 """Locating, reading, validating and mapping a checkpoint's safetensors tensors.
 
-Our modules carry the checkpoint's names (DESIGN.md §1.5), so loading is a prefix map:
-
-- ``audio_tower.proj1/proj2.*``: ``thinker.audio_tower.proj1/proj2.*`` (original) or
-  ``model.multi_modal_projector.linear_1/linear_2.*`` (``-hf``)
-- ``audio_tower.*``: ``thinker.audio_tower.*`` or ``model.audio_tower.*``
-- ``decoder.*``: ``thinker.model.*`` or ``model.language_model.*``
-- ``lm_head.weight``: ``thinker.lm_head.weight`` or ``lm_head.weight``
+Our modules carry the checkpoint's names (DESIGN.md §1.5), so loading is a prefix map (the table
+is in ``checkpoint.py``, which also finds the files and reads their headers without torch).
 
 Loading is strict: a missing, unexpected or mis-shaped tensor is an error naming the file, the
 tensor, and the expected and actual shapes. Pickle checkpoints are refused.
@@ -14,87 +9,28 @@ tensor, and the expected and actual shapes. Pickle checkpoints are refused.
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 
+from dictation.asr.checkpoint import (  # noqa: F401 (re-exported: weights.locate etc. stay valid)
+    INDEX_FILE,
+    PICKLE_SUFFIXES,
+    PREFIXES,
+    SINGLE_FILE,
+    CheckpointFiles,
+    checkpoint_name,
+    locate,
+)
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import ModelError, WeightsError
 from dictation.asr.model import AsrModel
 
 log = logging.getLogger(__name__)
 
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-# (our prefix, checkpoint prefix) per layout; the first match wins, so specific entries come first.
-PREFIXES: dict[str, tuple[tuple[str, str], ...]] = {
-    "thinker": (
-        ("audio_tower.", "thinker.audio_tower."),
-        ("decoder.", "thinker.model."),
-        ("lm_head.", "thinker.lm_head."),
-    ),
-    "hf": (
-        ("audio_tower.proj1.", "model.multi_modal_projector.linear_1."),
-        ("audio_tower.proj2.", "model.multi_modal_projector.linear_2."),
-        ("audio_tower.", "model.audio_tower."),
-        ("decoder.", "model.language_model."),
-        ("lm_head.", "lm_head."),
-    ),
-}
-
-
-def checkpoint_name(ours: str, layout: str) -> str:
-    for mine, theirs in PREFIXES[layout]:
-        if ours.startswith(mine):
-            return theirs + ours[len(mine) :]
-    raise KeyError(ours)
-
-
-@dataclass(frozen=True)
-class CheckpointFiles:
-    folder: Path
-    tensor_files: dict[str, Path]  # checkpoint tensor name -> file holding it
-
-    @property
-    def files(self) -> list[Path]:
-        return sorted(set(self.tensor_files.values()))
-
-
-def locate(folder: Path) -> CheckpointFiles:
-    """Find the safetensors file(s) of a model folder and list which file holds each tensor."""
-    folder = Path(folder)
-    index, single = folder / INDEX_FILE, folder / SINGLE_FILE
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise WeightsError(f"{index}: unreadable shard index ({exc})") from None
-        tensor_files = {name: folder / shard for name, shard in weight_map.items()}
-        for shard in sorted(set(tensor_files.values())):
-            if not shard.exists():
-                raise WeightsError(f"{shard}: shard listed in {INDEX_FILE} is missing")
-        return CheckpointFiles(folder, tensor_files)
-    if single.exists():
-        try:
-            with safe_open(str(single), framework="pt") as f:
-                names = list(f.keys())
-        except (SafetensorError, OSError) as exc:
-            raise WeightsError(f"{single}: not a readable safetensors file ({exc})") from None
-        return CheckpointFiles(folder, {name: single for name in names})
-    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES) if folder.is_dir() else []
-    if pickles:
-        raise WeightsError(
-            f"{folder / pickles[0]}: pickle checkpoints are refused because loading one can run arbitrary "
-            "code; use the model's safetensors files (model.safetensors)"
-        )
-    raise WeightsError(f"{folder}: no {SINGLE_FILE} or {INDEX_FILE} in the model folder")
 
 
 def resolve_device(device: str | torch.device) -> torch.device:

@@ -1,0 +1,271 @@
+"""PEFT LoRA adapters: reading one and checking that it fits a model (applying it comes later).
+
+An adapter folder is what PEFT's ``save_pretrained`` writes:
+
+- ``adapter_config.json``: ``peft_type`` "LORA", ``r``, ``lora_alpha``, ``rank_pattern`` /
+  ``alpha_pattern`` (per-module overrides, keys are regular expressions matched against the end of
+  a module name), ``use_rslora`` (scale by alpha / sqrt(r) instead of alpha / r),
+  ``base_model_name_or_path``;
+- ``adapter_model.safetensors``: per adapted linear layer ``base_model.model.<module>.lora_A.weight``
+  ``[r, in_features]`` and ``...lora_B.weight`` ``[out_features, r]``; the layer then computes
+  ``W x + scaling * B (A x)``. A pickled ``adapter_model.bin`` is refused, as pickle checkpoints are.
+
+``<module>`` is the layer's name in the model that PEFT wrapped. Accepted: the official model
+(``thinker.model.layers.0.self_attn.q_proj``), the transformers-native ``-hf`` model
+(``model.language_model.layers.0...``, ``model.multi_modal_projector.linear_1``) and the thinker
+alone (``model.layers.0...``, ``audio_tower...``, ``lm_head``). All become our module names
+(``decoder.layers.0.self_attn.q_proj``), so an adapter trained on either layout fits both.
+
+Supported: plain LoRA on linear layers. Refused with a message: DoRA, LoRA on embeddings or
+convolutions, trained biases, and fully trained modules (``modules_to_save``).
+
+Nothing here imports torch or reads tensor data: the checks use the safetensors headers of the
+adapter and of the model, so a settings window can run them as the user picks a folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from dictation.asr.checkpoint import FLOAT_DTYPES, PREFIXES, TensorInfo, checkpoint_name, locate, read_header
+from dictation.asr.config import AsrConfig
+from dictation.asr.errors import AdapterError, AsrError, WeightsError
+from dictation.asr.models import resolve_model
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+PICKLE_FILES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth")
+DEFAULT_RANK = 8  # PEFT's LoraConfig defaults, for configs that leave them out
+DEFAULT_ALPHA = 8.0
+
+# (our prefix, PEFT module-name prefix): both checkpoint layouts, then the thinker wrapped alone.
+_ADAPTER_PREFIXES = (
+    *PREFIXES["thinker"],
+    *PREFIXES["hf"],
+    ("audio_tower.", "audio_tower."),
+    ("decoder.", "model."),
+)
+_LORA_KEY = re.compile(r"(?:base_model\.model\.)?(?P<module>.+?)\.lora_(?P<part>[AB])(?:\.[\w-]+)?\.weight")
+
+
+@dataclass(frozen=True)
+class LoraLayer:
+    """One adapted linear layer: ``W x + scaling * B (A x)``."""
+
+    module: str  # our module name, e.g. "decoder.layers.0.self_attn.q_proj"
+    lora_a: str  # tensor names in the adapter file
+    lora_b: str
+    rank: int
+    in_features: int
+    out_features: int
+    scaling: float  # alpha / rank, or alpha / sqrt(rank) with use_rslora
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    folder: Path
+    weights_file: Path
+    rank: int  # r; a layer may differ through rank_pattern (see layers)
+    alpha: float  # lora_alpha; likewise alpha_pattern
+    target_modules: tuple[str, ...]  # the adapted layers' short names, e.g. ("q_proj", "v_proj")
+    base_model_name_or_path: str | None
+    use_rslora: bool
+    layers: tuple[LoraLayer, ...]
+
+
+def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
+    """Read and validate a PEFT LoRA adapter folder (config and tensor headers; no weights loaded).
+
+    Raises AdapterError with one sentence naming the folder or file and the problem.
+    """
+    folder = Path(adapter_dir).expanduser()
+    if not folder.exists():
+        raise AdapterError(f"{folder}: no such folder")
+    if not folder.is_dir():
+        raise AdapterError(f"{folder}: this is a file; choose the adapter folder (the one that holds {CONFIG_FILE})")
+    config_path = folder / CONFIG_FILE
+    if not config_path.is_file():
+        raise AdapterError(f"{folder}: no {CONFIG_FILE} in this folder, so it is not a PEFT adapter")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise AdapterError(f"{config_path}: not valid JSON ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AdapterError(f"{config_path}: unreadable ({exc})") from None
+    if not isinstance(config, dict):
+        raise AdapterError(f"{config_path}: not a JSON object")
+    peft_type = config.get("peft_type")
+    if not isinstance(peft_type, str) or peft_type.upper() != "LORA":
+        raise AdapterError(f"{config_path}: peft_type is {peft_type!r}; only LoRA adapters (LORA) are supported")
+    if config.get("use_dora"):
+        raise AdapterError(f"{config_path}: a DoRA adapter (use_dora is true); only plain LoRA is supported")
+    rank, alpha = config.get("r", DEFAULT_RANK), config.get("lora_alpha", DEFAULT_ALPHA)
+    if not _is_int(rank) or rank < 1:
+        raise AdapterError(f"{config_path}: r is {rank!r}; it must be a positive integer")
+    if not _is_number(alpha):
+        raise AdapterError(f"{config_path}: lora_alpha is {alpha!r}; it must be a number")
+    rank_pattern = _pattern_table(config, "rank_pattern", config_path, _is_int)
+    alpha_pattern = _pattern_table(config, "alpha_pattern", config_path, _is_number)
+    use_rslora = bool(config.get("use_rslora", False))
+    base = config.get("base_model_name_or_path")
+
+    weights = folder / WEIGHTS_FILE
+    if not weights.is_file():
+        pickles = [folder / name for name in PICKLE_FILES if (folder / name).is_file()]
+        if pickles:
+            raise AdapterError(
+                f"{pickles[0]}: pickle adapters are refused because loading one can run arbitrary code; "
+                f"save the adapter as {WEIGHTS_FILE} (PEFT's default, safe_serialization=True)"
+            )
+        raise AdapterError(f"{folder}: no {WEIGHTS_FILE} in this folder")
+    try:
+        header = read_header(weights)
+    except WeightsError as exc:
+        raise AdapterError(str(exc)) from None
+    layers = _layers(weights, header, rank, float(alpha), rank_pattern, alpha_pattern, use_rslora)
+    return AdapterInfo(
+        folder=folder,
+        weights_file=weights,
+        rank=rank,
+        alpha=float(alpha),
+        target_modules=tuple(sorted({layer.module.rsplit(".", 1)[-1] for layer in layers})),
+        base_model_name_or_path=base if isinstance(base, str) and base else None,
+        use_rslora=use_rslora,
+        layers=layers,
+    )
+
+
+def check_adapter(adapter_dir: str | os.PathLike, model_folder: str | os.PathLike | None = None) -> str | None:
+    """None if ``adapter_dir`` is a LoRA adapter we can use (with ``model_folder``, if given); else one
+    sentence naming the folder and the problem.
+
+    With ``model_folder`` (a folder or a cached repo id), every adapted layer must exist in that
+    model as a linear layer whose [out_features, in_features] match the adapter's; an adapter for
+    another base model is reported as such. A problem with the model folder itself is reported too.
+    """
+    try:
+        info = read_adapter(adapter_dir)
+        if model_folder is not None:
+            check_fits(info, model_folder)
+    except AsrError as exc:  # AdapterError, and ModelError for the model folder
+        return str(exc)
+    return None
+
+
+def check_fits(info: AdapterInfo, model_folder: str | os.PathLike) -> None:
+    """Raise AdapterError unless every layer of ``info`` fits the model in ``model_folder``.
+
+    Raises ModelError if the model folder cannot be read at all.
+    """
+    folder = resolve_model(model_folder)
+    cfg = AsrConfig.from_file(folder / "config.json")
+    shapes = {name: tensor.shape for name, tensor in locate(folder).headers().items()}
+    origin = f" (it was made for {info.base_model_name_or_path})" if info.base_model_name_or_path else ""
+    for layer in info.layers:
+        name = checkpoint_name(f"{layer.module}.weight", cfg.layout)
+        if name not in shapes and layer.module == "lm_head" and cfg.text.tie_word_embeddings:
+            name = checkpoint_name("decoder.embed_tokens.weight", cfg.layout)  # the tied head
+        shape = shapes.get(name)
+        if shape is None:
+            raise AdapterError(
+                f"{info.folder}: trained for a different model{origin}: it adapts {layer.module}, "
+                f"which the model in {folder} does not have"
+            )
+        if len(shape) != 2:
+            raise AdapterError(
+                f"{info.folder}: adapts {layer.module}, which is not a linear layer in the model in {folder}"
+            )
+        if tuple(shape) != (layer.out_features, layer.in_features):
+            raise AdapterError(
+                f"{info.folder}: trained for a different model{origin}: {layer.module} is {shape[0]}x{shape[1]} "
+                f"(out x in) in the model in {folder}, but {layer.out_features}x{layer.in_features} in the adapter"
+            )
+
+
+def _layers(
+    path: Path,
+    header: dict[str, TensorInfo],
+    rank: int,
+    alpha: float,
+    rank_pattern: dict[str, int],
+    alpha_pattern: dict[str, float],
+    use_rslora: bool,
+) -> tuple[LoraLayer, ...]:
+    """Pair every module's lora_A and lora_B tensors and check them against the config."""
+    pairs: dict[str, dict[str, str]] = {}
+    for name in sorted(header):
+        match = _LORA_KEY.fullmatch(name)
+        if match is None:
+            raise AdapterError(
+                f"{path}: holds {name}, which is not a LoRA A/B matrix; only plain LoRA on linear layers is "
+                "supported (no DoRA, embedding or bias training, no modules_to_save)"
+            )
+        pairs.setdefault(match["module"], {})[match["part"]] = name
+        if header[name].dtype not in FLOAT_DTYPES:
+            raise AdapterError(f"{path}: tensor {name} is {header[name].dtype}; only bf16/fp16/fp32 adapters load")
+    if not pairs:
+        raise AdapterError(f"{path}: holds no LoRA weights")
+    layers = []
+    for module, parts in pairs.items():
+        if len(parts) < 2:
+            have, lack = ("lora_A", "lora_B") if "A" in parts else ("lora_B", "lora_A")
+            raise AdapterError(f"{path}: {module} has {have} but no {lack}")
+        ours = _our_module(module)
+        if ours is None:
+            raise AdapterError(f"{path}: trained for a different model: {module} is not a layer of a Qwen3-ASR model")
+        a, b = header[parts["A"]].shape, header[parts["B"]].shape
+        if len(a) != 2 or len(b) != 2:
+            raise AdapterError(
+                f"{path}: {module} has {max(len(a), len(b))}-D LoRA matrices; only LoRA on linear layers is supported"
+            )
+        if a[0] != b[1]:
+            raise AdapterError(f"{path}: {module}'s lora_A has rank {a[0]} but its lora_B has rank {b[1]}")
+        expected = _pattern_value(rank_pattern, module, rank)
+        if a[0] != expected:
+            raise AdapterError(f"{path}: {module} has rank {a[0]}, but {CONFIG_FILE} says r={expected}")
+        layer_alpha = _pattern_value(alpha_pattern, module, alpha)
+        scaling = layer_alpha / (math.sqrt(a[0]) if use_rslora else a[0])
+        layers.append(LoraLayer(ours, parts["A"], parts["B"], a[0], a[1], b[0], scaling))
+    return tuple(sorted(layers, key=lambda layer: layer.module))
+
+
+def _our_module(module: str) -> str | None:
+    """Our module name for a PEFT module name in any accepted layout (see the module docstring)."""
+    tensor = f"{module}.weight"  # map as a tensor name, so "lm_head" meets the "lm_head." prefix
+    for mine, theirs in _ADAPTER_PREFIXES:
+        if tensor.startswith(theirs):
+            return (mine + tensor[len(theirs) :]).removesuffix(".weight")
+    return None
+
+
+def _pattern_table(config: dict, key: str, path: Path, valid) -> dict:
+    table = config.get(key) or {}
+    if not isinstance(table, dict) or not all(valid(v) for v in table.values()):
+        raise AdapterError(f"{path}: {key} must map module-name patterns to numbers")
+    for pattern in table:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise AdapterError(f"{path}: {key} has an invalid pattern {pattern!r} ({exc})") from None
+    return table
+
+
+def _pattern_value(table: dict, module: str, default):
+    """PEFT's rule: the first pattern that matches the end of the module name, at a name boundary."""
+    for pattern, value in table.items():
+        if re.fullmatch(rf"(?:.*\.)?(?:{pattern})", module):
+            return value
+    return default
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

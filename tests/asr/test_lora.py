@@ -1,0 +1,325 @@
+"""LoRA adapters: reading PEFT folders and checking them against the tiny checkpoints.
+
+The adapters are written here as PEFT's save_pretrained writes them (adapter_config.json plus
+adapter_model.safetensors with base_model.model.<module>.lora_A/B.weight) for the tiny model:
+decoder hidden size 64, q_proj 2048x64, v_proj 1024x64; audio encoder width 128.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from dictation.asr.errors import AdapterError
+from dictation.asr.lora import AdapterInfo, check_adapter, read_adapter
+from tests.oracle.checkpoints import cached_checkpoint
+
+# (PEFT module name in the official thinker layout, out_features, in_features) in the tiny model
+THINKER_LAYERS = (
+    ("thinker.model.layers.0.self_attn.q_proj", 2048, 64),
+    ("thinker.model.layers.0.self_attn.v_proj", 1024, 64),
+    ("thinker.model.layers.1.self_attn.q_proj", 2048, 64),
+    ("thinker.model.layers.1.self_attn.v_proj", 1024, 64),
+    ("thinker.audio_tower.layers.0.self_attn.q_proj", 128, 128),
+)
+HF_LAYERS = (
+    ("model.language_model.layers.1.self_attn.q_proj", 2048, 64),
+    ("model.language_model.layers.1.mlp.down_proj", 64, 128),
+    ("model.multi_modal_projector.linear_1", 128, 128),
+    ("model.audio_tower.layers.0.fc1", 256, 128),
+)
+
+
+def write_adapter(
+    folder: Path,
+    layers=THINKER_LAYERS,
+    *,
+    r: int = 4,
+    alpha: float = 16,
+    ranks: dict[str, int] | None = None,
+    extra_tensors: dict[str, torch.Tensor] | None = None,
+    adapter_name: str = "",
+    **config,
+) -> Path:
+    folder.mkdir(parents=True)
+    settings = {
+        "peft_type": "LORA",
+        "r": r,
+        "lora_alpha": alpha,
+        "target_modules": sorted({name.rsplit(".", 1)[-1] for name, _, _ in layers}),
+        "base_model_name_or_path": "Qwen/Qwen3-ASR-0.6B",
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "use_rslora": False,
+        "use_dora": False,
+        "bias": "none",
+        "task_type": None,
+        **config,
+    }
+    (folder / "adapter_config.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    generator = torch.Generator().manual_seed(0)
+    suffix = f".{adapter_name}" if adapter_name else ""
+    tensors = {}
+    for name, out_features, in_features in layers:
+        rank = (ranks or {}).get(name, r)
+        tensors[f"base_model.model.{name}.lora_A{suffix}.weight"] = torch.randn(rank, in_features, generator=generator)
+        tensors[f"base_model.model.{name}.lora_B{suffix}.weight"] = torch.randn(out_features, rank, generator=generator)
+    tensors.update(extra_tensors or {})
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ckpt_hf(ckpt_root):
+    return cached_checkpoint(ckpt_root, layout="hf")
+
+
+@pytest.fixture(scope="module")
+def ckpt_hf_tied(ckpt_root):
+    return cached_checkpoint(ckpt_root, layout="hf", tie_word_embeddings=True)
+
+
+# --- adapters that fit ------------------------------------------------------------------------------
+
+
+def test_reads_rank_alpha_targets_and_layers(tmp_path):
+    info = read_adapter(write_adapter(tmp_path / "a"))
+    assert isinstance(info, AdapterInfo)
+    assert (info.rank, info.alpha, info.base_model_name_or_path) == (4, 16.0, "Qwen/Qwen3-ASR-0.6B")
+    assert info.target_modules == ("q_proj", "v_proj")
+    assert info.weights_file == tmp_path / "a" / "adapter_model.safetensors"
+    assert [layer.module for layer in info.layers] == [
+        "audio_tower.layers.0.self_attn.q_proj",
+        "decoder.layers.0.self_attn.q_proj",
+        "decoder.layers.0.self_attn.v_proj",
+        "decoder.layers.1.self_attn.q_proj",
+        "decoder.layers.1.self_attn.v_proj",
+    ]
+    v = info.layers[2]
+    assert (v.rank, v.in_features, v.out_features, v.scaling) == (4, 64, 1024, 4.0)
+    assert v.lora_a == "base_model.model.thinker.model.layers.0.self_attn.v_proj.lora_A.weight"
+    assert v.lora_b == "base_model.model.thinker.model.layers.0.self_attn.v_proj.lora_B.weight"
+
+
+@pytest.mark.parametrize("model", ["ckpt_untied", "ckpt_hf"])
+@pytest.mark.parametrize("layers", [THINKER_LAYERS, HF_LAYERS], ids=["thinker-names", "hf-names"])
+def test_an_adapter_of_either_layout_fits_a_model_of_either_layout(model, layers, request, tmp_path):
+    adapter = write_adapter(tmp_path / "a", layers)
+    assert check_adapter(adapter, request.getfixturevalue(model)) is None
+    assert check_adapter(adapter) is None
+
+
+def test_the_thinker_wrapped_alone_and_named_adapters_are_understood(ckpt_untied, tmp_path):
+    layers = (("model.layers.0.self_attn.o_proj", 64, 2048), ("audio_tower.proj2", 64, 128))
+    adapter = write_adapter(tmp_path / "a", layers, adapter_name="default")
+    assert check_adapter(adapter, ckpt_untied) is None
+    assert [layer.module for layer in read_adapter(adapter).layers] == [
+        "audio_tower.proj2",
+        "decoder.layers.0.self_attn.o_proj",
+    ]
+
+
+def test_rank_and_alpha_patterns_and_rslora_set_each_layers_scaling(ckpt_untied, tmp_path):
+    v_layers = {name: 2 for name, _, _ in THINKER_LAYERS if name.endswith("v_proj")}
+    adapter = write_adapter(
+        tmp_path / "a",
+        r=4,
+        alpha=16,
+        ranks=v_layers,
+        rank_pattern={"v_proj": 2},
+        alpha_pattern={r"audio_tower\.layers\.\d+\.self_attn\.q_proj": 4},
+    )
+    assert check_adapter(adapter, ckpt_untied) is None
+    by_module = {layer.module: layer for layer in read_adapter(adapter).layers}
+    assert by_module["decoder.layers.1.self_attn.v_proj"].rank == 2
+    assert by_module["decoder.layers.1.self_attn.v_proj"].scaling == 8.0  # 16 / 2
+    assert by_module["decoder.layers.1.self_attn.q_proj"].scaling == 4.0  # 16 / 4
+    assert by_module["audio_tower.layers.0.self_attn.q_proj"].scaling == 1.0  # 4 / 4
+
+    rs = read_adapter(write_adapter(tmp_path / "rs", r=4, alpha=16, use_rslora=True))
+    assert rs.use_rslora and all(layer.scaling == 16 / math.sqrt(4) for layer in rs.layers)
+
+
+def test_a_head_adapter_fits_a_tied_model_that_stores_no_head(ckpt_hf_tied, tmp_path):
+    adapter = write_adapter(tmp_path / "a", (("lm_head", 151936, 64),))
+    assert check_adapter(adapter, ckpt_hf_tied) is None
+
+
+def test_checking_loads_neither_torch_nor_tensor_data(ckpt_untied, tmp_path):
+    adapter = write_adapter(tmp_path / "a")
+    script = textwrap.dedent(f"""
+        import sys
+        from dictation.asr.lora import check_adapter
+        print(check_adapter({str(adapter)!r}, {str(ckpt_untied)!r}), "torch" in sys.modules)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["None", "False"]
+
+
+# --- adapters for another model ----------------------------------------------------------------------
+
+
+def test_an_adapter_for_a_wider_model_says_it_was_trained_for_a_different_model(ckpt_untied, tmp_path):
+    wide = (("thinker.model.layers.0.self_attn.q_proj", 2048, 128),)  # hidden size 128, not 64
+    adapter = write_adapter(tmp_path / "a", wide)
+    assert check_adapter(adapter) is None  # a valid adapter in itself
+    assert check_adapter(adapter, ckpt_untied) == (
+        f"{adapter}: trained for a different model (it was made for Qwen/Qwen3-ASR-0.6B): "
+        f"decoder.layers.0.self_attn.q_proj is 2048x64 (out x in) in the model in {ckpt_untied}, "
+        "but 2048x128 in the adapter"
+    )
+
+
+def test_an_adapter_for_a_deeper_model_names_the_missing_layer(ckpt_untied, tmp_path):
+    adapter = write_adapter(tmp_path / "a", (("thinker.model.layers.27.mlp.up_proj", 128, 64),))
+    assert check_adapter(adapter, ckpt_untied) == (
+        f"{adapter}: trained for a different model (it was made for Qwen/Qwen3-ASR-0.6B): it adapts "
+        f"decoder.layers.27.mlp.up_proj, which the model in {ckpt_untied} does not have"
+    )
+
+
+def test_an_adapter_for_another_architecture(tmp_path):
+    t5 = (("encoder.block.0.layer.0.SelfAttention.q", 512, 512),)
+    adapter = write_adapter(tmp_path / "a", t5, base_model_name_or_path="google-t5/t5-small")
+    path = adapter / "adapter_model.safetensors"
+    assert check_adapter(adapter) == (
+        f"{path}: trained for a different model: encoder.block.0.layer.0.SelfAttention.q is not a layer of a "
+        "Qwen3-ASR model"
+    )
+
+
+def test_lora_on_a_layer_that_is_not_linear_in_the_model(ckpt_untied, tmp_path):
+    adapter = write_adapter(tmp_path / "a", (("thinker.model.layers.0.input_layernorm", 64, 64),))
+    assert check_adapter(adapter, ckpt_untied) == (
+        f"{adapter}: adapts decoder.layers.0.input_layernorm, which is not a linear layer in the model in {ckpt_untied}"
+    )
+
+
+def test_a_broken_model_folder_is_reported_as_such(tmp_path):
+    adapter = write_adapter(tmp_path / "a")
+    assert check_adapter(adapter, tmp_path / "no-model") == f"{tmp_path / 'no-model'}: no such model folder"
+
+
+# --- folders that are not usable adapters -----------------------------------------------------------
+
+
+def broken(tmp_path: Path, how: str) -> Path:
+    folder = tmp_path / "a"
+    if how == "missing":
+        return folder
+    if how == "file":
+        folder.write_text("x")
+        return folder
+    write_adapter(folder)
+    config_path = folder / "adapter_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if how == "no config":
+        config_path.unlink()
+    elif how == "not json":
+        config_path.write_text("{'peft_type': 'LORA'}")
+    elif how == "not lora":
+        config_path.write_text(json.dumps({**config, "peft_type": "PREFIX_TUNING"}))
+    elif how == "dora":
+        config_path.write_text(json.dumps({**config, "use_dora": True}))
+    elif how == "bad rank":
+        config_path.write_text(json.dumps({**config, "r": 0}))
+    elif how == "no weights":
+        (folder / "adapter_model.safetensors").unlink()
+    elif how == "pickle":
+        (folder / "adapter_model.safetensors").unlink()
+        torch.save({"w": torch.zeros(1)}, folder / "adapter_model.bin")
+    elif how == "truncated":
+        data = (folder / "adapter_model.safetensors").read_bytes()
+        (folder / "adapter_model.safetensors").write_bytes(data[:-100])
+    return folder
+
+
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("missing", "{a}: no such folder"),
+        ("file", "{a}: this is a file; choose the adapter folder (the one that holds adapter_config.json)"),
+        ("no config", "{a}: no adapter_config.json in this folder, so it is not a PEFT adapter"),
+        ("not json", "{a}/adapter_config.json: not valid JSON (Expecting property name enclosed in double quotes"),
+        ("not lora", "{a}/adapter_config.json: peft_type is 'PREFIX_TUNING'; only LoRA adapters (LORA) are supported"),
+        ("dora", "{a}/adapter_config.json: a DoRA adapter (use_dora is true); only plain LoRA is supported"),
+        ("bad rank", "{a}/adapter_config.json: r is 0; it must be a positive integer"),
+        ("no weights", "{a}: no adapter_model.safetensors in this folder"),
+        ("pickle", "{a}/adapter_model.bin: pickle adapters are refused because loading one can run arbitrary code"),
+        ("truncated", "{a}/adapter_model.safetensors: truncated"),
+    ],
+)
+def test_unusable_folders_get_one_sentence_naming_them(tmp_path, how, message):
+    folder = broken(tmp_path, how)
+    expected = message.format(a=folder)
+    result = check_adapter(folder)
+    assert result is not None and result.startswith(expected), result
+    with pytest.raises(AdapterError) as info:
+        read_adapter(folder)
+    assert str(info.value) == result
+
+
+def test_a_missing_half_of_a_pair(tmp_path):
+    adapter = write_adapter(
+        tmp_path / "a",
+        (("thinker.model.layers.0.self_attn.q_proj", 2048, 64),),
+        extra_tensors={"base_model.model.thinker.model.layers.1.self_attn.k_proj.lora_A.weight": torch.zeros(4, 64)},
+    )
+    assert check_adapter(adapter) == (
+        f"{adapter / 'adapter_model.safetensors'}: thinker.model.layers.1.self_attn.k_proj has lora_A but no lora_B"
+    )
+
+
+def test_a_rank_that_disagrees_with_the_config(tmp_path):
+    name = "thinker.model.layers.0.self_attn.q_proj"
+    adapter = write_adapter(tmp_path / "a", ((name, 2048, 64),), r=8, ranks={name: 16})
+    assert check_adapter(adapter) == (
+        f"{adapter / 'adapter_model.safetensors'}: {name} has rank 16, but adapter_config.json says r=8"
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "base_model.model.thinker.model.layers.0.self_attn.q_proj.lora_magnitude_vector",  # DoRA
+        "base_model.model.thinker.model.embed_tokens.lora_embedding_A",  # embedding LoRA
+        "base_model.model.thinker.model.layers.0.self_attn.q_proj.lora_B.bias",  # trained bias
+        "base_model.model.thinker.lm_head.weight",  # modules_to_save
+    ],
+)
+def test_tensors_other_than_lora_matrices_are_refused(tmp_path, extra):
+    adapter = write_adapter(tmp_path / "a", extra_tensors={extra: torch.zeros(4, 4)})
+    assert check_adapter(adapter) == (
+        f"{adapter / 'adapter_model.safetensors'}: holds {extra}, which is not a LoRA A/B matrix; only plain LoRA "
+        "on linear layers is supported (no DoRA, embedding or bias training, no modules_to_save)"
+    )
+
+
+def test_lora_on_a_convolution_is_refused(tmp_path):
+    adapter = write_adapter(tmp_path / "a", ())
+    save_file(
+        {
+            "base_model.model.thinker.audio_tower.conv2d1.lora_A.weight": torch.zeros(4, 1, 3, 3),
+            "base_model.model.thinker.audio_tower.conv2d1.lora_B.weight": torch.zeros(32, 4, 1, 1),
+        },
+        str(adapter / "adapter_model.safetensors"),
+    )
+    assert check_adapter(adapter) == (
+        f"{adapter / 'adapter_model.safetensors'}: thinker.audio_tower.conv2d1 has 4-D LoRA matrices; only LoRA "
+        "on linear layers is supported"
+    )
+
+
+def test_an_adapter_without_lora_weights(tmp_path):
+    adapter = write_adapter(tmp_path / "a", ())
+    save_file({}, str(adapter / "adapter_model.safetensors"))
+    assert check_adapter(adapter) == f"{adapter / 'adapter_model.safetensors'}: holds no LoRA weights"
