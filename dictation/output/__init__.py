@@ -13,8 +13,10 @@ Typical use, from a worker thread (delivery blocks while keys are sent)::
     ...
     output.flush()                             # on quit: restore a pending clipboard now
 
-Backends (`BACKEND_NAMES`), chosen per session by `choose_backend` (see `select` for the order), or
-by name with `OutputOptions(backend=...)`. Unicode: whether "Grüße 你好" arrives intact.
+Backends (`BACKEND_NAMES`), chosen per session by `choose_backend` (see `select` for the order),
+narrowed by `OutputOptions(method="paste"|"type")` and `OutputOptions(backend=<tool or name>)`;
+from the app's settings: `OutputOptions.from_settings(settings.output)` and
+`TextOptions.from_settings(settings.output)`. Unicode: whether "Grüße 你好" arrives intact.
 
 | backend       | session           | how                                      | Unicode | tested here         |
 |---------------|-------------------|------------------------------------------|---------|---------------------|
@@ -59,11 +61,13 @@ from dictation.output.paste import ClipboardRestore, RestoreOutcome
 from dictation.output.select import (
     AUTO_ORDER,
     BACKEND_NAMES,
+    TOOLS,
     BackendStatus,
     OutputChain,
     available_backends,
     choose_backend,
     diagnose,
+    plan_backends,
 )
 from dictation.output.textops import Replacement, TextOptions
 from dictation.output.textops import apply as apply_textops
@@ -87,10 +91,12 @@ __all__ = [
     "RestoreOutcome",
     "Selection",
     "Session",
+    "TOOLS",
     "TextOptions",
     "apply_textops",
     "available_backends",
     "choose_backend",
     "detect_session",
     "diagnose",
+    "plan_backends",
 ]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from dictation.config.settings import OutputSettings
     from dictation.output.paste import ClipboardRestore
 
 
@@ -48,6 +49,7 @@ class Chord(str, enum.Enum):
 
 
 PASTE_CHORD_CHOICES = ("auto", "ctrl+v", "ctrl+shift+v", "shift+insert")
+METHOD_CHOICES = ("auto", "paste", "type")
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,12 @@ class OutputBackend(Protocol):
 class OutputOptions:
     """Settings of the output path.
 
-    backend: "auto" or a backend name (see `dictation.output.BACKEND_NAMES`); a named backend skips
-        the session heuristics (e.g. "wtype does not work on GNOME") but not the tool checks.
+    method: "auto", "paste" or "type": keep only the backends that paste (clipboard + paste keys)
+        or only those that type (simulated key presses). Auto: both, pasting first.
+    backend: "auto", a tool ("xdotool", "wtype", "ydotool", "pynput": `dictation.output.TOOLS`) or
+        a backend name (`dictation.output.BACKEND_NAMES`, e.g. "wtype-paste", "clipboard"). A named
+        tool or backend skips the session heuristics (e.g. "wtype does not work on GNOME") but not
+        the tool checks; a full backend name also overrides `method`. See `select.plan_backends`.
     paste_chord: "auto" (terminal detection), "ctrl+v", "ctrl+shift+v" or "shift+insert".
     restore_clipboard: put the user's previous clipboard back after pasting.
     restore_delay_ms: how long the target gets to read the clipboard first (>= 1000 recommended:
@@ -120,8 +126,11 @@ class OutputOptions:
     type_delay_ms: int | None = None
     terminal_classes: tuple[str, ...] = ()
     command_timeout_s: float = 5.0
+    method: str = "auto"  # last, so positional construction keeps its meaning
 
     def __post_init__(self):
+        if self.method not in METHOD_CHOICES:
+            raise ValueError(f"method must be one of {METHOD_CHOICES}, not {self.method!r}")
         if self.paste_chord not in PASTE_CHORD_CHOICES:
             raise ValueError(f"paste_chord must be one of {PASTE_CHORD_CHOICES}, not {self.paste_chord!r}")
         if self.restore_delay_ms < 0:
@@ -145,3 +154,15 @@ class OutputOptions:
                     values[f.name] = getattr(settings, attr)
                     break
         return cls(**values)
+
+    @classmethod
+    def from_settings(cls, output: OutputSettings) -> OutputOptions:
+        """The output path's part of the app's settings (`dictation.config.settings.OutputSettings`;
+        its text options go to `TextOptions.from_settings`)."""
+        return cls(
+            method=output.method,
+            backend=output.backend,
+            paste_chord=output.paste_chord,
+            restore_clipboard=output.restore_clipboard,
+            restore_delay_ms=output.restore_delay_ms,
+        )

@@ -10,8 +10,22 @@ Auto order per session (first available wins; the clipboard is always the last r
 | Windows | pynput-paste (unavailable: no clipboard support yet), pynput-type |
 
 xdotool and pynput are left out on Wayland on purpose: they reach only XWayland windows and fail
-silently for native ones (OpenWhispr#240, #285). A backend named in settings is tried alone
-(then the clipboard), without the session heuristics but with the tool checks.
+silently for native ones (OpenWhispr#240, #285).
+
+The settings narrow this down (`plan_backends`; the clipboard stays the last resort throughout):
+
+| backend            | method       | chain                                                       |
+|--------------------|--------------|-------------------------------------------------------------|
+| auto               | auto         | the session's auto order                                    |
+| auto               | paste / type | the auto order, only *-paste / only *-type backends         |
+| a tool (wtype ...) | any          | the tool's backends in the auto order, filtered by method;  |
+|                    |              | if the auto order has none (xdotool on Wayland): the tool's |
+|                    |              | paste then type backends, filtered by method                |
+| a backend name     | ignored      | that backend alone                                          |
+
+A named tool or backend is the user's explicit choice: it is tried without the session heuristics
+(e.g. "wtype does not work on GNOME", "xdotool reaches only XWayland windows") but with the tool
+checks (installed, daemon running).
 
 Fallback rule: the chain moves to the next backend only when the failed one sent no input
 (`input_sent` False); otherwise a retry could make the text arrive twice. When everything fails,
@@ -43,6 +57,7 @@ from dictation.output.typing_backend import TypingBackend
 log = logging.getLogger(__name__)
 
 _SENDERS = {"xdotool": XdotoolKeys, "wtype": WtypeKeys, "ydotool": YdotoolKeys, "pynput": PynputKeys}
+TOOLS = tuple(_SENDERS)
 BACKEND_NAMES = tuple(f"{tool}-{mode}" for tool in _SENDERS for mode in ("paste", "type")) + ("clipboard",)
 AUTO_ORDER = {
     "x11": ("xdotool-paste", "xdotool-type", "pynput-type"),
@@ -176,6 +191,25 @@ def _context(options, environment, platform, host):
     return options, session, host, keeper
 
 
+def plan_backends(session_kind: str, backend: str = "auto", method: str = "auto") -> tuple[tuple[str, ...], bool]:
+    """The backend names to try, in order, and whether they are forced (skip the session heuristics).
+
+    See the table in the module docstring. Raises ValueError for an unknown backend or method.
+    """
+    if method not in ("auto", "paste", "type"):
+        raise ValueError(f"unknown output method {method!r}; known: auto, paste, type")
+    if backend in BACKEND_NAMES:
+        return (backend,), True
+    wanted = ("paste", "type") if method == "auto" else (method,)
+    auto = AUTO_ORDER[session_kind]
+    if backend == "auto":
+        return tuple(n for n in auto if n.rsplit("-", 1)[1] in wanted), False
+    if backend in TOOLS:
+        names = tuple(n for n in auto if n.startswith(f"{backend}-") and n.rsplit("-", 1)[1] in wanted)
+        return names or tuple(f"{backend}-{mode}" for mode in wanted), True
+    raise ValueError(f"unknown output backend {backend!r}; known: auto, {', '.join(TOOLS)}, {', '.join(BACKEND_NAMES)}")
+
+
 def choose_backend(
     options: object | None = None,
     environment: Mapping[str, str] | None = None,
@@ -190,15 +224,15 @@ def choose_backend(
     """
     options, session, host, keeper = _context(options, environment, platform, host)
     auto = AUTO_ORDER[session.kind]
-    if options.backend == "auto":
-        names, forced = auto, False
-    elif options.backend in BACKEND_NAMES:
-        names, forced = (options.backend,), True
-    else:
-        raise ValueError(f"unknown output backend {options.backend!r}; known: auto, {', '.join(BACKEND_NAMES)}")
+    names, forced = plan_backends(session.kind, options.backend, options.method)
     backends = [_build(n, session, host, options, keeper, forced) for n in names]
     fallback = None if names == ("clipboard",) else ClipboardOnlyBackend(keeper)
-    chain = OutputChain(options.backend, backends, fallback, session, keeper, auto)
+    label = (
+        options.backend
+        if options.method == "auto" or names == (options.backend,)
+        else f"{options.backend}, {options.method} only"
+    )
+    chain = OutputChain(label, backends, fallback, session, keeper, auto)
     log.info("%s", chain.describe())
     return chain
 

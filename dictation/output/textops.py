@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dictation.config.settings import OutputSettings
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,19 @@ class TextOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "replacements", tuple(self.replacements))
+
+    @classmethod
+    def from_settings(cls, output: OutputSettings) -> TextOptions:
+        """The text part of the app's output settings (`dictation.config.settings.OutputSettings`).
+
+        A settings rule (``from_`` -> ``to``) becomes a literal, case-sensitive replacement, as its
+        help text promises; rules with an empty ``from_`` are skipped (they would match everywhere).
+        """
+        return cls(
+            replacements=tuple(Replacement(rule.from_, rule.to) for rule in output.replacements if rule.from_),
+            capitalize_first=output.capitalize_first,
+            trailing_space=output.trailing_space,
+        )
 
 
 def capitalize_first_letter(text: str) -> str:

@@ -159,8 +159,8 @@ def test_clipboard_only_backend_by_name_has_no_fallback_and_counts_as_success():
 
 
 def test_unknown_backend_name_is_an_error():
-    with pytest.raises(ValueError, match="unknown output backend 'xdotool'"):
-        choose_backend(OutputOptions(backend="xdotool"), X11, platform="linux", host=FakeHost())
+    with pytest.raises(ValueError, match="unknown output backend 'xdotoool'"):
+        choose_backend(OutputOptions(backend="xdotoool"), X11, platform="linux", host=FakeHost())
 
 
 def test_settings_like_objects_are_accepted():
