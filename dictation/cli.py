@@ -130,6 +130,35 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_app(args: argparse.Namespace) -> int:
+    try:
+        from dictation.app.main import run
+    except ImportError as exc:
+        return _fail(f"the desktop app needs PySide6 (pip install PySide6-Essentials): {exc}")
+    logging.getLogger().handlers.clear()  # the app logs to its own file, stderr and log view
+    return run(verbose=args.verbose)
+
+
+def cmd_remote(args: argparse.Namespace) -> int:
+    """`dictation toggle|start|stop|cancel|status|quit`: one request to the running app."""
+    from dictation.ipc import IpcError, send_command
+
+    try:
+        reply = send_command(args.command)
+    except IpcError as exc:
+        return _fail(str(exc))
+    if not reply.get("ok"):
+        return _fail(str(reply.get("message") or f"the app refused {args.command!r}"))
+    if args.command == "status":
+        if args.json:
+            print(json.dumps(reply, ensure_ascii=False))
+        else:
+            model = reply.get("model") or f"not loaded ({reply.get('model_state', '?')})"
+            paused = " (paused)" if reply.get("hotkeys_paused") else ""
+            print(f"status: {reply.get('status')}\nmodel: {model}\nhotkeys: {reply.get('hotkeys')}{paused}")
+    return 0
+
+
 class _ProgressBar:
     """A one-line progress bar on stderr (no dependency; tqdm would be fine too)."""
 
@@ -178,6 +207,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("devices", help="list microphones (input devices) and their default rates")
     v.set_defaults(func=cmd_devices)
+
+    remote_help = {
+        "toggle": "start dictation in the running app, or stop it if recording",
+        "start": "start dictation in the running app (no-op if recording)",
+        "stop": "stop dictation in the running app and type the text",
+        "cancel": "throw away the recording in progress",
+        "status": "print the running app's state",
+        "quit": "quit the running app",
+    }
+    for name, text in remote_help.items():
+        r = sub.add_parser(name, help=text, description=text + ". For compositor key bindings on Wayland.")
+        if name == "status":
+            r.add_argument("--json", action="store_true", help="print the reply as JSON")
+        r.set_defaults(func=cmd_remote)
     return parser
 
 
@@ -188,9 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     if args.command is None:
-        parser.print_help()
-        print("\nThe tray app is not part of this version yet; use `dictation transcribe`.", file=sys.stderr)
-        return 0
+        return cmd_app(args)
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -232,6 +232,23 @@ class History:
         with self._transaction() as conn:
             return conn.execute("UPDATE dictations SET outcome = ? WHERE id = ?", (outcome, entry_id)).rowcount == 1
 
+    def update_text(
+        self,
+        entry_id: int,
+        text: str,
+        *,
+        language: str | None = None,
+        model_label: str | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> bool:
+        """Replace an entry's transcript (a re-transcription); False if the entry is gone."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, got {type(text).__name__}")
+        row = (text, language or None, model_label or None, None if timings is None else json.dumps(timings), entry_id)
+        with self._transaction() as conn:
+            sql = "UPDATE dictations SET text = ?, language = ?, model_label = ?, timings = ? WHERE id = ?"
+            return conn.execute(sql, row).rowcount == 1
+
     def set_audio_path(self, entry_id: int, audio_path: Path | str | None) -> bool:
         """Point the entry at its recording, or at none (the file was deleted); False if the entry is gone."""
         value = None if audio_path is None else str(audio_path)

@@ -229,6 +229,13 @@ class RecordingSettings(_Group):
         help="The input device by name, or 'default' for the system's default microphone.",
         required=True,
     )
+    keep_mic_open: bool = setting(
+        True,
+        label="Keep the microphone open",
+        help="Keep the microphone stream running between dictations, so the first word is never cut off "
+        "(the last 0.4 s before the key press is kept). Off: the microphone opens at each key press, which "
+        "can take a moment, and the system's microphone indicator is on only while you dictate.",
+    )
     max_seconds: int = setting(
         300,
         label="Maximum recording length",

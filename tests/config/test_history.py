@@ -304,3 +304,15 @@ def test_a_database_from_a_newer_version_is_used_if_it_has_our_columns(db_path, 
         conn.execute("ALTER TABLE dictations DROP COLUMN timings")
     with pytest.raises(HistoryError, match="timings"):
         History(db_path)
+
+
+def test_update_text_replaces_a_transcript_and_survives_reopening(history, db_path):
+    entry_id = history.add("helo wrld", language="English", model_label="old", audio_path="/r/a.wav")
+    assert history.update_text(entry_id, "hello world", language="English", model_label="new", timings={"total_s": 1.5})
+    history.close()
+    reopened = History(db_path)
+    entry = reopened.get(entry_id)
+    assert (entry.text, entry.model_label, entry.timings) == ("hello world", "new", {"total_s": 1.5})
+    assert entry.audio_path == Path("/r/a.wav")
+    assert reopened.update_text(entry_id + 100, "x") is False
+    reopened.close()

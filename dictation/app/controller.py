@@ -1,0 +1,821 @@
+"""The app's wiring: every input becomes a session event, every session action becomes work.
+
+`AppController` lives on the GUI thread. It owns the `DictationSession` (the lifecycle rules, see
+`dictation.session`), the settings, the history, the global hotkeys, and three workers on their own
+threads (engine, audio, output; see `workers.py`). Windows and the tray talk only to it, through
+the methods and signals below, so they can be tested against a fake with the same face.
+
+Event flow: hotkey thread / tray / IPC / worker signal -> `_dispatch(event)` -> `session.handle`
+-> actions performed in order (`_perform`). Events raised while actions run are queued, so the
+actions of one event always run before the next event is handled.
+
+Per job (one recording): StartCapture -> audio worker starts -> RecordingStarted; StopCapture ->
+the worker stops, saves the WAV, trims -> `saved`; Transcribe -> the engine worker transcribes
+(as soon as both the Transcribe action and the saved audio are there) -> TranscriptionDone;
+DeliverText -> text options applied, history.add (before typing), output worker delivers ->
+history outcome set. Nothing a user said is lost: the audio is on disk before transcription,
+the text in history before it is typed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtGui import QGuiApplication
+
+from dictation import session as S
+from dictation.app.workers import (
+    AudioWorker,
+    DownloadWorker,
+    EngineWorker,
+    OutputWorker,
+    RecorderConfig,
+    SavedTake,
+    start_thread,
+    stop_thread,
+)
+from dictation.config import History, Outcome, Settings
+from dictation.config.schema import FieldError, validate
+from dictation.config.store import SettingsStore
+
+log = logging.getLogger(__name__)
+
+DICTATE = "dictate"
+CANCEL = "cancel"
+NO_MODEL_MESSAGE = "No speech model is chosen yet: open Settings → Model to download one or choose a folder."
+RECORDER_POLL_MS = 100
+MINUTE_MS = 60_000  # idle-unload unit (tests shorten it)
+RETRANSCRIBE_BASE = 1_000_000_000  # engine request ids at or above this are history re-transcriptions
+
+
+def session_settings(settings: Settings) -> S.SessionSettings:
+    return S.SessionSettings(mode=S.Mode(settings.hotkeys.mode), max_recording_s=float(settings.recording.max_seconds))
+
+
+def engine_options(settings: Settings, device: str | None = None) -> Any:
+    from dictation.asr.engine import EngineOptions
+
+    e = settings.engine
+    adapters = tuple(a.path if a.weight == 1.0 else f"{a.path}:{a.weight:g}" for a in e.adapters if a.enabled)
+    return EngineOptions(
+        model=e.model,
+        device=device or e.device,
+        dtype=e.dtype,
+        variant=None if e.variant == "auto" else e.variant,
+        adapters=adapters,
+    )
+
+
+def recorder_config(settings: Settings) -> RecorderConfig:
+    r = settings.recording
+    device = None if r.input_device in ("", "default") else r.input_device
+    return RecorderConfig(device=device, max_seconds=float(r.max_seconds) + 5.0, keep_open=r.keep_mic_open)
+
+
+def output_options(settings: Settings) -> Any:
+    from dictation.output import OutputOptions
+
+    return OutputOptions.from_settings(settings.output)
+
+
+def text_options(settings: Settings) -> Any:
+    from dictation.output.textops import TextOptions
+
+    return TextOptions.from_settings(settings.output)
+
+
+def outcome_of(result: Any) -> str:
+    """History outcome for a DeliveryResult."""
+    if result.ok:
+        return Outcome.TYPED if str(result.method).endswith("-type") else Outcome.PASTED
+    if result.on_clipboard:
+        return Outcome.CLIPBOARD_ONLY
+    return Outcome.failed(result.message)
+
+
+@dataclass
+class _Job:
+    saved: SavedTake | None = None
+    transcribe_wanted: bool = False
+    skip_reason: str | None = None
+    transcript: Any = None
+    history_id: int | None = None
+
+
+@dataclass
+class Services:
+    """What the controller is built from; tests replace the parts that touch hardware."""
+
+    store: SettingsStore
+    history: History
+    engine_worker: EngineWorker = field(default_factory=EngineWorker)
+    audio_worker: AudioWorker = field(default_factory=AudioWorker)
+    output_worker: OutputWorker = field(default_factory=OutputWorker)
+    download_worker: DownloadWorker = field(default_factory=DownloadWorker)
+    hotkey_chooser: Callable[[str], Any] | None = None  # preference -> BackendChoice
+    sound_factory: Callable[[Settings], Any] | None = None  # settings -> object with play(kind)
+    clock: Callable[[], float] = time.monotonic
+
+
+class AppController(QObject):
+    status_changed = Signal(object)  # session.Status
+    settings_changed = Signal(object)  # Settings, after it was saved and applied
+    model_label_changed = Signal(str)
+    model_progress = Signal(str)
+    history_changed = Signal()
+    log_record = Signal(object)
+    download_progress = Signal(str, "qlonglong", "qlonglong")  # 64-bit: models exceed 2 GiB
+    download_finished = Signal(str, str)
+    notified = Signal(str, str)  # level ("info", "warning", "error"), message: shown by the tray
+    show_settings_requested = Signal(str)  # page name
+    show_history_requested = Signal()
+    quit_requested = Signal()
+    hotkeys_paused_changed = Signal(bool)
+    input_level_changed = Signal(float)  # 0..1 while recording, for the overlay
+
+    # queued calls into the worker threads
+    _load = Signal(object)
+    _unload = Signal()
+    _transcribe = Signal(int, object, object, str)
+    _audio_configure = Signal(object)
+    _audio_start = Signal(int, float)
+    _audio_stop = Signal(int, float, bool, int)
+    _audio_cancel = Signal(int)
+    _audio_close = Signal()
+    _output_configure = Signal(object)
+    _deliver = Signal(int, str)
+    _output_flush = Signal()
+    _download = Signal(str)
+    # from the hotkey thread
+    _hotkey_event = Signal(str, bool, float)
+    _hotkey_error = Signal(str, bool)
+
+    def __init__(self, services: Services, settings: Settings | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._s = services
+        self._settings = settings if settings is not None else services.store.load()
+        self._clock = services.clock
+        model_state = S.ModelState.LOADING if self._settings.engine.model else S.ModelState.FAILED
+        self.session = S.DictationSession(session_settings(self._settings), model_state=model_state)
+        self._status = self.session.status
+        self._queue: collections.deque[Any] = collections.deque()
+        self._dispatching = False
+        self._event_t = 0.0
+        self._jobs: dict[int, _Job] = {}
+        self._pending_history: dict[int, int] = {}  # history entry id -> job id, while delivering
+        self._retranscribe: dict[int, int] = {}  # engine request id -> history entry id
+        self._next_retranscribe = RETRANSCRIBE_BASE
+        self._model_label = ""
+        self._model_status = ""
+        self.model_progress.connect(self._remember_model_status)
+        self._cpu_fallback = False
+        self._hotkeys: Any = None
+        self._hotkey_choice: Any = None
+        self._hotkeys_paused = False
+        self._output_description = "text output: not configured yet"
+        self._sounds: Any = None
+        self._threads: list[Any] = []
+        self._log_bridge: Any = None
+        self._started = False
+
+        self._idle_timer = QTimer(self)
+        self._idle_timer.setSingleShot(True)
+        self._idle_timer.timeout.connect(self._idle_unload)
+        self._poll = QTimer(self)
+        self._poll.setInterval(RECORDER_POLL_MS)
+        self._poll.timeout.connect(self._poll_recorder)
+        self._hotkey_event.connect(self._on_hotkey)
+        self._hotkey_error.connect(self._on_hotkey_error)
+
+    # ---- start / stop -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker threads, open the microphone, load the model, register the hotkeys."""
+        s = self._s
+        self._wire_workers()
+        self._threads = [
+            start_thread(s.engine_worker, "engine"),
+            start_thread(s.audio_worker, "audio"),
+            start_thread(s.output_worker, "output"),
+            start_thread(s.download_worker, "download"),
+        ]
+        self._started = True
+        self._sounds = self._make_sounds(self._settings)
+        self._audio_configure.emit(recorder_config(self._settings))
+        self._output_configure.emit(output_options(self._settings))
+        self._start_hotkeys()
+        if self._settings.engine.model:
+            self._request_load()
+        else:
+            log.warning("%s", NO_MODEL_MESSAGE)
+            self.model_progress.emit(NO_MODEL_MESSAGE)
+        self.status_changed.emit(self._status)
+
+    def shutdown(self) -> None:
+        """Stop hotkeys and workers; put a pending clipboard back (OutputChain.flush)."""
+        if not self._started:
+            return
+        self._started = False
+        self._stop_hotkeys()
+        self._poll.stop()
+        self._idle_timer.stop()
+        close_sounds = getattr(self._sounds, "close", None)
+        if close_sounds is not None:
+            close_sounds()
+        self._s.download_worker.cancel()
+        self._output_flush.emit()
+        self._audio_close.emit()
+        for thread in self._threads:
+            stop_thread(thread)
+        self._threads = []
+
+    def _wire_workers(self) -> None:
+        s = self._s
+        e, a, o, d = s.engine_worker, s.audio_worker, s.output_worker, s.download_worker
+        self._load.connect(e.load)
+        self._unload.connect(e.unload)
+        self._transcribe.connect(e.transcribe)
+        e.loading.connect(lambda what: self.model_progress.emit(f"Loading {what} …"))
+        e.loaded.connect(self._on_loaded)
+        e.load_failed.connect(self._on_load_failed)
+        e.unloaded.connect(self._on_unloaded)
+        e.transcribed.connect(self._on_transcribed)
+        e.transcribe_failed.connect(self._on_transcribe_failed)
+        self._audio_configure.connect(a.configure)
+        self._audio_start.connect(a.start)
+        self._audio_stop.connect(a.stop)
+        self._audio_cancel.connect(a.cancel)
+        self._audio_close.connect(a.close)
+        a.started.connect(lambda job: self._dispatch(S.RecordingStarted(job)))
+        a.start_failed.connect(lambda job, msg: self._dispatch(S.RecordingFailed(job, msg)))
+        a.saved.connect(self._on_saved)
+        a.save_failed.connect(lambda job, msg: self._dispatch(S.TranscriptionFailed(job, msg)))
+        a.open_failed.connect(lambda msg: self._notify("warning", f"Microphone: {msg}"))
+        self._output_configure.connect(o.configure)
+        self._deliver.connect(o.deliver)
+        self._output_flush.connect(o.flush)
+        o.delivered.connect(self._on_delivered)
+        o.described.connect(self._on_output_described)
+        self._download.connect(d.run)
+        d.progress.connect(self.download_progress)
+        d.finished.connect(self._on_download_finished)
+
+    # ---- the face used by the tray, windows and IPC --------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def history(self) -> History:
+        return self._s.history
+
+    @property
+    def status(self) -> S.Status:
+        return self._status
+
+    @property
+    def model_label(self) -> str:
+        return self._model_label
+
+    @property
+    def model_status(self) -> str:
+        """The latest model_progress text, for a window opened after it was emitted."""
+        return self._model_status
+
+    @property
+    def hotkeys_paused(self) -> bool:
+        return self._hotkeys_paused
+
+    def _remember_model_status(self, text: str) -> None:
+        self._model_status = text
+
+    def attach_log(self, bridge: Any) -> None:
+        self._log_bridge = bridge
+        bridge.record.connect(self.log_record)
+
+    def recent_log(self) -> list[logging.LogRecord]:
+        return list(self._log_bridge.records) if self._log_bridge is not None else []
+
+    def toggle(self) -> None:
+        self._dispatch(S.ToggleRequested(self._clock()))
+
+    def start_dictation(self) -> None:
+        self._dispatch(S.StartRequested(self._clock()))
+
+    def stop_dictation(self) -> None:
+        self._dispatch(S.StopRequested(self._clock()))
+
+    def cancel_dictation(self) -> None:
+        self._dispatch(S.CancelRequested())
+
+    def handle_ipc(self, command: str) -> dict:
+        """Answer one `dictation <command>` (see dictation.ipc)."""
+        actions = {
+            "toggle": self.toggle,
+            "start": self.start_dictation,
+            "stop": self.stop_dictation,
+            "cancel": self.cancel_dictation,
+            "status": lambda: None,
+            "show-settings": lambda: self.show_settings_requested.emit(""),
+            "show-history": self.show_history_requested.emit,
+            "quit": self.quit_requested.emit,
+        }
+        if command not in actions:
+            return {"ok": False, "message": f"unknown command {command!r}; known: {', '.join(actions)}"}
+        actions[command]()
+        return {
+            "ok": True,
+            "status": self._status.value,
+            "model": self._model_label,
+            "model_state": self.session.model_state.value,
+            "hotkeys": self._hotkey_choice.name if self._hotkey_choice is not None else "none",
+            "hotkeys_paused": self._hotkeys_paused,
+        }
+
+    def apply_settings(self, settings: Settings) -> list[FieldError]:
+        errors = validate(settings)
+        if errors:
+            return errors
+        old = self._settings
+        if settings == old:
+            return []
+        self._s.store.save(settings)
+        self._settings = settings
+        self._apply(old, settings)
+        self.settings_changed.emit(settings)
+        return []
+
+    def input_level(self) -> float:
+        from dictation.audio.capture import meter_fraction
+
+        return meter_fraction(self._s.audio_worker.level())
+
+    def input_devices(self) -> list[Any]:
+        from dictation.audio.devices import AudioDeviceError, list_input_devices
+
+        try:
+            return list_input_devices()
+        except AudioDeviceError as exc:
+            log.warning("cannot list microphones: %s", exc)
+            return []
+
+    def hotkey_description(self) -> str:
+        if self._hotkey_choice is None:
+            return "Hotkeys: not started."
+        return self._hotkey_choice.describe()
+
+    def output_description(self) -> str:
+        return self._output_description
+
+    def set_hotkeys_paused(self, paused: bool) -> None:
+        if paused == self._hotkeys_paused:
+            return
+        self._hotkeys_paused = paused
+        log.info("global hotkeys %s", "paused" if paused else "resumed")
+        self.hotkeys_paused_changed.emit(paused)
+
+    def copy_entry(self, entry_id: int) -> None:
+        entry = self.history.get(entry_id)
+        if entry is not None:
+            QGuiApplication.clipboard().setText(entry.text)
+
+    def retype_entry(self, entry_id: int) -> None:
+        entry = self.history.get(entry_id)
+        if entry is None or not entry.text:
+            return
+        # Give the focus a moment to return to the user's window after our window hides.
+        QTimer.singleShot(400, lambda: self._deliver.emit(-entry_id, entry.text))
+
+    def delete_entry(self, entry_id: int) -> None:
+        if self.history.delete(entry_id):
+            self.history_changed.emit()
+
+    def retranscribe_entry(self, entry_id: int) -> None:
+        from dictation.audio.wav import load_audio_16k
+
+        entry = self.history.get(entry_id)
+        if entry is None or entry.audio_path is None:
+            self._notify("warning", "This dictation has no saved recording to transcribe again.")
+            return
+        if self.session.model_state is not S.ModelState.READY:
+            self._notify("warning", "The speech model is not loaded; try again once it is ready.")
+            return
+        try:
+            samples = load_audio_16k(entry.audio_path)
+        except Exception as exc:  # a missing or damaged file: say which
+            self._notify("error", f"Cannot read {entry.audio_path}: {exc}")
+            return
+        if self._settings.recording.trim_silence:  # as the first time, so the results compare
+            from dictation.audio.trim import trim_silence
+
+            samples = trim_silence(samples)
+        request = self._next_retranscribe
+        self._next_retranscribe += 1
+        self._retranscribe[request] = entry_id
+        language, context = self._language_context()
+        self._transcribe.emit(request, samples, language, context)
+
+    def start_download(self, repo_id: str) -> None:
+        self._download.emit(repo_id)
+
+    def cancel_download(self) -> None:
+        self._s.download_worker.cancel()
+
+    # ---- settings -----------------------------------------------------------------------------
+
+    def _apply(self, old: Settings, new: Settings) -> None:
+        if session_settings(old) != session_settings(new):
+            self._dispatch(S.SettingsChanged(session_settings(new)))
+        if self._started:
+            if recorder_config(old) != recorder_config(new):
+                self._audio_configure.emit(recorder_config(new))
+            if old.output != new.output:
+                self._output_configure.emit(output_options(new))
+            if old.hotkeys != new.hotkeys:
+                self._stop_hotkeys()
+                self._start_hotkeys()
+            if old.recording != new.recording:
+                self._update_sounds(new)
+            if _engine_key(old) != _engine_key(new):
+                self._cpu_fallback = False
+                if new.engine.model:
+                    self._request_load()
+                else:
+                    self._unload.emit()
+        if old.general.history_size != new.general.history_size:
+            self.history.max_entries = new.general.history_size
+        if old.general.start_at_login != new.general.start_at_login:
+            self._set_autostart(new.general.start_at_login)
+        self._restart_idle_timer()
+
+    def _set_autostart(self, enabled: bool) -> None:
+        from dictation import autostart
+
+        try:
+            path = autostart.set_enabled(enabled)
+        except OSError as exc:
+            self._notify("error", f"Could not change start at login: {exc}")
+            return
+        log.info("start at login %s (%s)", "enabled" if enabled else "disabled", path)
+
+    def _update_sounds(self, settings: Settings) -> None:
+        r = settings.recording
+        if hasattr(self._sounds, "volume") and hasattr(self._sounds, "enabled"):
+            self._sounds.volume, self._sounds.enabled = r.sound_volume, r.sounds
+        else:
+            self._sounds = self._make_sounds(settings)
+
+    def _make_sounds(self, settings: Settings) -> Any:
+        if self._s.sound_factory is not None:
+            return self._s.sound_factory(settings)
+        from dictation.audio.sounds import SoundPlayer
+
+        return SoundPlayer(volume=settings.recording.sound_volume, enabled=settings.recording.sounds)
+
+    def _language_context(self) -> tuple[str | None, str]:
+        t = self._settings.transcription
+        return (None if t.language == "auto" else t.language), t.context
+
+    # ---- model --------------------------------------------------------------------------------
+
+    def _request_load(self, device: str | None = None) -> None:
+        if self.session.model_state is not S.ModelState.LOADING:
+            self._dispatch(S.ModelLoading())
+        self._load.emit(engine_options(self._settings, device))
+
+    def _on_loaded(self, label: str, seconds: float) -> None:
+        self._model_label = label
+        self.model_label_changed.emit(label)
+        self.model_progress.emit(f"Loaded {label} in {seconds:.1f} s")
+        log.info("speech model ready: %s (%.1f s)", label, seconds)
+        self._dispatch(S.ModelReady())
+
+    def _on_load_failed(self, message: str, gpu_failure: bool) -> None:
+        self._model_label = ""
+        self.model_label_changed.emit("")
+        if gpu_failure and not self._cpu_fallback and self._settings.engine.device != "cpu":
+            self._cpu_fallback = True
+            self._notify(
+                "warning",
+                f"The GPU could not be used ({message}). Loading the model on the CPU instead; "
+                "dictation will be slower.",
+            )
+            self.model_progress.emit(f"GPU failed: {message}; loading on the CPU …")
+            self._load.emit(engine_options(self._settings, device="cpu"))
+            return
+        self.model_progress.emit(f"Failed: {message}")
+        self._dispatch(S.ModelFailed(message))
+
+    def _on_unloaded(self) -> None:
+        self._model_label = ""
+        self.model_label_changed.emit("")
+        if self._settings.engine.model and self.session.model_state is S.ModelState.READY:
+            log.info("speech model unloaded after %d idle minutes", self._settings.engine.idle_unload_minutes)
+            self.model_progress.emit("Unloaded (idle); it loads again at the next dictation.")
+            self._dispatch(S.ModelUnloaded())
+        elif not self._settings.engine.model:
+            self.model_progress.emit(NO_MODEL_MESSAGE)
+            self._dispatch(S.ModelFailed("no speech model is chosen"))
+
+    def _restart_idle_timer(self) -> None:
+        minutes = self._settings.engine.idle_unload_minutes
+        if minutes > 0 and self._status is S.Status.IDLE and self.session.model_state is S.ModelState.READY:
+            self._idle_timer.start(minutes * MINUTE_MS)
+        else:
+            self._idle_timer.stop()
+
+    def _idle_unload(self) -> None:
+        if self._status is S.Status.IDLE and self.session.model_state is S.ModelState.READY:
+            self._unload.emit()
+
+    # ---- hotkeys ------------------------------------------------------------------------------
+
+    def _start_hotkeys(self) -> None:
+        from dictation.hotkeys import HotkeyError
+
+        h = self._settings.hotkeys
+        try:
+            choice = (self._s.hotkey_chooser or _default_hotkey_chooser)(h.backend)
+        except HotkeyError as exc:
+            self._notify("error", f"Global hotkeys are off: {exc}")
+            return
+        self._hotkey_choice = choice
+        log.info("%s", choice.describe())
+        if choice.backend is None:
+            self._notify("warning", choice.describe().splitlines()[0])
+            return
+        bindings = {DICTATE: h.hotkey}
+        if h.cancel_key and choice.backend.name != "portal":
+            # Listening backends only observe keys, so Esc keeps working in the user's windows; the
+            # portal would grab it from every application, so there the cancel key is left out.
+            bindings[CANCEL] = h.cancel_key
+        backend = choice.backend
+        try:
+            backend.start(
+                bindings,
+                self._from_hotkey_thread,
+                lambda error: self._hotkey_error.emit(str(error), bool(getattr(error, "fatal", False))),
+            )
+        except (HotkeyError, OSError) as exc:
+            self._notify("error", f"Global hotkeys could not start ({backend.name}): {exc}")
+            return
+        self._hotkeys = backend
+
+    def _stop_hotkeys(self) -> None:
+        if self._hotkeys is not None:
+            self._hotkeys.stop()
+            self._hotkeys = None
+
+    def _from_hotkey_thread(self, name: str, pressed: bool) -> None:
+        """Runs on the listener's thread: stamp the time now (the pre-roll counts from it), hand over."""
+        if not self._hotkeys_paused:  # paused (e.g. while a hotkey is being captured): keys are not events
+            self._hotkey_event.emit(name, pressed, self._clock())
+
+    def _on_hotkey(self, name: str, pressed: bool, t: float) -> None:
+        if name == DICTATE:
+            self._dispatch(S.HotkeyDown(t) if pressed else S.HotkeyUp(t))
+        elif name == CANCEL and pressed:
+            self._dispatch(S.CancelRequested())
+
+    def _on_hotkey_error(self, message: str, fatal: bool) -> None:
+        self._notify("error" if fatal else "warning", f"Hotkeys: {message}")
+
+    # ---- the session ----------------------------------------------------------------------------
+
+    def _dispatch(self, event: Any) -> None:
+        self._queue.append(event)
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self._queue:
+                event = self._queue.popleft()
+                self._event_t = getattr(event, "t", None) or self._clock()
+                for action in self.session.handle(event):
+                    self._perform(action)
+        finally:
+            self._dispatching = False
+
+    def _perform(self, action: Any) -> None:
+        if isinstance(action, S.StartCapture):
+            self._jobs[action.job_id] = _Job()
+            self._audio_start.emit(action.job_id, self._event_t)
+            self._poll.start()
+        elif isinstance(action, S.StopCapture):
+            r = self._settings.recording
+            self._audio_stop.emit(action.job_id, self._event_t, r.trim_silence, self._settings.general.keep_recordings)
+        elif isinstance(action, S.DiscardCapture):
+            self._jobs.pop(action.job_id, None)
+            self._audio_cancel.emit(action.job_id)
+        elif isinstance(action, S.LoadModel):
+            if self._settings.engine.model:
+                self._load.emit(engine_options(self._settings))
+            else:
+                self._queue.append(S.ModelFailed("no speech model is chosen"))
+        elif isinstance(action, S.Transcribe):
+            job = self._jobs.setdefault(action.job_id, _Job())
+            job.transcribe_wanted = True
+            self._maybe_transcribe(action.job_id)
+        elif isinstance(action, S.SkipTranscription):
+            job = self._jobs.setdefault(action.job_id, _Job())
+            job.skip_reason = action.reason
+            self._maybe_record_skip(action.job_id)
+        elif isinstance(action, S.DeliverText):
+            self._deliver_text(action)
+        elif isinstance(action, S.ScheduleTick):
+            delay = max(0, int((action.at_t - self._clock()) * 1000) + 1)
+            QTimer.singleShot(delay, self, lambda: self._dispatch(S.Tick(self._clock())))
+        elif isinstance(action, S.PlaySound):
+            if self._sounds is not None:
+                self._sounds.play(action.kind.value)
+        elif isinstance(action, S.Notify):
+            self._notify(action.level.value, action.message)
+        elif isinstance(action, S.SetStatus):
+            self._status = action.status
+            if action.status is not S.Status.RECORDING:
+                self._poll.stop()
+                self.input_level_changed.emit(0.0)
+            self._restart_idle_timer()
+            self.status_changed.emit(action.status)
+
+    def _notify(self, level: str, message: str) -> None:
+        {"info": log.info, "warning": log.warning}.get(level, log.error)("%s", message)
+        self.notified.emit(level, message)
+
+    def _poll_recorder(self) -> None:
+        """While recording: the level for the overlay, and a lost device or a full buffer."""
+        audio = self._s.audio_worker
+        self.input_level_changed.emit(self.input_level())
+        recording = self.session._recording  # noqa: SLF001 - read-only peek at the current job id
+        if recording is None:
+            return
+        error = audio.recorder_error()
+        if error:
+            self._dispatch(S.RecordingLost(recording.job_id, error, partial_audio_available=True))
+        elif audio.limit_reached():
+            self._dispatch(S.MaxLengthReached(recording.job_id))
+
+    # ---- jobs ---------------------------------------------------------------------------------
+
+    def _on_saved(self, job_id: int, saved: SavedTake) -> None:
+        job = self._jobs.setdefault(job_id, _Job())
+        job.saved = saved
+        log.info("recording %d saved: %s (%.1f s)", job_id, saved.path, saved.duration_s)
+        if saved.error:
+            self._notify("warning", saved.error)
+        self._maybe_transcribe(job_id)
+        self._maybe_record_skip(job_id)
+
+    def _maybe_transcribe(self, job_id: int) -> None:
+        job = self._jobs.get(job_id)
+        if job is None or not job.transcribe_wanted or job.saved is None:
+            return
+        job.transcribe_wanted = False
+        if job.saved.silence_reason is not None:
+            self._notify("warning", job.saved.silence_reason)
+            self._dispatch(S.TranscriptionDone(job_id, ""))
+            return
+        if len(job.saved.samples) == 0:  # trimming found no speech
+            self._dispatch(S.TranscriptionDone(job_id, ""))
+            return
+        language, context = self._language_context()
+        self._transcribe.emit(job_id, job.saved.samples, language, context)
+
+    def _maybe_record_skip(self, job_id: int) -> None:
+        """A skipped job's audio stays findable: an untranscribed history entry points at it."""
+        job = self._jobs.get(job_id)
+        if job is None or job.skip_reason is None or job.saved is None:
+            return
+        self.history.add(
+            "",
+            duration_s=job.saved.duration_s,
+            audio_path=job.saved.path,
+            outcome=Outcome.failed(f"not transcribed: {job.skip_reason}"),
+        )
+        self._jobs.pop(job_id, None)
+        self.history_changed.emit()
+
+    def _on_transcribed(self, request_id: int, transcript: Any) -> None:
+        if request_id >= RETRANSCRIBE_BASE:
+            self._on_retranscribed(request_id, transcript)
+            return
+        job = self._jobs.get(request_id)
+        if job is not None:
+            job.transcript = transcript
+        log.info("transcribed job %d: %d characters (%s)", request_id, len(transcript.text), transcript.language)
+        self._dispatch(S.TranscriptionDone(request_id, transcript.text, transcript.language or None))
+
+    def _on_transcribe_failed(self, request_id: int, message: str) -> None:
+        if request_id >= RETRANSCRIBE_BASE:
+            self._retranscribe.pop(request_id, None)
+            self._notify("error", f"Re-transcription failed: {message}")
+            return
+        self._dispatch(S.TranscriptionFailed(request_id, f"Transcription failed: {message}"))
+        job = self._jobs.pop(request_id, None)
+        if job is not None and job.saved is not None:
+            self.history.add(
+                "",
+                duration_s=job.saved.duration_s,
+                audio_path=job.saved.path,
+                outcome=Outcome.failed(f"transcription failed: {message}"),
+            )
+            self.history_changed.emit()
+
+    def _on_retranscribed(self, request_id: int, transcript: Any) -> None:
+        entry_id = self._retranscribe.pop(request_id, None)
+        if entry_id is None:
+            return
+        text = _apply_textops(transcript.text, self._settings)
+        self.history.update_text(
+            entry_id,
+            text,
+            language=transcript.language or None,
+            model_label=self._model_label,
+            timings=dict(transcript.timings),
+        )
+        self.history_changed.emit()
+        self._notify("info", f"Transcribed again: {text.strip()[:80] or '(no speech)'}")
+
+    def _deliver_text(self, action: S.DeliverText) -> None:
+        job = self._jobs.get(action.job_id) or _Job()
+        text = _apply_textops(action.text, self._settings)
+        transcript, saved = job.transcript, job.saved
+        entry_id = self.history.add(
+            text,
+            language=action.language,
+            duration_s=saved.duration_s if saved else None,
+            model_label=self._model_label or None,
+            audio_path=saved.path if saved else None,
+            timings=dict(transcript.timings) if transcript is not None else None,
+        )
+        self._pending_history[entry_id] = action.job_id
+        self.history_changed.emit()
+        self._deliver.emit(entry_id, text)
+
+    def _on_delivered(self, entry_id: int, result: Any) -> None:
+        if entry_id < 0:  # a re-type from the history window
+            if not result.ok:
+                self._notify("warning", result.message)
+            return
+        job_id = self._pending_history.pop(entry_id, None)
+        self.history.set_outcome(entry_id, outcome_of(result))
+        if not result.ok:
+            self._notify("warning", _delivery_message(result))
+        job = self._jobs.pop(job_id, None) if job_id is not None else None
+        if self._settings.general.keep_recordings == 0 and job is not None and job.saved is not None:
+            # The text is safely in history: the recording is no longer needed.
+            try:
+                Path(job.saved.path).unlink(missing_ok=True)
+                self.history.set_audio_path(entry_id, None)
+            except OSError as exc:
+                log.warning("cannot delete recording %s: %s", job.saved.path, exc)
+        self.history_changed.emit()
+
+    def _on_output_described(self, text: str) -> None:
+        self._output_description = text
+
+    def _on_download_finished(self, repo_id: str, folder: str, error: str) -> None:
+        self.download_finished.emit(repo_id, error)
+        if error == "cancelled":
+            self._notify("info", f"Download of {repo_id} cancelled; it resumes where it stopped next time.")
+        elif error:
+            self._notify("error", f"Download of {repo_id} failed: {error}")
+        else:
+            self._notify("info", f"Downloaded {repo_id}.")
+
+
+APP_ID = "io.github.dictation"  # the desktop-file id the portal knows the app by
+
+
+def _default_hotkey_chooser(preference: str) -> Any:
+    from dictation.hotkeys import choose_backend
+    from dictation.hotkeys.choose import default_factories
+    from dictation.hotkeys.portal import PortalBackend
+
+    factories = {**default_factories(), "portal": lambda: PortalBackend(app_id=APP_ID)}
+    return choose_backend(preference, factories=factories)
+
+
+def _engine_key(settings: Settings) -> tuple:
+    e = settings.engine
+    return (e.model, e.device, e.dtype, e.variant, e.adapters)
+
+
+def _apply_textops(text: str, settings: Settings) -> str:
+    from dictation.output.textops import apply
+
+    return apply(text, text_options(settings))
+
+
+def _delivery_message(result: Any) -> str:
+    if result.on_clipboard:
+        return f"The text could not be typed; it is on the clipboard, paste it yourself. ({result.message})"
+    return f"The text could not be typed; it is in the history. ({result.message})"

@@ -1,0 +1,262 @@
+"""The history window: past dictations (newest first) with search, Copy, Re-type, Delete and Re-transcribe.
+
+The text of every dictation is in the history before it is typed, so this is where a dictation that
+went to the wrong window, or failed to arrive, is found again. Double-click copies an entry.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from dictation.config.history import HistoryEntry, Outcome
+
+MAX_ROWS = 500
+SEARCH_DELAY_MS = 200
+COLUMNS = ("Time", "Language", "Duration", "Text", "Outcome")
+COL_TIME, COL_LANGUAGE, COL_DURATION, COL_TEXT, COL_OUTCOME = range(len(COLUMNS))
+ENTRY_ID = Qt.ItemDataRole.UserRole + 1
+TEXT_PREVIEW = 200  # characters in the table; the tooltip has all of it
+
+_OUTCOME_LABELS = {
+    Outcome.PENDING: "Pending",
+    Outcome.TYPED: "Typed",
+    Outcome.PASTED: "Pasted",
+    Outcome.CLIPBOARD_ONLY: "On clipboard",
+}
+
+
+def local_time(created: datetime, now: datetime | None = None) -> str:
+    """The entry's time in the local time zone: "Today 14:03", "Yesterday 09:12", "2024-05-01 14:03"."""
+    local = created.astimezone()
+    today = (now or datetime.now().astimezone()).astimezone().date()
+    if local.date() == today:
+        return local.strftime("Today %H:%M")
+    if (today - local.date()).days == 1:
+        return local.strftime("Yesterday %H:%M")
+    return local.strftime("%Y-%m-%d %H:%M")
+
+
+def outcome_label(outcome: str) -> str:
+    if outcome.startswith(Outcome.FAILED_PREFIX):
+        return "Failed: " + outcome[len(Outcome.FAILED_PREFIX) :]
+    return _OUTCOME_LABELS.get(outcome, outcome)
+
+
+def duration_label(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d} min"
+
+
+class HistoryWindow(QWidget):
+    def __init__(self, controller: Any, parent: QWidget | None = None):
+        super().__init__(parent, Qt.WindowType.Window)
+        self.controller = controller
+        self.setWindowTitle("Dictation history")
+        self.resize(900, 560)
+        self._entries: dict[int, HistoryEntry] = {}
+
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search the history…")
+        self.search.setClearButtonEnabled(True)
+        self._search_timer = QTimer(self)
+        self._search_timer.setSingleShot(True)
+        self._search_timer.setInterval(SEARCH_DELAY_MS)
+        self._search_timer.timeout.connect(self.reload)
+        self.search.textChanged.connect(self._search_timer.start)
+        self.search.returnPressed.connect(self.reload)
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        header = self.table.horizontalHeader()
+        for column in (COL_TIME, COL_LANGUAGE, COL_DURATION, COL_OUTCOME):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(COL_TEXT, QHeaderView.ResizeMode.Stretch)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.cellDoubleClicked.connect(lambda row, _column: self.controller.copy_entry(self.entry_at(row).id))
+
+        self.count_label = QLabel()
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setToolTip("Copy the text to the clipboard (or double-click the entry).")
+        self.copy_button.clicked.connect(self.copy_selected)
+        self.retype_button = QPushButton("Re-type")
+        self.retype_button.setToolTip("Hide this window and type the text into the window that then has the focus.")
+        self.retype_button.clicked.connect(self.retype_selected)
+        self.retranscribe_button = QPushButton("Re-transcribe")
+        self.retranscribe_button.setToolTip(
+            "Run the saved recording through the current model, adapters and vocabulary again."
+        )
+        self.retranscribe_button.clicked.connect(self.retranscribe_selected)
+        self.delete_button = QPushButton("Delete")
+        self.delete_button.clicked.connect(self.delete_selected)
+
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.count_label, 1)
+        for button in (self.copy_button, self.retype_button, self.retranscribe_button, self.delete_button):
+            buttons.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.search)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(buttons)
+
+        QShortcut(QKeySequence(QKeySequence.StandardKey.Copy), self.table, self.copy_selected)
+        QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.table, self.delete_selected)
+        QShortcut(QKeySequence(QKeySequence.StandardKey.Find), self, self.search.setFocus)
+        controller.history_changed.connect(self.reload)
+        self.reload()
+
+    # --- contents ---------------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Read the entries again (all recent ones, or those matching the search), keeping the selection."""
+        self._search_timer.stop()
+        selected = self.selected_id()
+        query = self.search.text().strip()
+        history = self.controller.history
+        entries = history.search(query, MAX_ROWS) if query else history.recent(MAX_ROWS)
+        self._entries = {e.id: e for e in entries}
+        self.table.setUpdatesEnabled(False)
+        self.table.clearSelection()
+        self.table.setRowCount(len(entries))
+        for row, entry in enumerate(entries):
+            self._fill_row(row, entry)
+        self.table.setUpdatesEnabled(True)
+        if selected is not None and selected in self._entries:
+            self.select_entry(selected)
+        if query:
+            self.count_label.setText(
+                f"{len(entries)} matching" + (" (newest shown)" if len(entries) >= MAX_ROWS else "")
+            )
+        else:
+            self.count_label.setText(
+                f"{len(entries)} dictations" + (" (newest shown)" if len(entries) >= MAX_ROWS else "")
+            )
+        self._update_buttons()
+
+    def _fill_row(self, row: int, entry: HistoryEntry) -> None:
+        text = " ".join(entry.text.split())
+        preview = text if len(text) <= TEXT_PREVIEW else text[: TEXT_PREVIEW - 1] + "…"
+        cells = (
+            local_time(entry.created),
+            entry.language or "",
+            duration_label(entry.duration_s),
+            preview,
+            outcome_label(entry.outcome),
+        )
+        for column, value in enumerate(cells):
+            item = QTableWidgetItem(value)
+            item.setData(ENTRY_ID, entry.id)
+            if column == COL_TEXT:
+                item.setToolTip(entry.text)
+            elif column == COL_TIME:
+                item.setToolTip(entry.created.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"))
+            elif column == COL_OUTCOME and entry.model_label:
+                item.setToolTip(f"Model: {entry.model_label}")
+            if column == COL_DURATION:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.table.setItem(row, column, item)
+
+    def row_count(self) -> int:
+        return self.table.rowCount()
+
+    def entry_at(self, row: int) -> HistoryEntry:
+        return self._entries[self.table.item(row, COL_TIME).data(ENTRY_ID)]
+
+    # --- selection --------------------------------------------------------------------------------
+
+    def selected_id(self) -> int | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        return self.table.item(rows[0].row(), COL_TIME).data(ENTRY_ID)
+
+    def selected_entry(self) -> HistoryEntry | None:
+        entry_id = self.selected_id()
+        return None if entry_id is None else self._entries.get(entry_id)
+
+    def select_entry(self, entry_id: int) -> None:
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, COL_TIME).data(ENTRY_ID) == entry_id:
+                self.table.selectRow(row)
+                return
+
+    def _update_buttons(self) -> None:
+        entry = self.selected_entry()
+        for button in (self.copy_button, self.retype_button, self.delete_button):
+            button.setEnabled(entry is not None)
+        has_audio = entry is not None and entry.audio_path is not None and Path(entry.audio_path).is_file()
+        self.retranscribe_button.setEnabled(has_audio)
+        if entry is not None and not has_audio:
+            self.retranscribe_button.setToolTip("The recording of this dictation is no longer kept.")
+        else:
+            self.retranscribe_button.setToolTip(
+                "Run the saved recording through the current model, adapters and vocabulary again."
+            )
+
+    # --- actions ----------------------------------------------------------------------------------
+
+    def copy_selected(self) -> None:
+        entry_id = self.selected_id()
+        if entry_id is not None:
+            self.controller.copy_entry(entry_id)
+
+    def retype_selected(self) -> None:
+        entry_id = self.selected_id()
+        if entry_id is None:
+            return
+        # Hidden first, so the window the user was writing in gets the focus back and receives the text.
+        self.hide()
+        self.controller.retype_entry(entry_id)
+
+    def retranscribe_selected(self) -> None:
+        entry = self.selected_entry()
+        if entry is None or not self.retranscribe_button.isEnabled():
+            return
+        self.controller.retranscribe_entry(entry.id)
+
+    def delete_selected(self) -> None:
+        entry = self.selected_entry()
+        if entry is None:
+            return
+        preview = entry.text if len(entry.text) <= 80 else entry.text[:79] + "…"
+        answer = QMessageBox.question(
+            self,
+            "Delete dictation",
+            f"Delete this dictation from the history?\n\n“{preview}”",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self.controller.delete_entry(entry.id)
+
+    def bring_forward(self) -> None:
+        self.setWindowState(self.windowState() & ~Qt.WindowState.WindowMinimized)
+        self.show()
+        self.raise_()
+        self.activateWindow()

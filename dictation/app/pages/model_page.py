@@ -1,0 +1,386 @@
+"""The Model page: which model (a folder, or a known model from the Hugging Face cache, or a download),
+where it runs and in which precision, LoRA adapters, and the language and vocabulary hints.
+
+Folders and adapters are checked before they are applied (``check_model_folder``, ``check_adapter``):
+a refused one is named with its problem under the control and the settings stay as they were.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from dictation.app.pages import SettingsPage
+from dictation.app.widgets.adapter_list import AdapterList
+from dictation.app.widgets.download_panel import DownloadPanel
+from dictation.app.widgets.fields import ChoiceEditor, FieldEditor, WrappedLabel, fields_of, info_for, style_as_help
+from dictation.asr.models import KNOWN_MODELS, KnownModel, find_known_model, looks_like_repo_id
+from dictation.config.schema import FieldInfo
+from dictation.config.settings import Adapter, Settings
+
+# GPU memory of each weights variant relative to bf16 (rough: weights shrink, working memory does not).
+MEMORY_FACTORS = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "int8": 0.55, "int4": 0.35}
+
+HAND_BUILT = {"engine.model", "engine.adapters", "engine.idle_unload_minutes"}  # the last is on General
+
+
+def check_model_folder(path: str | Path) -> str | None:
+    from dictation.asr.models import check_model_folder as check
+
+    return check(path)
+
+
+def check_adapter(adapter_dir: str | Path, model_folder: str | Path | None) -> str | None:
+    from dictation.asr.lora import check_adapter as check
+
+    return check(adapter_dir, model_folder)
+
+
+def known_model_for(spec: str, cached: dict[str, Path] | None = None) -> KnownModel | None:
+    """The known model ``spec`` (a repo id or a folder) is, if it can be told; None otherwise."""
+    if not spec:
+        return None
+    model = find_known_model(spec)
+    if model is not None:
+        return model
+    path = Path(spec).expanduser()
+    for repo_id, folder in (cached or {}).items():
+        if path == folder:
+            return find_known_model(repo_id)
+    for known in KNOWN_MODELS:
+        cache_name = "models--" + known.repo_id.replace("/", "--")
+        if cache_name in path.parts or path.name == known.repo_id.split("/")[1]:
+            return known
+    return None
+
+
+def variant_labels(choices: tuple[tuple[str, str], ...], known: KnownModel | None) -> dict[str, str]:
+    """Combo labels with the approximate GPU memory each weights variant needs."""
+    labels = {}
+    for value, label in choices:
+        factor = MEMORY_FACTORS.get(value)
+        if factor is None:
+            labels[value] = f"{label} (matches the precision)" if value == "auto" else label
+        elif known is not None:
+            labels[value] = f"{label} — about {known.vram_gb * factor:.1f} GB GPU memory (approx.)"
+        else:
+            labels[value] = f"{label} — about {factor:g}× the bf16 memory (approx.)"
+    return labels
+
+
+def intro_text() -> str:
+    parts = []
+    for model in KNOWN_MODELS:
+        if model.transformers_layout:
+            continue
+        parts.append(
+            f"<b>{model.label}</b>: {model.description} Download {model.download_gb:.1f} GB, "
+            f"needs about {model.vram_gb:.1f} GB of GPU memory in bf16."
+        )
+    return (
+        "<p>Dictation runs a Qwen3-ASR speech model on this computer. Choose one to start:</p><ul>"
+        + "".join(f"<li>{p}</li>" for p in parts)
+        + "</ul><p>Press <b>Download</b> next to a model below, or choose a model folder you already have. "
+        "With little GPU memory pick the 0.6B model or an int8/int4 variant; without a GPU the 0.6B model "
+        "is the better choice.</p>"
+    )
+
+
+class ModelFolderEditor(FieldEditor):
+    """A line edit (folder or repo id) with a Browse button; applies on Enter, focus-out or a chosen folder."""
+
+    def __init__(self, info: FieldInfo, parent: QWidget | None = None):
+        super().__init__(info, parent)
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.edit = QLineEdit()
+        self.edit.setPlaceholderText("Model folder, or a Hugging Face id such as Qwen/Qwen3-ASR-1.7B")
+        self.edit.editingFinished.connect(lambda: self.committed.emit(self.value()))
+        layout.addWidget(self.edit, 1)
+        self.browse = QPushButton("Browse…")
+        self.browse.clicked.connect(self.choose_folder)
+        layout.addWidget(self.browse)
+        self._add(row)
+
+    def value(self) -> str:
+        return self.edit.text().strip()
+
+    def set_value(self, value: Any) -> None:
+        if self.edit.text() == value:
+            return
+        self.edit.blockSignals(True)
+        self.edit.setText(str(value))
+        self.edit.blockSignals(False)
+
+    def choose_folder(self) -> None:
+        current = Path(self.value()).expanduser()
+        start = str(current if current.is_dir() else Path.home())
+        folder = QFileDialog.getExistingDirectory(self, "Choose a Qwen3-ASR model folder", start)
+        if folder:
+            self.committed.emit(folder)
+
+
+class KnownModelRow(QFrame):
+    """One known model: name, sizes, description, whether it is downloaded, and Use / Download."""
+
+    def __init__(self, model: KnownModel, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.model = model
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        text = QVBoxLayout()
+        text.setSpacing(2)
+        self.title = QLabel(f"<b>{model.label}</b>")
+        text.addWidget(self.title)
+        self.details = WrappedLabel(
+            f"{model.download_gb:.1f} GB download · about {model.vram_gb:.1f} GB GPU memory (bf16) · "
+            f"{model.description}"
+        )
+        style_as_help(self.details)
+        text.addWidget(self.details)
+        text.addStretch(1)
+        layout.addLayout(text, 1)
+        self.status = QLabel()
+        layout.addWidget(self.status)
+        self.button = QPushButton()
+        self.button.setMinimumWidth(90)
+        layout.addWidget(self.button)
+
+    def show_state(self, *, cached: bool, in_use: bool, downloading: str) -> None:
+        if in_use:
+            self.status.setText("In use")
+            self.button.setText("Use")
+            self.button.setEnabled(False)
+        elif cached:
+            self.status.setText("Downloaded")
+            self.button.setText("Use")
+            self.button.setEnabled(True)
+        else:
+            self.status.setText("Downloading…" if downloading == self.model.repo_id else "Not downloaded")
+            self.button.setText("Download")
+            self.button.setEnabled(not downloading)
+
+
+class ModelPage(SettingsPage):
+    name = "model"
+    title = "Model"
+
+    def __init__(self, controller: Any, parent: QWidget | None = None):
+        super().__init__(controller, parent)
+        self._cached: dict[str, Path] = {}
+
+        self.intro = QFrame()
+        self.intro.setObjectName("intro")
+        self.intro.setStyleSheet(
+            "QFrame#intro { border: 2px solid palette(highlight); border-radius: 6px; background: palette(base); }"
+        )
+        intro_layout = QVBoxLayout(self.intro)
+        heading = QLabel("<b>Choose a speech model to start dictating</b>")
+        intro_layout.addWidget(heading)
+        self.intro_text = WrappedLabel(intro_text())
+        self.intro_text.setTextFormat(Qt.TextFormat.RichText)
+        intro_layout.addWidget(self.intro_text)
+        self.add_widget(self.intro)
+
+        current = self.add_group("Current model")
+        self.loaded_label = QLabel()
+        self.loaded_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        current.add_widget("Loaded", self.loaded_label)
+        self.progress_label = WrappedLabel()
+        self.progress_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        current.add_widget("Status", self.progress_label)
+        self.model_row = current.add_field(info_for("engine.model"), ModelFolderEditor(info_for("engine.model")))
+
+        known = self.add_group("Known models")
+        self.model_rows: dict[str, KnownModelRow] = {}
+        for model in KNOWN_MODELS:
+            row = KnownModelRow(model)
+            row.button.clicked.connect(lambda _checked=False, repo_id=model.repo_id: self._on_model_button(repo_id))
+            known.add_widget("", row)
+            self.model_rows[model.repo_id] = row
+        self.download_panel = DownloadPanel()
+        self.download_panel.cancel_requested.connect(controller.cancel_download)
+        known.add_widget("", self.download_panel)
+        self.add_note(known, "Models are stored in the Hugging Face cache, shared with other tools.")
+
+        runs = self.add_group("Where it runs")
+        runs.add_fields(fields_of("engine", HAND_BUILT))
+        self.variant_editor = runs.rows["engine.variant"].editor
+        self.add_note(runs, "GPU memory figures are approximate: weights plus working memory for dictation.")
+
+        self.add_group("Transcription", fields_of("transcription"))
+
+        adapters = self.add_group("LoRA adapters")
+        self.adapter_row = adapters.add_field(
+            info_for("engine.adapters"), AdapterList(info_for("engine.adapters")), span=True
+        )
+        self.adapter_list: AdapterList = self.adapter_row.editor
+
+        controller.model_label_changed.connect(self._show_model_label)
+        controller.model_progress.connect(self.progress_label.setText)
+        controller.download_progress.connect(self._on_download_progress)
+        controller.download_finished.connect(self._on_download_finished)
+        self._show_model_label(controller.model_label)
+        self.scan_cache()
+        self.finish()
+
+    # --- showing ----------------------------------------------------------------------------------
+
+    def refresh(self, settings: Settings) -> None:
+        super().refresh(settings)
+        self.intro.setVisible(settings.engine.model == "")
+        known = known_model_for(settings.engine.model, self._cached)
+        if isinstance(self.variant_editor, ChoiceEditor):
+            self.variant_editor.set_item_labels(variant_labels(self.variant_editor.info.choices or (), known))
+        self._update_model_rows(settings)
+
+    def _update_model_rows(self, settings: Settings) -> None:
+        spec = settings.engine.model
+        downloading = self.download_panel.repo_id if self.download_panel.running else ""
+        for repo_id, row in self.model_rows.items():
+            folder = self._cached.get(repo_id)
+            in_use = spec == repo_id or (folder is not None and spec != "" and Path(spec).expanduser() == folder)
+            row.show_state(cached=folder is not None, in_use=in_use, downloading=downloading)
+
+    def _show_model_label(self, label: str) -> None:
+        self.loaded_label.setText(label or "No model loaded")
+
+    def scan_cache(self) -> None:
+        """Look again at which known models are in the Hugging Face cache (offline)."""
+        from dictation.asr.models import cached_models
+
+        self._cached = dict(cached_models())
+        self._update_model_rows(self.controller.settings)
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.scan_cache()  # a model may have been downloaded elsewhere (the CLI) meanwhile
+
+    # --- applying ---------------------------------------------------------------------------------
+
+    def commit(self, info: FieldInfo, value: Any) -> None:
+        if info.key == "engine.model":
+            self.choose_model(value)
+        elif info.key == "engine.adapters":
+            self.set_adapters(value)
+        else:
+            super().commit(info, value)
+
+    def choose_model(self, spec: str) -> bool:
+        """Check ``spec`` (a folder or a repo id) and make it the model; False (and why, shown) if refused."""
+        settings = self.controller.settings
+        spec = spec.strip()
+        if spec:
+            path = Path(spec).expanduser()
+            if path.is_dir() or not looks_like_repo_id(spec):
+                spec = str(path.absolute())
+        if spec == settings.engine.model:
+            self.model_row.editor.set_value(spec)
+            return True
+        if spec:
+            problem = model_problem(spec)
+            if problem:
+                self.model_row.show_error(problem)
+                self.model_row.editor.set_value(settings.engine.model)
+                return False
+        errors = self.apply(settings.replace(engine=settings.engine.replace(model=spec)))
+        if errors:
+            return False
+        self._warn_unfit_adapters()
+        return True
+
+    def set_adapters(self, adapters: tuple[Adapter, ...]) -> bool:
+        """Apply a new adapter list after checking each adapter that is new or newly switched on."""
+        settings = self.controller.settings
+        before = {a.path for a in settings.engine.adapters if a.enabled}
+        paths = [a.path for a in adapters]
+        duplicate = next((p for i, p in enumerate(paths) if p in paths[:i]), None)
+        problem = f"{duplicate} is already in the list." if duplicate else None
+        if problem is None:
+            model_folder = model_folder_of(settings.engine.model)
+            for adapter in adapters:
+                if adapter.enabled and adapter.path not in before:
+                    problem = check_adapter(adapter.path, model_folder)
+                    if problem:
+                        break
+        if problem:
+            self.adapter_row.show_error(problem)
+            self.adapter_list.set_value(settings.engine.adapters)
+            return False
+        return not self.apply(settings.replace(engine=settings.engine.replace(adapters=tuple(adapters))))
+
+    def _warn_unfit_adapters(self) -> None:
+        """After a model change, say which enabled adapters do not fit it (they would fail to load)."""
+        settings = self.controller.settings
+        folder = model_folder_of(settings.engine.model)
+        problems = [check_adapter(a.path, folder) for a in settings.engine.adapters if a.enabled]
+        problems = [p for p in problems if p]
+        if problems:
+            self.adapter_row.show_error(" ".join(problems) + " Switch it off or remove it.")
+
+    # --- known models and downloads ---------------------------------------------------------------
+
+    def _on_model_button(self, repo_id: str) -> None:
+        if repo_id in self._cached:
+            self.choose_model(repo_id)
+        else:
+            self.start_download(repo_id)
+
+    def start_download(self, repo_id: str) -> None:
+        self.download_panel.start(repo_id)
+        self._update_model_rows(self.controller.settings)
+        self.controller.start_download(repo_id)
+
+    def _on_download_progress(self, repo_id: str, done: int, total: int) -> None:
+        if not self.download_panel.running or self.download_panel.repo_id != repo_id:
+            self.download_panel.start(repo_id)  # started elsewhere (the tray's first-run prompt)
+            self._update_model_rows(self.controller.settings)
+        self.download_panel.set_progress(done, total)
+
+    def _on_download_finished(self, repo_id: str, error: str) -> None:
+        if self.download_panel.repo_id != repo_id:
+            self.download_panel.start(repo_id)
+        self.download_panel.finish(error)
+        self.scan_cache()
+        if not error:
+            self.choose_model(repo_id)
+
+
+def model_problem(spec: str) -> str | None:
+    """Why ``spec`` (an absolute folder or a repo id) cannot be used, or None."""
+    if looks_like_repo_id(spec) and not Path(spec).is_dir():
+        from dictation.asr.errors import ModelError
+        from dictation.asr.models import resolve_model
+
+        try:
+            folder = resolve_model(spec)
+        except ModelError as e:
+            return str(e)
+        return check_model_folder(folder)
+    return check_model_folder(spec)
+
+
+def model_folder_of(spec: str) -> Path | None:
+    """The folder ``engine.model`` names (a cached repo resolved offline), or None if there is none."""
+    if not spec:
+        return None
+    from dictation.asr.errors import ModelError
+    from dictation.asr.models import resolve_model
+
+    try:
+        return resolve_model(spec)
+    except ModelError:
+        return None

@@ -1,0 +1,239 @@
+"""The tray icon and its menu; a small status window where the desktop has no system tray.
+
+The icon follows the session's status (idle, loading, recording, transcribing, error); its tooltip
+names the model and the hotkey. A left click toggles dictation (like `dictation toggle`); the menu
+has start/stop, the last transcripts (click copies), the model switcher, settings, history, pause
+hotkeys and quit. Notifications from the controller appear as tray balloons.
+
+Without a system tray (bare X servers, GNOME without the AppIndicator extension) the same menu
+lives on a small always-available window, and the log says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QActionGroup, QGuiApplication
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPushButton,
+    QSystemTrayIcon,
+    QVBoxLayout,
+    QWidget,
+)
+
+from dictation.app.controller import AppController
+from dictation.app.icons import icon, status_icon
+from dictation.session import Status
+
+log = logging.getLogger(__name__)
+
+RECENT_ITEMS = 5
+STATUS_TEXT = {
+    Status.IDLE: "Ready",
+    Status.LOADING: "Loading the speech model…",
+    Status.RECORDING: "Recording…",
+    Status.TRANSCRIBING: "Transcribing…",
+    Status.ERROR: "Speech model unavailable",
+}
+VARIANTS = (("auto", "Automatic precision"), ("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
+_LEVEL_ICON = {
+    "info": QSystemTrayIcon.MessageIcon.Information,
+    "warning": QSystemTrayIcon.MessageIcon.Warning,
+    "error": QSystemTrayIcon.MessageIcon.Critical,
+}
+
+
+def elide(text: str, width: int = 48) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class TrayMenu(QMenu):
+    """The menu, rebuilt from the controller's state each time it is about to show."""
+
+    def __init__(
+        self, controller: AppController, show_settings: Callable[[str], None], show_history: Callable[[], None]
+    ):
+        super().__init__()
+        self.controller = controller
+        self._show_settings = show_settings
+        self._show_history = show_history
+        self.aboutToShow.connect(self.rebuild)
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        c = self.controller
+        self.clear()
+        recording = c.status is Status.RECORDING
+        toggle = self.addAction("Stop dictation" if recording else "Start dictation")
+        toggle.triggered.connect(c.toggle)
+        self.addSeparator()
+        entries = [e for e in c.history.recent(RECENT_ITEMS * 2) if e.text.strip()][:RECENT_ITEMS]
+        if entries:
+            header = self.addAction("Recent (click to copy)")
+            header.setEnabled(False)
+            for entry in entries:
+                action = self.addAction(elide(entry.text))
+                action.setToolTip(entry.text)
+                action.triggered.connect(lambda _=False, i=entry.id: c.copy_entry(i))
+        else:
+            empty = self.addAction("No dictations yet")
+            empty.setEnabled(False)
+        self.addSeparator()
+        self.addMenu(self._model_menu())
+        self.addAction("Settings…").triggered.connect(lambda: self._show_settings(""))
+        self.addAction("History…").triggered.connect(self._show_history)
+        pause = self.addAction("Pause hotkeys")
+        pause.setCheckable(True)
+        pause.setChecked(c.hotkeys_paused)
+        pause.toggled.connect(c.set_hotkeys_paused)
+        self.addSeparator()
+        self.addAction("Quit").triggered.connect(c.quit_requested.emit)
+
+    def _model_menu(self) -> QMenu:
+        from dictation.asr.models import KNOWN_MODELS, cached_models
+
+        c = self.controller
+        menu = QMenu("Model", self)
+        current = c.settings.engine.model
+        label = c.model_label or ("not loaded" if current else "none chosen")
+        info = menu.addAction(f"In use: {label}")
+        info.setEnabled(False)
+        menu.addSeparator()
+        labels = {m.repo_id: m.label for m in KNOWN_MODELS}
+        choices: list[str] = [repo for repo, _ in cached_models()]
+        if current and current not in choices:
+            choices.insert(0, current)
+        group = QActionGroup(menu)
+        for spec in choices:
+            action = menu.addAction(labels.get(spec, spec))
+            action.setCheckable(True)
+            action.setChecked(spec == current)
+            action.setToolTip(spec)
+            group.addAction(action)
+            action.triggered.connect(lambda _=False, m=spec: self._set_engine(model=m))
+        if not choices:
+            none = menu.addAction("No models yet — download one in Settings")
+            none.setEnabled(False)
+        menu.addSeparator()
+        variants = QActionGroup(menu)
+        for value, text in VARIANTS:
+            action = menu.addAction(text)
+            action.setCheckable(True)
+            action.setChecked(c.settings.engine.variant == value)
+            variants.addAction(action)
+            action.triggered.connect(lambda _=False, v=value: self._set_engine(variant=v))
+        menu.addSeparator()
+        menu.addAction("Model settings…").triggered.connect(lambda: self._show_settings("model"))
+        return menu
+
+    def _set_engine(self, **changes: str) -> None:
+        s = self.controller.settings
+        errors = self.controller.apply_settings(s.replace(engine=s.engine.replace(**changes)))
+        for error in errors:
+            self.controller.notified.emit("error", f"Cannot switch the model: {error}")
+
+
+class StatusWindow(QWidget):
+    """Stands in for the tray icon where no system tray exists: icon, status, menu button."""
+
+    def __init__(self, menu: QMenu) -> None:
+        super().__init__(None, Qt.WindowType.Window)
+        self.setWindowTitle("Dictation")
+        self.icon_label = QLabel()
+        self.status_label = QLabel()
+        self.message_label = QLabel()
+        self.message_label.setWordWrap(True)
+        menu_button = QPushButton("Menu")
+        menu_button.setMenu(menu)
+        top = QHBoxLayout()
+        top.addWidget(self.icon_label)
+        top.addWidget(self.status_label, 1)
+        top.addWidget(menu_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.message_label)
+        self.resize(320, 90)
+
+
+class Tray(QObject):
+    """Shows the controller's state in the system tray, or in a `StatusWindow` without one."""
+
+    def __init__(
+        self,
+        controller: AppController,
+        show_settings: Callable[[str], None],
+        show_history: Callable[[], None],
+        parent: QObject | None = None,
+        *,
+        force_window: bool = False,
+    ) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.menu = TrayMenu(controller, show_settings, show_history)
+        self.tray: QSystemTrayIcon | None = None
+        self.window: StatusWindow | None = None
+        if not force_window and QSystemTrayIcon.isSystemTrayAvailable():
+            self.tray = QSystemTrayIcon(status_icon(controller.status), self)
+            self.tray.setContextMenu(self.menu)
+            self.tray.activated.connect(self._activated)
+            self.tray.show()
+            log.info("tray icon shown")
+        else:
+            log.warning(
+                "no system tray on this desktop (on GNOME install the AppIndicator extension); "
+                "showing a small status window instead"
+            )
+            self.window = StatusWindow(self.menu)
+            self.window.setWindowIcon(icon("app"))
+            self.window.show()
+        controller.status_changed.connect(self.refresh)
+        controller.model_label_changed.connect(self.refresh)
+        controller.settings_changed.connect(self.refresh)
+        controller.hotkeys_paused_changed.connect(self.refresh)
+        controller.notified.connect(self.notify)
+        self.refresh()
+
+    def tooltip(self) -> str:
+        c = self.controller
+        s = c.settings
+        status = STATUS_TEXT[c.status]
+        model = c.model_label or (s.engine.model or "none chosen")
+        mode = {"push_to_talk": "hold", "toggle": "press to start/stop", "hybrid": "hold or tap"}[s.hotkeys.mode]
+        hotkey = f"{s.hotkeys.hotkey} ({mode})" + (" — paused" if c.hotkeys_paused else "")
+        return f"Dictation: {status}\nModel: {model}\nHotkey: {hotkey}"
+
+    def refresh(self, *_: object) -> None:
+        status = self.controller.status
+        tip = self.tooltip()
+        if self.tray is not None:
+            self.tray.setIcon(status_icon(status))
+            self.tray.setToolTip(tip)
+        if self.window is not None:
+            self.window.icon_label.setPixmap(status_icon(status).pixmap(24, 24))
+            self.window.status_label.setText(STATUS_TEXT[status])
+            self.window.status_label.setToolTip(tip)
+            self.window.setWindowTitle(f"Dictation — {STATUS_TEXT[status]}")
+
+    def notify(self, level: str, message: str) -> None:
+        if self.tray is not None and QSystemTrayIcon.supportsMessages():
+            self.tray.showMessage("Dictation", message, _LEVEL_ICON.get(level, _LEVEL_ICON["info"]), 6000)
+        if self.window is not None:
+            self.window.message_label.setText(message)
+
+    def _activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:
+        if reason == QSystemTrayIcon.ActivationReason.Trigger:
+            self.controller.toggle()
+        elif reason == QSystemTrayIcon.ActivationReason.MiddleClick:
+            self.menu.popup(QGuiApplication.primaryScreen().geometry().center())
+
+    def hide(self) -> None:
+        if self.tray is not None:
+            self.tray.hide()
+        if self.window is not None:
+            self.window.close()

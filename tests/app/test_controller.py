@@ -1,0 +1,251 @@
+"""The controller end to end with a real engine (tiny checkpoint), real settings, history and
+workers on their threads; only the microphone, key injection, hotkey listener and speaker are fakes."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import threading
+
+import numpy as np
+import pytest
+
+from dictation.app import controller as controller_module
+from dictation.audio.trim import trim_silence
+from dictation.config import Outcome, Settings
+from dictation.config.store import SettingsStore
+from dictation.session import Status
+from tests.app.controller_fakes import FakeChain
+from tests.app.rig import speech
+
+
+def test_push_to_talk_types_the_engine_text_and_stores_it_first(rig, engine_factory, ckpt_untied):
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    audio = speech()
+    r.dictate(audio)
+    r.qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    r.wait_status(Status.IDLE)
+
+    expected = engine_factory(ckpt_untied).transcribe(trim_silence(audio)).text  # trimming is on by default
+    assert expected.strip()
+    typed = r.chain.delivered[0]
+    assert typed == expected + " "  # the trailing space setting (on by default)
+    entry = r.history.recent(1)[0]
+    assert entry.text == typed
+    r.qtbot.waitUntil(lambda: r.history.get(entry.id).outcome == Outcome.PASTED, timeout=5000)
+    assert entry.audio_path is not None and entry.audio_path.is_file()
+    assert entry.duration_s == pytest.approx(len(audio) / 16000, abs=1e-3)
+    assert entry.model_label and "cpu" in entry.model_label
+    assert r.sounds.played == ["start", "stop"]
+    assert r.statuses[-3:] == [Status.RECORDING, Status.TRANSCRIBING, Status.IDLE]
+
+
+def test_press_while_loading_records_and_types_once_the_model_is_ready(rig, qtbot):
+    from dictation.asr import AsrEngine
+
+    gate = threading.Event()
+
+    def slow_engine(options):
+        gate.wait(30)
+        return AsrEngine(options)
+
+    r = rig(engine_factory=slow_engine)
+    r.start()
+    assert r.c.status is Status.LOADING
+    r.dictate(speech())
+    qtbot.waitUntil(lambda: r.c.status is Status.LOADING, timeout=5000)
+    assert any("still loading" in message for _, message in r.notes)
+    assert r.chain.delivered == []
+    gate.set()
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    assert r.history.recent(1)[0].text == r.chain.delivered[0]
+
+
+def test_a_gpu_failure_is_announced_then_the_model_loads_on_the_cpu(rig, qtbot, ckpt_untied):
+    from dictation.asr import AsrEngine
+
+    devices = []
+
+    def gpu_fails(options):
+        devices.append(options.device)
+        if options.device != "cpu":
+            raise RuntimeError("CUDA error: out of memory")
+        return AsrEngine(options)
+
+    settings = Settings()
+    settings = settings.replace(engine=settings.engine.replace(model=str(ckpt_untied), device="cuda"))
+    r = rig(settings, engine_factory=gpu_fails)
+    r.start()
+    r.wait_status(Status.IDLE)
+    assert devices == ["cuda", "cpu"]
+    warnings = [m for level, m in r.notes if level == "warning"]
+    assert warnings and "GPU could not be used" in warnings[0] and "CPU" in warnings[0]
+    assert r.c.model_label.endswith("cpu")
+    assert SettingsStore(r.store.path).load().engine.device == "cuda"  # the user's choice is kept
+
+
+def test_a_broken_model_folder_shows_the_error_state_and_saves_recordings_untranscribed(rig, qtbot, tmp_path):
+    broken = tmp_path / "not-a-model"
+    broken.mkdir()
+    settings = Settings()
+    settings = settings.replace(engine=settings.engine.replace(model=str(broken), device="cpu"))
+    r = rig(settings)
+    r.start()
+    r.wait_status(Status.ERROR)
+    assert any(level == "error" and "not-a-model" in m for level, m in r.notes)
+    r.dictate(speech())
+    qtbot.waitUntil(lambda: r.history.count() == 1, timeout=10_000)
+    entry = r.history.recent(1)[0]
+    assert entry.text == "" and entry.outcome.startswith(Outcome.FAILED_PREFIX)
+    assert entry.audio_path.is_file()
+    assert r.chain.delivered == []
+
+
+def test_silence_types_nothing_and_says_so(rig, qtbot):
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    r.dictate(np.zeros(32000, np.float32))
+    qtbot.waitUntil(lambda: len(r.notes) >= 1, timeout=10_000)
+    r.wait_status(Status.IDLE)
+    assert r.chain.delivered == []
+    assert any("muted" in m or "No speech" in m for _, m in r.notes)
+
+
+def test_failed_delivery_leaves_the_text_in_history_marked_and_tells_the_user(rig, qtbot):
+    r = rig(chain=FakeChain(ok=False))
+    r.start()
+    r.wait_status(Status.IDLE)
+    r.dictate(speech())
+    qtbot.waitUntil(
+        lambda: r.history.count() == 1 and r.history.recent(1)[0].outcome != Outcome.PENDING, timeout=20_000
+    )
+    assert r.history.recent(1)[0].outcome == Outcome.CLIPBOARD_ONLY
+    assert any(level == "warning" and "clipboard" in m for level, m in r.notes)
+
+
+def test_keep_recordings_zero_deletes_the_file_once_the_text_is_stored(rig, qtbot, ckpt_untied):
+    settings = Settings()
+    settings = settings.replace(
+        engine=settings.engine.replace(model=str(ckpt_untied), device="cpu"),
+        general=settings.general.replace(keep_recordings=0),
+    )
+    r = rig(settings)
+    r.start()
+    r.wait_status(Status.IDLE)
+    r.dictate(speech())
+    qtbot.waitUntil(lambda: r.history.count() == 1 and r.history.recent(1)[0].outcome == Outcome.PASTED, timeout=20_000)
+    qtbot.waitUntil(lambda: r.history.recent(1)[0].audio_path is None, timeout=5000)
+    assert list((r.store.path.parent.parent / "recordings").glob("*.wav")) == []
+
+
+def test_settings_apply_live_and_invalid_ones_change_nothing(rig, qtbot, ckpt_tied):
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    before = r.store.path.read_text()
+    bad = r.c.settings.replace(recording=r.c.settings.recording.replace(max_seconds=1))
+    errors = r.c.apply_settings(bad)
+    assert [e.key for e in errors] == ["recording.max_seconds"]
+    assert r.store.path.read_text() == before
+
+    # a new model is loaded in the background, and the label follows
+    new = r.c.settings.replace(engine=r.c.settings.engine.replace(model=str(ckpt_tied)))
+    with qtbot.waitSignal(r.c.settings_changed, timeout=5000):
+        assert r.c.apply_settings(new) == []
+    qtbot.waitUntil(lambda: r.c.status is Status.IDLE and ckpt_tied.name in r.c.model_label, timeout=20_000)
+    assert SettingsStore(r.store.path).load().engine.model == str(ckpt_tied)
+
+    # the hotkey mode changes the session's rules at once: toggle mode ignores the release
+    toggled = r.c.settings.replace(hotkeys=r.c.settings.hotkeys.replace(mode="toggle"))
+    assert r.c.apply_settings(toggled) == []
+    r.recorders.next_samples(speech())
+    r.hotkeys.press()
+    r.wait_status(Status.RECORDING)
+    r.hotkeys.release()
+    qtbot.waitUntil(lambda: r.sounds.played[-1:] == ["start"], timeout=5000)
+    assert r.c.status is Status.RECORDING
+    r.clock.advance(2.0)
+    r.hotkeys.press()
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+
+
+def test_paused_hotkeys_are_ignored_and_cancel_discards(rig, qtbot):
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    r.c.set_hotkeys_paused(True)
+    r.hotkeys.press()
+    r.hotkeys.release()
+    r.c.set_hotkeys_paused(False)
+
+    r.recorders.next_samples(speech())
+    r.hotkeys.press()
+    r.wait_status(Status.RECORDING)
+    r.hotkeys.press("cancel")
+    r.wait_status(Status.IDLE)
+    r.hotkeys.release()
+    assert r.sounds.played == ["start", "cancel"]
+    assert r.statuses.count(Status.RECORDING) == 1  # the presses while paused started nothing
+    assert r.history.count() == 0
+
+
+def test_ipc_commands_drive_the_session(rig, qtbot):
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    r.recorders.next_samples(speech())
+    assert r.c.handle_ipc("start")["ok"]
+    r.wait_status(Status.RECORDING)
+    qtbot.waitUntil(lambda: r.sounds.played[-1:] == ["start"], timeout=5000)
+    reply = r.c.handle_ipc("status")
+    assert reply["status"] == "recording" and reply["hotkeys"] == "fake"
+    r.clock.advance(2.0)
+    r.c.handle_ipc("stop")
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    assert r.c.handle_ipc("bogus")["ok"] is False
+
+
+def test_retranscribe_replaces_the_entry_text_with_the_current_context(rig, qtbot, engine_factory, ckpt_untied):
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    audio = speech(seed=9)
+    r.dictate(audio)
+    qtbot.waitUntil(lambda: r.history.count() == 1, timeout=20_000)
+    entry = r.history.recent(1)[0]
+    context = "Kubernetes, PySide6"
+    s = r.c.settings
+    assert r.c.apply_settings(s.replace(transcription=s.transcription.replace(context=context))) == []
+    with qtbot.waitSignal(r.c.history_changed, timeout=20_000):
+        r.c.retranscribe_entry(entry.id)
+    expected = engine_factory(ckpt_untied).transcribe(trim_silence(audio), context=context).text + " "
+    assert r.history.get(entry.id).text == expected
+
+
+def test_idle_unload_frees_the_model_and_the_next_dictation_reloads_it(rig, qtbot, monkeypatch, ckpt_untied):
+    monkeypatch.setattr(controller_module, "MINUTE_MS", 20)
+    settings = Settings()
+    settings = settings.replace(
+        engine=settings.engine.replace(model=str(ckpt_untied), device="cpu", idle_unload_minutes=1)
+    )
+    r = rig(settings)
+    r.start()
+    qtbot.waitUntil(lambda: r.c.session.model_state.value == "unloaded", timeout=10_000)
+    assert r.c.model_label == ""
+    r.dictate(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    assert r.history.recent(1)[0].text == r.chain.delivered[0]
+
+
+def test_first_run_without_a_model_is_an_error_state_that_a_model_choice_clears(rig, qtbot, ckpt_untied):
+    r = rig(Settings())
+    r.start()
+    assert r.c.status is Status.ERROR
+    s = r.c.settings
+    assert r.c.apply_settings(s.replace(engine=s.engine.replace(model=str(ckpt_untied), device="cpu"))) == []
+    r.wait_status(Status.IDLE)

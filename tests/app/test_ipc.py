@@ -1,0 +1,148 @@
+"""Single instance and `dictation toggle|start|stop|cancel|status` over the local socket."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import socket
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from dictation.app.ipc import IpcServer
+from dictation.ipc import IpcError, NotRunning, send_command, server_name
+
+
+@pytest.fixture(autouse=True)
+def private_runtime(tmp_path, monkeypatch):
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
+    return runtime
+
+
+def ask(qtbot, command: str, timeout: float = 5.0) -> dict:
+    """send_command blocks; the server needs the Qt loop: run the client on a thread and wait."""
+    box: dict = {}
+
+    def client():
+        try:
+            box["reply"] = send_command(command, timeout=timeout)
+        except IpcError as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    qtbot.waitUntil(lambda: not thread.is_alive(), timeout=int(timeout * 1000) + 2000)
+    if "error" in box:
+        raise box["error"]
+    return box["reply"]
+
+
+def test_commands_reach_the_handler_and_the_reply_comes_back(qtbot):
+    seen = []
+
+    def handler(command):
+        seen.append(command)
+        return {"ok": True, "status": "recording" if command == "toggle" else "idle"}
+
+    server = IpcServer(handler)
+    assert server.listen()
+    try:
+        assert ask(qtbot, "toggle") == {"ok": True, "status": "recording"}
+        assert ask(qtbot, "status")["status"] == "idle"
+        assert seen == ["toggle", "status"]
+    finally:
+        server.close()
+
+
+def test_socket_is_private_to_the_user(qtbot):
+    server = IpcServer(lambda c: {"ok": True})
+    assert server.listen()
+    try:
+        path = server_name()
+        folder_mode = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
+        assert folder_mode == 0o700
+        assert stat.S_ISSOCK(os.stat(path).st_mode)
+    finally:
+        server.close()
+
+
+SECOND_INSTANCE = """
+import os
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+from PySide6.QtCore import QCoreApplication
+from dictation.app.ipc import IpcServer
+app = QCoreApplication([])
+print(IpcServer(lambda c: {"ok": True}).listen())
+"""
+
+
+def test_a_second_instance_sees_the_first_and_leaves_it_alone(qtbot):
+    seen = []
+    first = IpcServer(lambda c: seen.append(c) or {"ok": True, "status": "idle"})
+    assert first.listen()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", SECOND_INSTANCE], stdout=subprocess.PIPE, text=True)
+        qtbot.waitUntil(lambda: proc.poll() is not None, timeout=30_000)
+        assert proc.stdout.read().strip() == "False"
+        assert seen == ["status"]
+        assert ask(qtbot, "toggle")["ok"]  # the first still owns the socket
+        assert seen == ["status", "toggle"]
+    finally:
+        first.close()
+
+
+def test_a_stale_socket_from_a_crashed_app_is_taken_over(qtbot):
+    path = server_name()
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(path)  # bound, never listening, then abandoned: what a killed app leaves
+    stale.close()
+    assert os.path.exists(path)
+    server = IpcServer(lambda c: {"ok": True, "status": "idle"})
+    try:
+        assert server.listen() is True
+        assert ask(qtbot, "status") == {"ok": True, "status": "idle"}
+    finally:
+        server.close()
+
+
+def test_bad_requests_get_a_clear_refusal(qtbot):
+    server = IpcServer(lambda c: {"ok": True})
+    assert server.listen()
+    try:
+        box = {}
+
+        def raw():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect(server_name())
+                s.sendall(b"not json\n")
+                box["reply"] = s.recv(4096)
+
+        thread = threading.Thread(target=raw)
+        thread.start()
+        qtbot.waitUntil(lambda: not thread.is_alive(), timeout=7000)
+        assert b'"ok": false' in box["reply"] and b"bad request" in box["reply"]
+    finally:
+        server.close()
+
+
+def test_client_without_a_running_app_says_so():
+    with pytest.raises(NotRunning, match="not running"):
+        send_command("toggle", timeout=1)
+
+
+@pytest.mark.parametrize("command", ["toggle", "start", "stop", "cancel", "status"])
+def test_cli_commands_fail_clearly_when_no_app_runs(command):
+    proc = subprocess.run(
+        [sys.executable, "-m", "dictation", command], capture_output=True, text=True, timeout=60, env=dict(os.environ)
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "dictation: error: dictation is not running (start it with `dictation`)"

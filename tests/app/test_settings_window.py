@@ -1,0 +1,570 @@
+"""The settings window against a FakeController with real settings storage: what a user edits ends up in
+settings.json, what is refused is explained next to the field and leaves the file alone."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QEvent, QPoint, Qt
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QApplication, QComboBox
+
+from dictation.app.pages import model_page
+from dictation.app.settings_window import PAGE_NAMES, SettingsWindow
+from dictation.config.schema import FieldError, field_info
+from dictation.config.settings import Adapter, Replacement, Settings
+
+
+@pytest.fixture
+def open_window(qtbot):
+    def open_(controller, page: str = "model") -> SettingsWindow:
+        window = SettingsWindow(controller)
+        qtbot.addWidget(window)
+        window.bring_forward(page)
+        qtbot.waitExposed(window)
+        return window
+
+    return open_
+
+
+@pytest.fixture
+def window(open_window, controller):
+    return open_window(controller)
+
+
+def rows(window):
+    return window.field_rows()
+
+
+def enter_text(qtbot, widget, text: str) -> None:
+    """Replace the text of a line edit, editable combo or spin box as a user would, then press Enter."""
+    if isinstance(widget, QComboBox):
+        widget = widget.lineEdit()
+    widget.selectAll()
+    qtbot.keyClicks(widget, text)  # typing replaces the selection
+    qtbot.keyClick(widget, Qt.Key.Key_Return)
+
+
+def click_check(qtbot, check) -> None:
+    """Click a check box on its box (a click right of its text does nothing, as for a user)."""
+    qtbot.mouseClick(check, Qt.MouseButton.LeftButton, pos=QPoint(8, check.height() // 2))
+
+
+def with_engine(**changes) -> Settings:
+    s = Settings()
+    return s.replace(engine=s.engine.replace(**changes))
+
+
+# --- the window -------------------------------------------------------------------------------------
+
+
+def test_every_setting_has_a_control_on_some_page(window):
+    assert set(rows(window)) == {info.key for info in field_info()}
+
+
+def test_show_page_and_bring_forward(qtbot, controller):
+    window = SettingsWindow(controller)
+    qtbot.addWidget(window)
+    assert not window.isVisible()
+    window.bring_forward("output")
+    assert window.isVisible()
+    assert window.current_page() == "output"
+    for name in PAGE_NAMES:
+        window.show_page(name)
+        assert window.current_page() == name
+    with pytest.raises(ValueError, match="no settings page 'sounds'"):
+        window.show_page("sounds")
+
+
+# --- generated fields -------------------------------------------------------------------------------
+
+
+def test_a_number_typed_in_a_field_is_saved(qtbot, window, controller):
+    window.show_page("recording")
+    spin = rows(window)["recording.max_seconds"].editor.spin
+    enter_text(qtbot, spin, "600")
+    assert controller.saved_settings().recording.max_seconds == 600
+
+
+def test_a_check_box_click_is_saved(qtbot, window, controller):
+    window.show_page("output")
+    check = rows(window)["output.trailing_space"].editor.check
+    click_check(qtbot, check)
+    assert controller.saved_settings().output.trailing_space is False
+
+
+def test_a_refused_value_is_explained_next_to_its_field_and_not_saved(qtbot, window, controller):
+    row = rows(window)["engine.device"]
+    enter_text(qtbot, row.editor.combo, "gpu")
+    assert "'gpu' is not auto, cpu, cuda, cuda:N or mps" in row.error_text()
+    assert row.editor.value() == "auto"  # back to what is in effect
+    assert not controller.store.path.exists()
+    assert controller.settings.engine.device == "auto"
+    # the next accepted edit clears the message
+    enter_text(qtbot, row.editor.combo, "cpu")
+    assert row.error_text() == ""
+    assert controller.saved_settings().engine.device == "cpu"
+
+
+def test_values_are_stored_in_their_normal_form(qtbot, window, controller):
+    enter_text(qtbot, rows(window)["engine.device"].editor.combo, "CUDA:1")
+    assert controller.saved_settings().engine.device == "cuda:1"
+    assert rows(window)["engine.device"].editor.value() == "cuda:1"
+
+
+def test_a_choice_picked_with_the_keyboard_is_saved(qtbot, window, controller):
+    combo = rows(window)["transcription.language"].editor.combo
+    first_language = combo.itemData(1)
+    qtbot.keyClick(combo, Qt.Key.Key_Down)
+    assert controller.saved_settings().transcription.language == first_language != "auto"
+
+
+def test_vocabulary_applies_after_a_pause_not_per_keystroke(qtbot, window, controller):
+    edit = rows(window)["transcription.context"].editor.edit
+    qtbot.keyClicks(edit, "Kubernetes, PySide6")
+    assert controller.applied == []  # nothing applied while typing
+    qtbot.waitUntil(lambda: controller.saved_settings().transcription.context == "Kubernetes, PySide6", timeout=5000)
+    assert len(controller.applied) == 1
+    assert edit.toPlainText() == "Kubernetes, PySide6"
+
+
+def test_vocabulary_applies_when_the_field_loses_focus(qtbot, window, controller):
+    edit = rows(window)["transcription.context"].editor.edit
+    edit.setFocus()
+    qtbot.waitUntil(edit.hasFocus)
+    qtbot.keyClicks(edit, "Dr. Nguyen")
+    rows(window)["engine.model"].editor.edit.setFocus()
+    qtbot.waitUntil(lambda: controller.saved_settings().transcription.context == "Dr. Nguyen", timeout=500)
+
+
+def test_settings_changed_elsewhere_update_the_widgets_without_applying_again(window, controller):
+    s = controller.settings
+    controller.change_settings_elsewhere(
+        s.replace(
+            recording=s.recording.replace(max_seconds=42),
+            output=s.output.replace(paste_chord="ctrl+shift+v", restore_clipboard=False),
+        )
+    )
+    assert rows(window)["recording.max_seconds"].editor.value() == 42
+    assert rows(window)["output.paste_chord"].editor.value() == "ctrl+shift+v"
+    assert rows(window)["output.paste_chord"].editor.combo.currentText() == "Ctrl+Shift+V"
+    assert not rows(window)["output.restore_delay_ms"].isEnabled()  # only matters while restoring
+    assert controller.applied == []
+
+
+def test_list_item_errors_appear_under_the_list_and_it_reverts(qtbot, open_window, make_controller, monkeypatch):
+    controller = make_controller(with_engine(adapters=(Adapter(path="/adapters/a", weight=1.0),)))
+    window = open_window(controller)
+    monkeypatch.setattr(
+        controller, "apply_settings", lambda s: [FieldError("engine.adapters[0].weight", "1.5 is too strong")]
+    )
+    adapters = window.page("model").adapter_list
+    spin = adapters.table.cellWidget(0, 1)
+    enter_text(qtbot, spin, "1.5")
+    assert window.page("model").adapter_row.error_text() == "Item 1, weight: 1.5 is too strong"
+    assert adapters.table.cellWidget(0, 1).value() == 1.0
+
+
+# --- Model page -------------------------------------------------------------------------------------
+
+
+def test_first_run_explanation_is_shown_until_a_model_is_chosen(window, controller):
+    page = window.page("model")
+    assert not page.intro.isHidden()
+    assert "0.6B" in page.intro_text.text() and "1.7B" in page.intro_text.text()
+    assert "GB of GPU memory" in page.intro_text.text()
+    controller.change_settings_elsewhere(with_engine(model="Qwen/Qwen3-ASR-1.7B"))
+    assert page.intro.isHidden()
+
+
+def test_a_bad_model_folder_is_refused_with_the_reason(qtbot, window, controller, tmp_path):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    row = window.page("model").model_row
+    enter_text(qtbot, row.editor.edit, str(empty))
+    assert str(empty) in row.error_text()
+    assert "config.json" in row.error_text()
+    assert row.editor.value() == ""
+    assert controller.saved_settings().engine.model == ""
+    assert controller.applied == []
+
+
+def test_a_missing_model_folder_is_refused(qtbot, window, controller, tmp_path):
+    row = window.page("model").model_row
+    row.editor.committed.emit(str(tmp_path / "nowhere"))  # what Browse… reports
+    assert "nowhere" in row.error_text()
+    assert controller.saved_settings().engine.model == ""
+
+
+def test_a_good_model_folder_is_saved(qtbot, window, controller, model_folder):
+    page = window.page("model")
+    enter_text(qtbot, page.model_row.editor.edit, str(model_folder))
+    assert page.model_row.error_text() == ""
+    assert controller.saved_settings().engine.model == str(model_folder)
+    assert page.intro.isHidden()
+
+
+def test_known_models_offer_use_when_cached_and_download_otherwise(qtbot, open_window, controller, put_in_hf_cache):
+    put_in_hf_cache("Qwen/Qwen3-ASR-0.6B")
+    window = open_window(controller)
+    page = window.page("model")
+    small, large = page.model_rows["Qwen/Qwen3-ASR-0.6B"], page.model_rows["Qwen/Qwen3-ASR-1.7B"]
+    assert (small.button.text(), small.status.text()) == ("Use", "Downloaded")
+    assert (large.button.text(), large.status.text()) == ("Download", "Not downloaded")
+    assert "4.7 GB download" in large.details.text() and "5.5 GB GPU memory" in large.details.text()
+    qtbot.mouseClick(small.button, Qt.MouseButton.LeftButton)
+    assert controller.saved_settings().engine.model == "Qwen/Qwen3-ASR-0.6B"
+    assert small.status.text() == "In use"
+    assert not small.button.isEnabled()
+
+
+def test_download_shows_progress_cancels_and_selects_the_model_when_done(qtbot, window, controller, put_in_hf_cache):
+    page = window.page("model")
+    repo = "Qwen/Qwen3-ASR-1.7B"
+    qtbot.mouseClick(page.model_rows[repo].button, Qt.MouseButton.LeftButton)
+    assert controller.called("start_download") == [("start_download", repo)]
+    panel = page.download_panel
+    assert not panel.isHidden()
+    assert "resume" in panel.note.text()
+    assert not page.model_rows["Qwen/Qwen3-ASR-0.6B"].button.isEnabled()  # one download at a time
+
+    controller.download_progress.emit(repo, 2_350_000_000, 4_700_000_000)
+    assert panel.percent() == 50
+    assert panel.amount.text() == "2.35 GB of 4.70 GB"
+    qtbot.mouseClick(panel.cancel_button, Qt.MouseButton.LeftButton)
+    assert controller.called("cancel_download") == [("cancel_download",)]
+
+    put_in_hf_cache(repo)  # the files arrived
+    controller.download_finished.emit(repo, "")
+    assert controller.saved_settings().engine.model == repo
+    assert page.model_rows[repo].status.text() == "In use"
+    assert panel.cancel_button.isHidden()
+
+
+def test_a_failed_download_says_why_and_changes_nothing(window, controller):
+    page = window.page("model")
+    repo = "Qwen/Qwen3-ASR-0.6B"
+    page.start_download(repo)
+    controller.download_finished.emit(repo, f"{repo}: cannot reach the Hugging Face Hub (offline)")
+    assert "cannot reach the Hugging Face Hub" in page.download_panel.result.text()
+    assert "failed" in page.download_panel.title.text()
+    assert controller.saved_settings().engine.model == ""
+    assert page.model_rows[repo].button.isEnabled()  # can be tried again
+
+
+def test_a_cancelled_download_changes_nothing(window, controller):
+    page = window.page("model")
+    page.start_download("Qwen/Qwen3-ASR-0.6B")
+    controller.download_finished.emit("Qwen/Qwen3-ASR-0.6B", "cancelled")
+    assert "cancelled" in page.download_panel.title.text()
+    assert controller.saved_settings().engine.model == ""
+
+
+def test_variants_show_approximate_gpu_memory_for_the_chosen_model(window, controller):
+    combo = rows(window)["engine.variant"].editor.combo
+
+    def label(value):
+        return combo.itemText(combo.findData(value))
+
+    assert "0.55× the bf16 memory" in label("int8")  # no model chosen: relative figures
+    controller.change_settings_elsewhere(with_engine(model="Qwen/Qwen3-ASR-1.7B"))
+    assert "about 3.0 GB" in label("int8") and "approx" in label("int8")
+    assert "about 11.0 GB" in label("fp32")
+    assert "about 1.9 GB" in label("int4")
+    assert "about 5.5 GB" in label("bf16")
+
+
+def test_model_label_and_loading_progress_are_shown(window, controller):
+    page = window.page("model")
+    assert page.loaded_label.text() == "No model loaded"
+    controller.model_progress.emit("Loading Qwen3-ASR-1.7B …")
+    assert page.progress_label.text() == "Loading Qwen3-ASR-1.7B …"
+    controller.set_model_label("Qwen3-ASR-1.7B · bf16 · cuda")
+    controller.model_progress.emit("Loaded Qwen3-ASR-1.7B in 2.1 s")
+    assert page.loaded_label.text() == "Qwen3-ASR-1.7B · bf16 · cuda"
+    assert page.progress_label.text() == "Loaded Qwen3-ASR-1.7B in 2.1 s"
+
+
+# --- adapters ---------------------------------------------------------------------------------------
+
+
+def test_a_rejected_adapter_is_not_added(open_window, make_controller, model_folder, tmp_path, monkeypatch):
+    seen = []
+
+    def check(adapter_dir, folder):
+        seen.append((adapter_dir, folder))
+        return f"{adapter_dir}: trained on Qwen3-ASR-0.6B, not on this model"
+
+    monkeypatch.setattr(model_page, "check_adapter", check)
+    controller = make_controller(with_engine(model=str(model_folder)))
+    window = open_window(controller)
+    adapter = tmp_path / "accent-adapter"
+    adapter.mkdir()
+    window.page("model").adapter_list.add_folder(adapter)
+    assert seen == [(str(adapter), model_folder)]  # checked against the chosen model, before applying
+    assert "trained on Qwen3-ASR-0.6B" in window.page("model").adapter_row.error_text()
+    assert controller.saved_settings().engine.adapters == ()
+    assert controller.applied == []
+    assert window.page("model").adapter_list.table.isHidden()
+
+
+def test_a_real_check_refuses_a_folder_that_is_no_adapter(window, controller, tmp_path):
+    not_adapter = tmp_path / "holiday-photos"
+    not_adapter.mkdir()
+    window.page("model").adapter_list.add_folder(not_adapter)
+    assert "holiday-photos" in window.page("model").adapter_row.error_text()
+    assert controller.saved_settings().engine.adapters == ()
+
+
+def test_an_adapter_that_fits_the_model_is_added(open_window, make_controller, model_folder, make_adapter):
+    controller = make_controller(with_engine(model=str(model_folder)))
+    window = open_window(controller)
+    adapter = make_adapter("accent")
+    window.page("model").adapter_list.add_folder(adapter)
+    assert window.page("model").adapter_row.error_text() == ""
+    assert controller.saved_settings().engine.adapters == (Adapter(path=str(adapter)),)
+
+
+def test_an_adapter_for_another_model_is_refused(open_window, make_controller, model_folder, make_adapter):
+    controller = make_controller(with_engine(model=str(model_folder)))
+    window = open_window(controller)
+    adapter = make_adapter("for-a-bigger-model", fits=False)
+    window.page("model").adapter_list.add_folder(adapter)
+    message = window.page("model").adapter_row.error_text()
+    assert "for-a-bigger-model" in message and "different model" in message
+    assert controller.saved_settings().engine.adapters == ()
+
+
+def test_choosing_another_model_warns_about_adapters_that_do_not_fit_it(
+    qtbot, open_window, make_controller, model_folder, monkeypatch
+):
+    controller = make_controller(with_engine(adapters=(Adapter(path="/adapters/accent"),)))
+    window = open_window(controller)
+    monkeypatch.setattr(model_page, "check_adapter", lambda adapter_dir, folder: f"{adapter_dir}: made for 0.6B.")
+    enter_text(qtbot, window.page("model").model_row.editor.edit, str(model_folder))
+    assert controller.saved_settings().engine.model == str(model_folder)  # the model change itself applies
+    assert "/adapters/accent: made for 0.6B." in window.page("model").adapter_row.error_text()
+
+
+def test_adapters_can_be_added_switched_weighted_and_removed(qtbot, window, controller, tmp_path, monkeypatch):
+    monkeypatch.setattr(model_page, "check_adapter", lambda adapter_dir, folder: None)
+    adapters = window.page("model").adapter_list
+    folder = tmp_path / "jargon"
+    adapters.add_folder(folder)
+    assert controller.saved_settings().engine.adapters == (Adapter(path=str(folder)),)
+    assert adapters.table.rowCount() == 1
+
+    adapters.add_folder(folder)
+    assert "already in the list" in window.page("model").adapter_row.error_text()
+    assert len(controller.saved_settings().engine.adapters) == 1
+
+    adapters.set_enabled(0, False)
+    assert controller.saved_settings().engine.adapters[0].enabled is False
+    enter_text(qtbot, adapters.table.cellWidget(0, 1), "0.5")
+    assert controller.saved_settings().engine.adapters[0].weight == 0.5
+    qtbot.mouseClick(adapters.table.cellWidget(0, 2), Qt.MouseButton.LeftButton)
+    assert controller.saved_settings().engine.adapters == ()
+    assert adapters.table.isHidden() and not adapters.empty.isHidden()
+
+
+def test_switching_an_adapter_on_checks_it_first(open_window, make_controller, monkeypatch):
+    monkeypatch.setattr(
+        model_page, "check_adapter", lambda adapter_dir, folder: f"{adapter_dir}: no adapter_config.json"
+    )
+    controller = make_controller(with_engine(adapters=(Adapter(path="/adapters/old", enabled=False),)))
+    window = open_window(controller)
+    adapters = window.page("model").adapter_list
+    adapters.set_enabled(0, True)
+    assert "/adapters/old: no adapter_config.json" in window.page("model").adapter_row.error_text()
+    assert adapters.table.item(0, 0).checkState() == Qt.CheckState.Unchecked
+    assert controller.saved_settings().engine.adapters[0].enabled is False
+
+
+# --- Recording page ---------------------------------------------------------------------------------
+
+
+def test_microphones_are_listed_and_the_chosen_name_is_saved(qtbot, window, controller):
+    window.show_page("recording")
+    combo = window.page("recording").microphone.combo
+    items = [combo.itemText(i) for i in range(combo.count())]
+    assert items == ["System default (Built-in Microphone)", "Built-in Microphone", "USB Headset"]
+    qtbot.keyClick(combo, Qt.Key.Key_End)
+    assert controller.saved_settings().recording.input_device == "USB Headset"
+
+
+def test_a_saved_microphone_that_is_unplugged_stays_visible(open_window, make_controller):
+    s = Settings()
+    controller = make_controller(s.replace(recording=s.recording.replace(input_device="Podcast Mic")))
+    window = open_window(controller, "recording")
+    combo = window.page("recording").microphone.combo
+    assert combo.currentText() == "Podcast Mic (not connected)"
+
+
+def test_level_meter_follows_the_microphone_only_while_the_page_is_visible(qtbot, window, controller):
+    page = window.page("recording")
+    controller.level = 0.6
+    assert controller.level_polls == 0  # the model page is showing
+    window.show_page("recording")
+    qtbot.waitUntil(lambda: page.meter.level() == pytest.approx(0.6))
+    controller.level = 0.1
+    qtbot.waitUntil(lambda: page.meter.level() == pytest.approx(0.1))
+    window.show_page("output")
+    assert not page.metering
+    polls = controller.level_polls
+    qtbot.wait(200)
+    assert controller.level_polls == polls
+
+
+def _capture(qtbot, edit, *keys):
+    qtbot.mouseClick(edit.button, Qt.MouseButton.LeftButton)
+    assert edit.capturing
+    for key, modifiers in keys:
+        qtbot.keyPress(edit.button, key, modifiers)
+        qtbot.keyRelease(edit.button, key, modifiers)
+
+
+def test_hotkey_capture_saves_the_pressed_keys_and_pauses_global_hotkeys_meanwhile(qtbot, window, controller):
+    window.show_page("recording")
+    edit = window.page("recording").hotkey_edit
+    qtbot.mouseClick(edit.button, Qt.MouseButton.LeftButton)
+    assert controller.hotkeys_paused is True
+    mods = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    qtbot.keyPress(edit.button, Qt.Key.Key_K, mods)
+    assert controller.saved_settings().hotkeys.hotkey == "ctrl+shift+k"
+    assert edit.button.text() == "Ctrl + Shift + K"
+    assert controller.called("set_hotkeys_paused") == [("set_hotkeys_paused", True), ("set_hotkeys_paused", False)]
+
+
+def test_space_finishes_a_capture_without_starting_another(qtbot, window, controller):
+    window.show_page("recording")
+    edit = window.page("recording").hotkey_edit
+    _capture(qtbot, edit, (Qt.Key.Key_Space, Qt.KeyboardModifier.ShiftModifier))
+    assert controller.saved_settings().hotkeys.hotkey == "shift+space"
+    assert not edit.capturing  # the release of Space did not click the button again
+    assert controller.hotkeys_paused is False
+
+
+def test_hotkey_capture_escape_keeps_the_old_hotkey(qtbot, window, controller):
+    window.show_page("recording")
+    edit = window.page("recording").hotkey_edit
+    _capture(qtbot, edit, (Qt.Key.Key_Escape, Qt.KeyboardModifier.NoModifier))
+    assert not edit.capturing
+    assert edit.button.text() == "Ctrl + Alt + Space"
+    assert controller.applied == []
+    assert controller.hotkeys_paused is False
+
+
+def test_hotkey_capture_restores_a_pause_that_was_already_on(qtbot, window, controller):
+    controller.set_hotkeys_paused(True)
+    window.show_page("recording")
+    edit = window.page("recording").hotkey_edit
+    _capture(qtbot, edit, (Qt.Key.Key_F9, Qt.KeyboardModifier.NoModifier))
+    assert controller.saved_settings().hotkeys.hotkey == "f9"
+    assert controller.hotkeys_paused is True
+
+
+def test_a_lone_modifier_becomes_a_push_to_talk_key_with_its_side(qtbot, window, controller):
+    window.show_page("recording")
+    edit = window.page("recording").hotkey_edit
+    qtbot.mouseClick(edit.button, Qt.MouseButton.LeftButton)
+    ctrl = Qt.KeyboardModifier.ControlModifier
+    right_ctrl_keysym = 0xFFE4
+    press = QKeyEvent(QEvent.Type.KeyPress, Qt.Key.Key_Control, ctrl, 105, right_ctrl_keysym, 0)
+    release = QKeyEvent(QEvent.Type.KeyRelease, Qt.Key.Key_Control, Qt.KeyboardModifier.NoModifier, 105, 0xFFE4, 0)
+    QApplication.sendEvent(edit.button, press)
+    assert controller.applied == []  # still waiting: a key may follow
+    QApplication.sendEvent(edit.button, release)
+    assert controller.saved_settings().hotkeys.hotkey == "right_ctrl"
+
+
+def test_cancel_key_backspace_means_no_cancel_key_and_default_restores_it(qtbot, window, controller):
+    window.show_page("recording")
+    edit = window.page("recording").cancel_edit
+    _capture(qtbot, edit, (Qt.Key.Key_Backspace, Qt.KeyboardModifier.NoModifier))
+    assert controller.saved_settings().hotkeys.cancel_key == ""
+    assert edit.button.text() == "None"
+    qtbot.mouseClick(edit.reset_button, Qt.MouseButton.LeftButton)
+    assert controller.saved_settings().hotkeys.cancel_key == "esc"
+
+
+# --- Output page ------------------------------------------------------------------------------------
+
+
+def test_detected_output_chain_is_shown_and_follows_the_method(qtbot, window, controller):
+    window.show_page("output")
+    page = window.page("output")
+    assert page.detected.text() == controller.output_description()
+    combo = rows(window)["output.method"].editor.combo
+    qtbot.keyClick(combo, Qt.Key.Key_End)  # "Typing"
+    assert controller.saved_settings().output.method == "type"
+    assert page.detected.text().startswith("method type")
+
+
+def test_replacements_can_be_added_and_removed(qtbot, window, controller):
+    window.show_page("output")
+    editor = window.page("output").replacements
+    qtbot.mouseClick(editor.add_button, Qt.MouseButton.LeftButton)
+    assert editor.table.rowCount() == 1
+    editor.set_cell(0, 1, "the")
+    assert controller.saved_settings().output.replacements == ()  # no 'replace' text yet: not used
+    assert window.page("output").replacements_row.error_text() == ""
+    editor.set_cell(0, 0, "teh")
+    assert controller.saved_settings().output.replacements == (Replacement(from_="teh", to="the"),)
+    editor.table.selectRow(0)
+    qtbot.mouseClick(editor.remove_button, Qt.MouseButton.LeftButton)
+    assert controller.saved_settings().output.replacements == ()
+    assert editor.table.rowCount() == 0
+
+
+# --- General and Log pages --------------------------------------------------------------------------
+
+
+def test_general_page_saves_and_shows_the_hotkey_backend(qtbot, window, controller):
+    window.show_page("general")
+    page = window.page("general")
+    assert page.hotkey_backend.text() == controller.hotkey_description()
+    click_check(qtbot, rows(window)["general.start_at_login"].editor.check)
+    enter_text(qtbot, rows(window)["engine.idle_unload_minutes"].editor.spin, "15")
+    saved = controller.saved_settings()
+    assert saved.general.start_at_login is True
+    assert saved.engine.idle_unload_minutes == 15
+    assert "engine.idle_unload_minutes" in page.rows
+    enter_text(qtbot, rows(window)["engine.idle_unload_minutes"].editor.spin, "0")
+    assert rows(window)["engine.idle_unload_minutes"].editor.spin.text() == "Never (keep it loaded)"
+    assert controller.saved_settings().engine.idle_unload_minutes == 0
+
+
+def _record(level, name, message, *args):
+    return logging.LogRecord(name, level, __file__, 1, message, args or None, None)
+
+
+def test_log_shows_earlier_and_new_lines_and_filters_by_level(open_window, controller):
+    controller.log.append(_record(logging.INFO, "dictation.app", "starting"))
+    controller.log.append(_record(logging.WARNING, "dictation.audio", "microphone %s is silent", "USB Headset"))
+    window = open_window(controller, "log")
+    page = window.page("log")
+    lines = page.text().splitlines()
+    assert len(lines) == 2
+    assert "INFO" in lines[0] and "dictation.app" in lines[0] and lines[0].endswith("starting")
+    assert "WARNING" in lines[1] and lines[1].endswith("microphone USB Headset is silent")
+    controller.log_record.emit(_record(logging.ERROR, "dictation.asr", "model failed to load"))
+    assert page.text().splitlines()[-1].endswith("model failed to load")
+    page.level_filter.setCurrentIndex(page.level_filter.findData(logging.WARNING))
+    assert [line.split()[1] for line in page.text().splitlines()] == ["WARNING", "ERROR"]
+    controller.log_record.emit(_record(logging.DEBUG, "dictation.asr", "hidden"))
+    assert "hidden" not in page.text()
+
+
+def test_open_log_folder_opens_the_log_directory(qtbot, open_window, controller, monkeypatch):
+    from PySide6.QtGui import QDesktopServices
+
+    from dictation.paths import log_dir
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url) or True)
+    window = open_window(controller, "log")
+    qtbot.mouseClick(window.page("log").open_button, Qt.MouseButton.LeftButton)
+    assert [Path(url.toLocalFile()) for url in opened] == [log_dir()]
+    assert log_dir().is_dir()
