@@ -24,6 +24,7 @@ import os
 import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 COMMANDS = ("toggle", "start", "stop", "cancel", "status", "show-settings", "show-history", "quit")
@@ -101,7 +102,7 @@ def _send_posix(request: bytes, timeout: float) -> bytes:
             raise IpcError(f"cannot reach the running app at {path}: {exc.strerror or exc}") from None
         try:
             sock.sendall(request)
-            return _read_line(sock)
+            return _read_line(sock.recv)
         except TimeoutError:
             raise IpcError(f"the running app did not answer within {timeout:g} s") from None
         except OSError as exc:
@@ -110,10 +111,11 @@ def _send_posix(request: bytes, timeout: float) -> bytes:
         sock.close()
 
 
-def _read_line(sock: socket.socket) -> bytes:
+def _read_line(read: Callable[[int], bytes]) -> bytes:
+    """The first line of the reply (without its newline), reading with ``read(n)`` until one arrives."""
     data = b""
     while b"\n" not in data:
-        chunk = sock.recv(4096)
+        chunk = read(4096)
         if not chunk:
             break
         data += chunk
@@ -134,14 +136,6 @@ def _send_windows(request: bytes, timeout: float) -> bytes:  # pragma: no cover 
         raise IpcError(f"cannot reach the running app at {path}: {exc}") from None
     try:
         pipe.write(request)
-        data = b""
-        while b"\n" not in data:
-            chunk = pipe.read(4096)
-            if not chunk:
-                break
-            data += chunk
-        if b"\n" not in data:
-            raise IpcError("the running app closed the connection without answering")
-        return data.split(b"\n", 1)[0]
+        return _read_line(pipe.read)
     finally:
         pipe.close()
