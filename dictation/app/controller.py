@@ -654,14 +654,14 @@ class AppController(QObject):
         """While recording: the level for the overlay, and a lost device or a full buffer."""
         audio = self._s.audio_worker
         self.input_level_changed.emit(self.input_level())
-        recording = self.session._recording  # noqa: SLF001 - read-only peek at the current job id
-        if recording is None:
+        job_id = self.session.recording_job_id
+        if job_id is None:
             return
         error = audio.recorder_error()
         if error:
-            self._dispatch(S.RecordingLost(recording.job_id, error, partial_audio_available=True))
+            self._dispatch(S.RecordingLost(job_id, error, partial_audio_available=True))
         elif audio.limit_reached():
-            self._dispatch(S.MaxLengthReached(recording.job_id))
+            self._dispatch(S.MaxLengthReached(job_id))
 
     # ---- jobs ---------------------------------------------------------------------------------
 
@@ -694,13 +694,12 @@ class AppController(QObject):
         job = self._jobs.get(job_id)
         if job is None or job.skip_reason is None or job.saved is None:
             return
-        self.history.add(
-            "",
-            duration_s=job.saved.duration_s,
-            audio_path=job.saved.path,
-            outcome=Outcome.failed(f"not transcribed: {job.skip_reason}"),
-        )
+        self._record_untranscribed(job.saved, f"not transcribed: {job.skip_reason}")
         self._jobs.pop(job_id, None)
+
+    def _record_untranscribed(self, saved: SavedTake, reason: str) -> None:
+        """An empty history entry pointing at the saved audio, so it can be re-transcribed later."""
+        self.history.add("", duration_s=saved.duration_s, audio_path=saved.path, outcome=Outcome.failed(reason))
         self.history_changed.emit()
 
     def _on_transcribed(self, request_id: int, transcript: Any) -> None:
@@ -721,13 +720,7 @@ class AppController(QObject):
         self._dispatch(S.TranscriptionFailed(request_id, f"Transcription failed: {message}"))
         job = self._jobs.pop(request_id, None)
         if job is not None and job.saved is not None:
-            self.history.add(
-                "",
-                duration_s=job.saved.duration_s,
-                audio_path=job.saved.path,
-                outcome=Outcome.failed(f"transcription failed: {message}"),
-            )
-            self.history_changed.emit()
+            self._record_untranscribed(job.saved, f"transcription failed: {message}")
 
     def _on_retranscribed(self, request_id: int, transcript: Any) -> None:
         entry_id = self._retranscribe.pop(request_id, None)

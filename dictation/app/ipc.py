@@ -31,7 +31,7 @@ _MAX_REQUEST = 64 * 1024
 class IpcServer(QObject):
     def __init__(self, handler: Handler, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._handler = handler
+        self.handler = handler  # replaceable: the app sets its controller's once it exists
         self._server = QLocalServer(self)
         if sys.platform == "win32":  # pragma: no cover - the pipe's ACL; on POSIX the 0700 folder does it
             # (On POSIX this option makes Qt rename its socket over an existing one, which would
@@ -89,7 +89,7 @@ class IpcServer(QObject):
             reply = {"ok": False, "message": 'bad request: expected one JSON line {"command": ...}'}
         else:
             try:
-                reply = self._handler(command)
+                reply = self.handler(command)
             except Exception as exc:  # a handler bug must not kill the server; the client hears it
                 log.exception("IPC command %r failed", command)
                 reply = {"ok": False, "message": f"{command} failed: {exc}"}

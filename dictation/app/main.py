@@ -72,8 +72,7 @@ def run(verbose: bool = False) -> int:
     qapp.setQuitOnLastWindowClosed(False)
     bridge, log_path = setup_logging(verbose)
 
-    holder: dict[str, object] = {}
-    server = IpcServer(lambda command: holder["controller"].handle_ipc(command))  # type: ignore[attr-defined]
+    server = IpcServer(lambda command: {"ok": False, "message": "dictation is still starting; try again"})
     try:
         first = server.listen()
     except IpcError as exc:
@@ -95,7 +94,7 @@ def run(verbose: bool = False) -> int:
     settings = report.settings
     history = History(max_entries=settings.general.history_size)
     controller = AppController(Services(store=store, history=history), settings=settings)
-    holder["controller"] = controller
+    server.handler = controller.handle_ipc
     controller.attach_log(bridge)
     app = App(qapp, controller)
     for problem in report.problems:

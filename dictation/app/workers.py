@@ -119,10 +119,6 @@ class EngineWorker(QObject):
             return
         self.transcribed.emit(request_id, result)
 
-    @property
-    def model_label(self) -> str:
-        return self._engine.model_label if self._engine is not None else ""
-
 
 def _message(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
@@ -177,6 +173,7 @@ class AudioWorker(QObject):
         self._dir = recordings_dir
         self._config: RecorderConfig | None = None
         self.recorder: Any = None
+        self._recorder_config: RecorderConfig | None = None  # what self.recorder was built with
         self._job: int | None = None
 
     @Slot(object)
@@ -196,6 +193,7 @@ class AudioWorker(QObject):
     def _create(self) -> None:
         assert self._config is not None
         self.recorder = self._factory(self._config)
+        self._recorder_config = self._config
 
     def _open_ahead(self) -> None:
         from dictation.audio.devices import AudioDeviceError
@@ -228,7 +226,7 @@ class AudioWorker(QObject):
         """Stop, save to disk, then trim. ``keep``: recordings to keep on disk (0: the app deletes
         each file itself once its text is in history)."""
         from dictation.audio.recordings import save_recording
-        from dictation.audio.trim import trim_silence
+        from dictation.audio.trim import find_speech
 
         if self._job != job_id or self.recorder is None:
             return
@@ -244,12 +242,9 @@ class AudioWorker(QObject):
         silence = take.silence_reason
         if silence is not None:
             samples = samples[:0]
-        elif trim:
-            samples = trim_silence(samples, take.sample_rate)
-            from dictation.audio.trim import has_speech
-
-            if not has_speech(take.samples, take.sample_rate):
-                samples = samples[:0]
+        elif trim:  # one speech search both trims and says whether there is speech at all
+            span = find_speech(samples, take.sample_rate)
+            samples = samples[span.start : span.end] if span.has_speech else samples[:0]
         self.saved.emit(job_id, SavedTake(path, samples, take.duration_s, silence, take.error))
         self._apply_pending_config()
 
@@ -263,15 +258,7 @@ class AudioWorker(QObject):
 
     def _apply_pending_config(self) -> None:
         """A configure() that arrived during a take is applied once the take is over."""
-        if (
-            self.recorder is not None
-            and self._config is not None
-            and getattr(self.recorder, "config", None)
-            not in (
-                None,
-                self._config,
-            )
-        ):
+        if self.recorder is not None and self._recorder_config != self._config:
             self.recorder.close()
             self.recorder = None
             self._create()
@@ -302,9 +289,7 @@ class AudioWorker(QObject):
 def _real_recorder(config: RecorderConfig) -> Any:
     from dictation.audio.capture import Recorder
 
-    recorder = Recorder(config.device, max_seconds=config.max_seconds, keep_open=config.keep_open)
-    recorder.config = config  # type: ignore[attr-defined]
-    return recorder
+    return Recorder(config.device, max_seconds=config.max_seconds, keep_open=config.keep_open)
 
 
 # ---- output -------------------------------------------------------------------------------------

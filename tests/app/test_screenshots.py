@@ -7,7 +7,6 @@ The PNGs land in ``$DICTATION_SCREENSHOTS`` or ``build/screenshots/`` for people
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 from PySide6.QtGui import QImage
 
 from tests.app.screenshots import PAGES, REPO, screenshot_dir
+from tests.output.conftest import running_xvfb
 
 EXPECTED = (
     ["settings-model-first-run.png", "history.png", "tray-menu.png", "tray-menu-model.png", "tray-icons.png"]
@@ -29,30 +29,8 @@ def x_display(tmp_path_factory):
     """A private Xvfb; yields its DISPLAY (":N")."""
     if shutil.which("Xvfb") is None:
         pytest.fail("Xvfb is missing: apt-get install xvfb (see tests/system-packages.txt)")
-    log_path = tmp_path_factory.mktemp("xvfb") / "xvfb.log"
-    read_fd, write_fd = os.pipe()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
-            pass_fds=(write_fd,),
-            stdout=log,
-            stderr=log,
-        )
-    os.close(write_fd)
-    try:
-        ready, _, _ = select.select([read_fd], [], [], 20)  # Xvfb writes its number once it accepts clients
-        number = os.read(read_fd, 64).decode().strip() if ready else ""
-        if not number.isdigit():
-            pytest.fail(f"Xvfb did not start: {log_path.read_text(errors='replace')[-500:]}")
-        yield f":{number}"
-    finally:
-        os.close(read_fd)
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with running_xvfb(tmp_path_factory.mktemp("xvfb") / "xvfb.log", screen="1280x1024x24") as display:
+        yield display
 
 
 def distinct_colours(image: QImage, samples: int = 64) -> int:

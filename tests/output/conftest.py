@@ -7,6 +7,7 @@ bits Qt needs).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,11 +56,22 @@ def xvfb(tmp_path_factory):
         pytest.fail(
             f"missing {', '.join(missing)}: apt-get install xvfb xdotool xclip xsel x11-utils x11-xserver-utils"
         )
-    log_path = tmp_path_factory.mktemp("xvfb") / "xvfb.log"
+    with running_xvfb(tmp_path_factory.mktemp("xvfb") / "xvfb.log") as display:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYLAND_", "XDG_SESSION", "XDG_CURRENT"))}
+        env.update(DISPLAY=display, XDG_SESSION_TYPE="x11", QT_QPA_PLATFORM="xcb")
+        env.pop("SWAYSOCK", None)
+        env.pop("HYPRLAND_INSTANCE_SIGNATURE", None)
+        wait_until(lambda: _run(env, "xdotool", "getmouselocation").returncode == 0, 10, what="X server")
+        yield env
+
+
+@contextlib.contextmanager
+def running_xvfb(log_path: Path, screen: str = "1280x800x24") -> Iterator[str]:
+    """Xvfb on a free display number (-displayfd), stopped on exit; yields its DISPLAY (":N")."""
     read_fd, write_fd = os.pipe()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", screen, "-nolisten", "tcp"],
             pass_fds=(write_fd,),
             stdout=log,
             stderr=log,
@@ -70,12 +83,7 @@ def xvfb(tmp_path_factory):
         number = os.read(read_fd, 64).decode().strip() if ready else ""
         if not number.isdigit():
             pytest.fail(f"Xvfb did not start: {log_path.read_text(errors='replace')[-500:]}")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYLAND_", "XDG_SESSION", "XDG_CURRENT"))}
-        env.update(DISPLAY=f":{number}", XDG_SESSION_TYPE="x11", QT_QPA_PLATFORM="xcb")
-        env.pop("SWAYSOCK", None)
-        env.pop("HYPRLAND_INSTANCE_SIGNATURE", None)
-        wait_until(lambda: _run(env, "xdotool", "getmouselocation").returncode == 0, 10, what="X server")
-        yield env
+        yield f":{number}"
     finally:
         os.close(read_fd)
         _stop(proc)
