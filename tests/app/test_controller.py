@@ -210,21 +210,37 @@ def test_ipc_commands_drive_the_session(rig, qtbot):
     assert r.c.handle_ipc("bogus")["ok"] is False
 
 
-def test_retranscribe_replaces_the_entry_text_with_the_current_context(rig, qtbot, engine_factory, ckpt_untied):
-    r = rig()
+def test_retranscribe_replaces_the_entry_text_with_the_current_context(rig, qtbot):
+    from dictation.asr import AsrEngine
+    from dictation.audio.wav import load_audio_16k
+
+    calls = []  # (samples, context, text) for each transcription the app ran
+
+    class Recording(AsrEngine):
+        def transcribe(self, samples, *args, **kwargs):
+            result = super().transcribe(samples, *args, **kwargs)
+            calls.append((np.array(samples, copy=True), kwargs.get("context"), result.text))
+            return result
+
+    r = rig(engine_factory=Recording)
     r.start()
     r.wait_status(Status.IDLE)
-    audio = speech(seed=9)
-    r.dictate(audio)
+    r.dictate(speech(seed=9))
     qtbot.waitUntil(lambda: r.history.count() == 1, timeout=20_000)
     entry = r.history.recent(1)[0]
+    assert len(calls) == 1 and not calls[0][1]
     context = "Kubernetes, PySide6"
     s = r.c.settings
     assert r.c.apply_settings(s.replace(transcription=s.transcription.replace(context=context))) == []
     with qtbot.waitSignal(r.c.history_changed, timeout=20_000):
         r.c.retranscribe_entry(entry.id)
-    expected = engine_factory(ckpt_untied).transcribe(trim_silence(audio), context=context).text + " "
-    assert r.history.get(entry.id).text == expected
+    assert len(calls) == 2
+    samples, used_context, text = calls[1]
+    assert used_context == context
+    # the saved recording, trimmed as the first time (trimming is on by default)
+    np.testing.assert_array_equal(samples, trim_silence(load_audio_16k(entry.audio_path)))
+    assert r.history.get(entry.id).text == text + " "
+    assert r.history.count() == 1  # replaced, not added
 
 
 def test_idle_unload_frees_the_model_and_the_next_dictation_reloads_it(rig, qtbot, monkeypatch, ckpt_untied):
