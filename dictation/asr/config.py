@@ -7,6 +7,7 @@ Two layouts exist (DESIGN.md §1.5): the original one, where everything lives un
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,9 @@ class AsrConfig:
     special: SpecialTokens
     layout: str  # "thinker" or "hf"
     support_languages: tuple[str, ...] = ()
+    # config.json's quantization_config of a pre-quantized folder (see dictation.asr.quant), validated;
+    # None for a floating-point model. The variant comes from here, never from the folder's name.
+    quantization: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, source: str = "config.json") -> AsrConfig:
@@ -108,7 +112,10 @@ class AsrConfig:
         if text.num_attention_heads % text.num_key_value_heads:
             raise ModelError(f"{source}: num_attention_heads not a multiple of num_key_value_heads")
         langs = tuple(raw.get("support_languages") or ())
-        return cls(audio=audio, text=text, special=special, layout=layout, support_languages=langs)
+        quantization = _quantization(raw.get("quantization_config"), source)
+        return cls(
+            audio=audio, text=text, special=special, layout=layout, support_languages=langs, quantization=quantization
+        )
 
     @classmethod
     def from_file(cls, path: Path) -> AsrConfig:
@@ -123,6 +130,48 @@ class AsrConfig:
         if not isinstance(raw, dict):
             raise ModelError(f"{path}: not a JSON object")
         return cls.from_dict(raw, source=str(path))
+
+
+# Kept here (not imported from dictation.asr.quant) so that reading a config never imports torch.
+_QUANT_METHOD = "dictation"
+_QUANT_FORMAT_VERSION = 1
+_QUANT_VARIANTS = ("int8", "int4")
+_INT4_GROUP_SIZES = (32, 64, 128, 256)
+
+
+def _quantization(q: Any, source: str) -> dict[str, Any] | None:
+    """Validate a ``quantization_config``: only this app's own pre-quantized folders load."""
+    if q is None:
+        return None
+    where = f"{source}: quantization_config"
+    if not isinstance(q, dict):
+        raise ModelError(f"{where} is not a JSON object")
+    method = q.get("quant_method")
+    if method != _QUANT_METHOD:
+        raise ModelError(
+            f"{where} has quant_method {method!r}: this model was quantized by another tool (bitsandbytes, "
+            f"GPTQ, AWQ, ...); only this app's own quantized folders (quant_method {_QUANT_METHOD!r}) load, "
+            "so use the unquantized model and quantize it with this app"
+        )
+    version = q.get("format_version")
+    if type(version) is not int or version < 1:
+        raise ModelError(f"{where} has no valid format_version ({version!r})")
+    if version > _QUANT_FORMAT_VERSION:
+        raise ModelError(
+            f"{where} has format_version {version}, newer than this app reads ({_QUANT_FORMAT_VERSION}); update the app"
+        )
+    variant = q.get("variant")
+    if variant not in _QUANT_VARIANTS:
+        raise ModelError(f"{where} has variant {variant!r}; expected one of {', '.join(_QUANT_VARIANTS)}")
+    group_size = q.get("group_size")
+    if variant == "int4" and (type(group_size) is not int or group_size not in _INT4_GROUP_SIZES):
+        raise ModelError(
+            f"{where} has group_size {group_size!r}; int4 needs an integer, one of "
+            f"{', '.join(map(str, _INT4_GROUP_SIZES))}"
+        )
+    if variant == "int8" and group_size is not None and type(group_size) is not int:
+        raise ModelError(f"{where} has group_size {group_size!r}; expected an integer or null")
+    return dict(q)
 
 
 def _pick(cls: type, raw: dict[str, Any]) -> Any:

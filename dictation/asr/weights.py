@@ -74,33 +74,27 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
 
 
 def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.dtype) -> AsrModel:
-    """Build the model without initialising it, then fill every parameter from the checkpoint."""
+    """Build the model without initialising it, then fill every parameter from the checkpoint.
+
+    A pre-quantized folder (``cfg.quantization`` set from config.json's ``quantization_config``) gets
+    the decoder's linear layers as empty Int8Linear / Int4Linear first, so their int8 / uint8 / float32
+    tensors load as stored; every floating tensor loads into ``dtype``.
+    """
     files = locate(folder)
     with torch.device("meta"):
         model = AsrModel(cfg)
+    quantized: set[str] = set()
+    if cfg.quantization is not None:
+        from dictation.asr.quant import DEFAULT_GROUP_SIZE, empty_quantized
+
+        q = cfg.quantization
+        for name in empty_quantized(model, q["variant"], group_size=q.get("group_size") or DEFAULT_GROUP_SIZE):
+            quantized.update(f"{name}.{buf}" for buf, _ in model.get_submodule(name).named_buffers())
     model = model.to(dtype).to_empty(device=device)
     model.eval().requires_grad_(False)
     expected = {name: tensor for name, tensor in model.state_dict().items()}
-    wanted = {checkpoint_name(name, cfg.layout): name for name in expected}
-
-    unexpected = [n for n in files.tensor_files if n not in wanted]
-    tied_head = checkpoint_name("lm_head.weight", cfg.layout)
-    ignored = [tied_head] if model.lm_head is None and tied_head in unexpected else []
-    unexpected = [n for n in unexpected if n not in ignored]
-    if unexpected:
-        name = unexpected[0]
-        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
-        raise WeightsError(
-            f"{files.tensor_files[name]}: unexpected tensor {name}{more}; "
-            f"not a Qwen3-ASR checkpoint in the {cfg.layout!r} layout?"
-        )
-    missing = [n for n in wanted if n not in files.tensor_files]
-    if missing:
-        name = missing[0]
-        shape = tuple(expected[wanted[name]].shape)
-        where = files.files[0] if len(files.files) == 1 else files.folder / INDEX_FILE
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise WeightsError(f"{where}: missing tensor {name} (expected shape {shape}){more}")
+    wanted, ignored = match_tensors(files, cfg, expected, tied=model.lm_head is None)
+    variant = cfg.quantization["variant"] if cfg.quantization else ""
 
     by_file: dict[Path, list[str]] = {}
     for ckpt_name in wanted:
@@ -113,16 +107,62 @@ def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.
                 if shape != tuple(target.shape):
                     raise WeightsError(f"{path}: tensor {ckpt_name} has shape {shape}, expected {tuple(target.shape)}")
                 tensor = f.get_tensor(ckpt_name)
-                if tensor.dtype not in FLOAT_DTYPES:
+                if wanted[ckpt_name] in quantized:
+                    if tensor.dtype != target.dtype:
+                        raise WeightsError(
+                            f"{path}: tensor {ckpt_name} is {tensor.dtype}, expected {target.dtype} "
+                            f"in a {variant} quantized folder"
+                        )
+                elif tensor.dtype not in FLOAT_DTYPES:
                     raise WeightsError(
                         f"{path}: tensor {ckpt_name} is {tensor.dtype}; only bf16/fp16/fp32 checkpoints load here"
+                        + _unmarked_hint(tensor.dtype, cfg)
                     )
                 target.copy_(tensor)
     if ignored:
-        _log_tied_head(files.tensor_files[tied_head], tied_head, model)
+        _log_tied_head(files.tensor_files[ignored[0]], ignored[0], model)
     # Non-persistent buffers were left uninitialised by to_empty(); compute them now.
     model.audio_tower.reset_buffers()
     return model
+
+
+_QUANT_SUFFIXES = (".qweight", ".scales", ".zeros", ".weight_scale")
+
+
+def _unmarked_hint(dtype: torch.dtype, cfg: AsrConfig) -> str:
+    if cfg.quantization is None and dtype in (torch.int8, torch.uint8):
+        return " (a quantized folder whose config.json lacks quantization_config?)"
+    return ""
+
+
+def match_tensors(
+    files: CheckpointFiles, cfg: AsrConfig, expected: dict[str, torch.Tensor], *, tied: bool
+) -> tuple[dict[str, str], list[str]]:
+    """Pair the checkpoint's tensors with our state-dict names ``expected`` (name -> tensor, for shapes).
+
+    Returns (checkpoint name -> our name, the ignored stored head of a tied model). Raises WeightsError
+    naming the file for an unexpected or a missing tensor.
+    """
+    wanted = {checkpoint_name(name, cfg.layout): name for name in expected}
+    unexpected = [n for n in files.tensor_files if n not in wanted]
+    tied_head = checkpoint_name("lm_head.weight", cfg.layout)
+    ignored = [tied_head] if tied and tied_head in unexpected else []
+    unexpected = [n for n in unexpected if n not in ignored]
+    if unexpected:
+        name = unexpected[0]
+        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
+        hint = f"not a Qwen3-ASR checkpoint in the {cfg.layout!r} layout?"
+        if cfg.quantization is None and name.endswith(_QUANT_SUFFIXES):
+            hint = "a quantized folder whose config.json lacks quantization_config?"
+        raise WeightsError(f"{files.tensor_files[name]}: unexpected tensor {name}{more}; {hint}")
+    missing = [n for n in wanted if n not in files.tensor_files]
+    if missing:
+        name = missing[0]
+        shape = tuple(expected[wanted[name]].shape)
+        where = files.files[0] if len(files.files) == 1 else files.folder / INDEX_FILE
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise WeightsError(f"{where}: missing tensor {name} (expected shape {shape}){more}")
+    return wanted, ignored
 
 
 def _log_tied_head(path: Path, name: str, model: AsrModel) -> None:

@@ -1,0 +1,689 @@
+"""Weight-only int8 / int4 linear layers for the text decoder, and pre-quantized model folders.
+
+Only the decoder's linear layers are quantized (``decoder.layers.N.self_attn.{q,k,v,o}_proj`` and
+``decoder.layers.N.mlp.{gate,up,down}_proj``). The audio encoder, the embeddings and the output head
+stay in floating point: ports that quantized those found that long audio then loops or comes out empty.
+
+Storage format (device independent; what a pre-quantized folder holds, under the checkpoint's own
+tensor names, e.g. ``thinker.model.layers.0.self_attn.q_proj.*``):
+
+- int8, symmetric per output channel: ``<name>.weight`` int8 ``[out, in]`` in -127..127 and
+  ``<name>.weight_scale`` float32 ``[out]``; ``w = weight * weight_scale[:, None]``,
+  ``weight_scale = absmax(row) / 127`` (1 for an all-zero row).
+- int4, asymmetric, groupwise along ``in``: ``<name>.qweight`` uint8 ``[out, in / 2]``, two 4-bit
+  values q in 0..15 per byte, the HIGH nibble holding the even column (``byte = q[2j] << 4 | q[2j+1]``,
+  the order torch's CUDA int4 packer reads); ``<name>.scales`` and ``<name>.zeros`` float32
+  ``[out, in / group]``; ``w = q * scales + zeros`` per group (``zeros`` is the group minimum, the
+  value q = 0 stands for; ``scales = (max - min) / 15``, 1 for a constant group). The group size is
+  ``pick_group_size(in_features, group_size)`` with ``group_size`` from ``quantization_config``.
+  Scales and zeros are float32 rather than bf16 so that dequantization is exact on every device; they
+  cost 0.5 bit per weight at group 128.
+
+Kernels (picked per call by device, dtype and number of rows, see ``KERNEL_MAX_ROWS``): torch's
+``_weight_int8pack_mm`` and the tinygemm int4 kernels (``_weight_int4pack_mm`` on CUDA,
+``_weight_int4pack_mm_for_cpu`` on CPU). Both int4 kernels take
+``scales_and_zeros [in / group, out, 2]`` in the activation dtype and compute
+``w = (q - 8) * scale + zero``, so the kernel's zero is ``zeros + 8 * scales`` (the group midpoint).
+Each kernel is checked once per (device, dtype) against dequantize + matmul on a small problem; one
+that is missing falls back to dequantize + ``F.linear``, one that gives wrong numbers raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+VARIANTS = ("bf16", "fp16", "fp32", "int8", "int4")
+QUANTIZED = ("int8", "int4")
+DEFAULT_GROUP_SIZE = 128
+GROUP_SIZES = (256, 128, 64, 32)  # what the int4 kernels accept; smaller ones are tried for narrow layers
+QUANT_METHOD = "dictation"
+FORMAT_VERSION = 1
+LAYER_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+LAYER_MODULES += ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")  # per decoder layer
+MODULES_TEXT = "decoder linear layers (q,k,v,o,gate,up,down)"
+
+# Set to False to always use dequantize + F.linear (a kernel that misbehaves on some machine).
+USE_KERNELS = True
+# Rows (tokens) up to which the kernel beats dequantize + matmul; beyond, the matmul wins (prefill).
+# CPU: measured with torch 2.13 on an AVX512-BF16 CPU (bf16 compute); CUDA: a guess, tinygemm is made for
+# small batches (not measured).
+KERNEL_MAX_ROWS = {("cpu", "int8"): 16, ("cpu", "int4"): 128, ("cuda", "int8"): 32, ("cuda", "int4"): 32}
+KERNEL_MAX_ROWS_DEFAULT = 32
+# CPU compute dtype of the quantized layers: None = bf16 where the CPU has bf16 instructions, else the
+# activation dtype (see cpu_computes_in_bf16); True / False force it.
+CPU_BF16_COMPUTE: bool | None = None
+
+_PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 2e-2}  # x max |reference|
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+def pick_group_size(in_features: int, group_size: int = DEFAULT_GROUP_SIZE) -> int:
+    """The int4 group size for a layer: ``group_size`` if it divides ``in_features``, else the largest
+    smaller one of 128/64/32 that does. Raises ValueError if none does."""
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"int4 group size {group_size} is not supported; choose one of {sorted(GROUP_SIZES)}")
+    for g in GROUP_SIZES:
+        if g <= group_size and in_features % g == 0:
+            return g
+    raise ValueError(
+        f"int4 needs in_features divisible by 32, 64 or 128 (at most the group size {group_size}); "
+        f"this layer has in_features {in_features}"
+    )
+
+
+def _check_weight(weight: torch.Tensor) -> torch.Tensor:
+    if weight.dim() != 2 or not weight.is_floating_point():
+        raise ValueError(f"expected a 2-D floating weight, got {tuple(weight.shape)} {weight.dtype}")
+    w = weight.detach().float()
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError("cannot quantize a weight that holds NaN or infinity")
+    return w
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[out, in]`` float -> (int8 ``[out, in]``, float32 scale ``[out]``), computed in float32."""
+    w = _check_weight(weight)
+    absmax = w.abs().amax(dim=1)
+    scale = torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``[out, in]`` float -> (qweight uint8 ``[out, in/2]``, scales, zeros float32 ``[out, in/group]``)."""
+    w = _check_weight(weight)
+    out_f, in_f = w.shape
+    if in_f % group_size:
+        raise ValueError(f"in_features {in_f} is not divisible by the group size {group_size}")
+    groups = w.view(out_f, in_f // group_size, group_size)
+    lo, hi = groups.amin(dim=-1), groups.amax(dim=-1)
+    span = hi - lo
+    scales = torch.where(span > 0, span / 15, torch.ones_like(span))
+    q = torch.round((groups - lo[..., None]) / scales[..., None]).clamp_(0, 15).to(torch.uint8)
+    return pack_int4(q.view(out_f, in_f)), scales, lo
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """uint8 values 0..15 ``[out, in]`` -> ``[out, in/2]``, even column in the high nibble."""
+    return (q[:, 0::2] << 4) | q[:, 1::2]
+
+
+def unpack_int4(qweight: torch.Tensor) -> torch.Tensor:
+    """``[out, in/2]`` uint8 -> ``[out, in]`` uint8 values 0..15 (inverse of :func:`pack_int4`)."""
+    return torch.stack((qweight >> 4, qweight & 0xF), dim=-1).view(qweight.shape[0], -1)
+
+
+@functools.cache
+def _cpu_has_bf16() -> bool:
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:
+        return False
+
+
+def cpu_computes_in_bf16() -> bool:
+    """Whether quantized layers on the CPU compute in bf16 whatever the activation dtype (the result is
+    cast back). By default where the CPU has bf16 dot-product instructions (AVX512-BF16, AMX): there
+    torch's bf16 kernels beat every float32 path by 5-25x, and bf16 rounding of the activations is
+    ~10x smaller than the weights' quantization error. ``CPU_BF16_COMPUTE`` overrides."""
+    return _cpu_has_bf16() if CPU_BF16_COMPUTE is None else CPU_BF16_COMPUTE
+
+
+_KERNEL_OK: dict[tuple, bool] = {}
+
+
+def _kernel_available(kind: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``kind``'s kernel runs on (device, dtype) and agrees with dequantize + matmul, checked
+    once on a small problem. A kernel that raises is reported missing; one that answers wrongly raises."""
+    key = (kind, device.type, device.index, dtype)
+    if key not in _KERNEL_OK:
+        _KERNEL_OK[key] = _probe(kind, device, dtype)
+    return _KERNEL_OK[key]
+
+
+def _probe(kind: str, device: torch.device, dtype: torch.dtype) -> bool:
+    gen = torch.Generator().manual_seed(1234)
+    weight = torch.randn(64, 256, generator=gen) / 16
+    x = torch.randn(5, 256, generator=gen)
+    module = Int8Linear.from_weight(weight) if kind == "int8" else Int4Linear.from_weight(weight, group_size=128)
+    module = module.to(device)
+    with torch.inference_mode(False), torch.no_grad():
+        xs = x.to(device=device, dtype=dtype)
+        reference = xs.float() @ module.dequantize().T
+        try:
+            got = torch.cat([module._kernel(xs[:1], dtype), module._kernel(xs, dtype)])
+        except (RuntimeError, NotImplementedError, TypeError, AttributeError) as exc:
+            log.info("%s kernel unavailable on %s for %s (%s); using dequantize + matmul", kind, device, dtype, exc)
+            return False
+        expected = torch.cat([reference[:1], reference])
+        err = float((got.float() - expected).abs().max())
+        bound = _PROBE_TOLERANCE.get(dtype, 2e-2) * float(expected.abs().max())
+    if not err <= bound:  # also catches NaN
+        raise RuntimeError(
+            f"the {kind} weight-only kernel on {device} ({dtype}) gives wrong results (max error {err:.3g}, "
+            f"allowed {bound:.3g}); set dictation.asr.quant.USE_KERNELS = False to avoid it"
+        )
+    return True
+
+
+# --- modules ----------------------------------------------------------------------------------------------
+
+
+class _QuantLinear(nn.Module):
+    """Shared plumbing: float32 buffers that never follow a dtype cast, and a per-device kernel cache."""
+
+    _FLOAT32_BUFFERS: tuple[str, ...] = ()
+    kind = ""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool | None) -> None:
+        super().__init__()
+        if bias not in (None, False):
+            raise ValueError(f"{type(self).__name__} has no bias (the decoder's linear layers have none)")
+        self.in_features, self.out_features = in_features, out_features
+        self._cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+    def _apply(self, fn, recurse: bool = True):
+        before = {name: self._buffers[name] for name in self._FLOAT32_BUFFERS}
+        super()._apply(fn, recurse)
+        for name, old in before.items():
+            new = self._buffers[name]
+            if new is not None and new.dtype != old.dtype:  # a dtype cast: move only, stay float32
+                self._buffers[name] = old.to(device=new.device)
+        self._cache.clear()
+        return self
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        self._cache.clear()
+        super()._load_from_state_dict(*args, **kwargs)
+
+    def clear_cache(self) -> None:
+        """Drop the kernel layouts (rebuilt at the next call); needed after changing buffers in place."""
+        self._cache.clear()
+
+    def dequantize(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        return self.dequantize().to(dtype)
+
+    def _kernel_fits(self, device: torch.device, dtype: torch.dtype) -> bool:
+        raise NotImplementedError
+
+    def _kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _plan(self, x: torch.Tensor, rows: int) -> tuple[torch.dtype, bool]:
+        """(compute dtype, use the kernel) for this call."""
+        device, dtype = x.device, x.dtype
+        if device.type == "cpu" and cpu_computes_in_bf16():
+            dtype = torch.bfloat16
+        limit = KERNEL_MAX_ROWS.get((device.type, self.kind), KERNEL_MAX_ROWS_DEFAULT)
+        if device.type == "cpu" and dtype != torch.bfloat16:
+            limit = 1  # the float32 kernels only win for a single row
+        use = (
+            USE_KERNELS
+            and rows <= limit
+            and self._kernel_fits(device, dtype)
+            and _kernel_available(self.kind, device, dtype)
+        )
+        return dtype, use
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"input has {x.shape[-1]} features, expected {self.in_features}")
+        x2d = x.reshape(-1, self.in_features)
+        dtype, use_kernel = self._plan(x, x2d.shape[0])
+        xc = x2d.to(dtype)
+        if use_kernel:
+            try:
+                y = self._kernel(xc.contiguous(), dtype)
+            except RuntimeError as exc:
+                raise RuntimeError(
+                    f"the {self.kind} kernel failed for {self} on {x.device} ({dtype}, input {tuple(x2d.shape)}): {exc}"
+                ) from exc
+        else:
+            y = self._fallback(xc)
+        return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+
+    def _fallback(self, x2d: torch.Tensor) -> torch.Tensor:
+        return F.linear(x2d, self._dequantized(x2d.dtype))
+
+
+class Int8Linear(_QuantLinear):
+    """Weight-only int8 linear layer (symmetric, one scale per output channel), no bias."""
+
+    _FLOAT32_BUFFERS = ("weight_scale",)
+    kind = "int8"
+
+    def __init__(self, in_features: int, out_features: int, bias: bool | None = None, device=None) -> None:
+        super().__init__(in_features, out_features, bias)
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8, device=device))
+        self.register_buffer("weight_scale", torch.ones(out_features, dtype=torch.float32, device=device))
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, compute_dtype: torch.dtype | None = None) -> Int8Linear:
+        """Quantize ``weight [out, in]`` (any float dtype; the math is float32) on its device.
+        ``compute_dtype``: the activation dtype, to prepare the kernel layout now rather than at the first call."""
+        q, scale = quantize_int8(weight)
+        module = cls(weight.shape[1], weight.shape[0], device="meta")
+        module.weight, module.weight_scale = q, scale
+        if compute_dtype is not None:
+            module.prepare(compute_dtype)
+        return module
+
+    def dequantize(self) -> torch.Tensor:
+        return self.weight.float() * self.weight_scale[:, None]
+
+    def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        return self.weight.to(dtype) * self.weight_scale.to(dtype)[:, None]
+
+    def _fallback(self, x2d: torch.Tensor) -> torch.Tensor:
+        # Scaling the output is cheaper than scaling the weight and the same up to rounding.
+        return F.linear(x2d, self.weight.to(x2d.dtype)) * self.weight_scale.to(x2d.dtype)
+
+    def prepare(self, dtype: torch.dtype) -> None:
+        """Build the kernel's inputs for ``dtype`` on the module's device (done lazily otherwise)."""
+        self._scales_for(dtype)
+
+    def _scales_for(self, dtype: torch.dtype) -> torch.Tensor:
+        key = (self.weight.device, dtype)
+        if key not in self._cache:
+            self._cache[key] = (self.weight_scale.to(dtype).contiguous(),)
+        return self._cache[key][0]
+
+    def _kernel_fits(self, device: torch.device, dtype: torch.dtype) -> bool:
+        # torch's CPU bf16 kernel crashes or gives garbage when in_features is not a multiple of 16.
+        return self.in_features % 32 == 0 and self.out_features % 16 == 0
+
+    def _kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return torch._weight_int8pack_mm(x2d, self.weight, self._scales_for(dtype))
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias=False, int8 per-channel"
+
+
+class Int4Linear(_QuantLinear):
+    """Weight-only int4 linear layer (asymmetric, groupwise along in_features), no bias."""
+
+    _FLOAT32_BUFFERS = ("scales", "zeros")
+    kind = "int4"
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool | None = None,
+        device=None,
+        *,
+        group_size: int = DEFAULT_GROUP_SIZE,
+    ) -> None:
+        super().__init__(in_features, out_features, bias)
+        self.group_size = pick_group_size(in_features, group_size)
+        n_groups = in_features // self.group_size
+        self.register_buffer("qweight", torch.zeros(out_features, in_features // 2, dtype=torch.uint8, device=device))
+        self.register_buffer("scales", torch.ones(out_features, n_groups, dtype=torch.float32, device=device))
+        self.register_buffer("zeros", torch.zeros(out_features, n_groups, dtype=torch.float32, device=device))
+
+    @classmethod
+    def from_weight(
+        cls,
+        weight: torch.Tensor,
+        compute_dtype: torch.dtype | None = None,
+        *,
+        group_size: int = DEFAULT_GROUP_SIZE,
+    ) -> Int4Linear:
+        """Quantize ``weight [out, in]`` (any float dtype; the math is float32) on its device, with
+        ``pick_group_size(in, group_size)``. ``compute_dtype``: prepare the kernel layout now."""
+        module = cls(weight.shape[1], weight.shape[0], device="meta", group_size=group_size)
+        module.qweight, module.scales, module.zeros = quantize_int4(weight, module.group_size)
+        if compute_dtype is not None:
+            module.prepare(compute_dtype)
+        return module
+
+    def dequantize(self) -> torch.Tensor:
+        return self._dequantized(torch.float32)
+
+    def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        q = unpack_int4(self.qweight).view(self.out_features, -1, self.group_size).to(dtype)
+        if dtype == torch.float32:
+            w = q * self.scales[..., None] + self.zeros[..., None]
+        else:
+            # Around the group midpoint, as the kernels do: in bf16/fp16 the terms are then small
+            # (|q - 8| <= 8) and the rounding error about 3x smaller than with q * scale + min.
+            scale, mid = self._half_scales(dtype)
+            w = (q - 8) * scale[..., None] + mid[..., None]
+        return w.view(self.out_features, self.in_features)
+
+    def _half_scales(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        key = ("scales", self.scales.device, dtype)
+        if key not in self._cache:
+            mid = self.zeros + 8 * self.scales
+            self._cache[key] = (self.scales.to(dtype), mid.to(dtype))
+        return self._cache[key]
+
+    def prepare(self, dtype: torch.dtype) -> None:
+        """Build the kernel layout for ``dtype`` on the module's device (done lazily otherwise); a no-op
+        where no kernel applies."""
+        if USE_KERNELS and self._kernel_fits(self.qweight.device, dtype):
+            self._packed_for(dtype)
+
+    def _inner_k_tiles(self) -> int:
+        return next(t for t in (8, 4, 2) if self.in_features % (16 * t) == 0)
+
+    def _kernel_fits(self, device: torch.device, dtype: torch.dtype) -> bool:
+        if device.type == "cpu":
+            return self.out_features % 16 == 0 and self.in_features % 32 == 0
+        if device.type == "cuda":  # tinygemm: bf16 only, n tiles of 8, k tiles of 16 (x 2 at least)
+            return dtype == torch.bfloat16 and self.out_features % 8 == 0 and self.in_features % 32 == 0
+        return False
+
+    def _packed_for(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        device = self.qweight.device
+        key = (device, dtype)
+        if key not in self._cache:
+            with torch.inference_mode(False), torch.no_grad():
+                # The kernels compute (q - 8) * scale + zero: their zero is the group midpoint.
+                zero = self.zeros + 8 * self.scales
+                sz = torch.stack((self.scales, zero), dim=-1).transpose(0, 1).contiguous().to(dtype)
+                if device.type == "cuda":
+                    packed = torch._convert_weight_to_int4pack(self.qweight.contiguous(), self._inner_k_tiles())
+                else:
+                    q = unpack_int4(self.qweight).to(torch.int32)
+                    packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+            self._cache[key] = (packed, sz)
+        return self._cache[key]
+
+    def _kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        packed, sz = self._packed_for(dtype)
+        if x2d.device.type == "cuda":
+            return torch._weight_int4pack_mm(x2d, packed, self.group_size, sz)
+        return torch._weight_int4pack_mm_for_cpu(x2d, packed, self.group_size, sz)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias=False, "
+            f"int4 group_size={self.group_size}"
+        )
+
+
+QUANT_MODULES = (Int8Linear, Int4Linear)
+
+
+# --- whole model ------------------------------------------------------------------------------------------
+
+
+def quantizable_names(num_layers: int) -> list[str]:
+    """Module names of the decoder's linear layers, in order."""
+    return [f"decoder.layers.{i}.{m}" for i in range(num_layers) for m in LAYER_MODULES]
+
+
+def quantizable_linears(model: nn.Module) -> dict[str, nn.Linear]:
+    """The decoder's linear layers that quantization replaces, by module name (still nn.Linear only)."""
+    modules = dict(model.named_modules())
+    out = {}
+    for name in quantizable_names(len(model.decoder.layers)):
+        module = modules.get(name)
+        if isinstance(module, nn.Linear):
+            out[name] = module
+    return out
+
+
+def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, leaf = name.rpartition(".")
+    setattr(model.get_submodule(parent), leaf, module)
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in QUANTIZED:
+        raise ValueError(f"variant {variant!r} is not a quantized variant; choose one of {', '.join(QUANTIZED)}")
+
+
+def quantize_model(
+    model: nn.Module,
+    variant: str,
+    *,
+    group_size: int = DEFAULT_GROUP_SIZE,
+    weights: Mapping[str, torch.Tensor] | None = None,
+) -> list[str]:
+    """Replace the decoder's linear layers in place by Int8Linear / Int4Linear; returns their names.
+
+    ``weights`` optionally gives, per module name, a float weight to quantize instead of the module's
+    own (e.g. LoRA-merged float32 weights). The quantized buffers live on each layer's device.
+    """
+    _check_variant(variant)
+    linears = quantizable_linears(model)
+    n_expected = len(model.decoder.layers) * len(LAYER_MODULES)
+    if len(linears) != n_expected:
+        raise ValueError(f"the model's decoder has {n_expected - len(linears)} layers that are already quantized")
+    weights = dict(weights or {})
+    unknown = sorted(set(weights) - set(linears))
+    if unknown:
+        raise ValueError(f"weights given for {unknown[0]}, which is not a quantizable decoder linear layer")
+    for name, linear in linears.items():  # check everything first: an error leaves the model as it was
+        if linear.bias is not None:
+            raise ValueError(f"{name} has a bias; only bias-free linear layers are quantized")
+        if name in weights and tuple(weights[name].shape) != tuple(linear.weight.shape):
+            shape, want = tuple(weights[name].shape), tuple(linear.weight.shape)
+            raise ValueError(f"weights[{name!r}] has shape {shape}, expected {want}")
+    names = list(linears)
+    for name in names:
+        linear = linears.pop(name)  # hold no reference: each float weight is freed once replaced
+        w = weights.pop(name, None)
+        w = linear.weight if w is None else w.to(linear.weight.device)
+        new = Int8Linear.from_weight(w) if variant == "int8" else Int4Linear.from_weight(w, group_size=group_size)
+        _set_module(model, name, new)
+        del linear, w
+    log.debug("quantized %d decoder linear layers to %s", len(names), variant)
+    return names
+
+
+def replace_linear(
+    model: nn.Module, name: str, variant: str, weight: torch.Tensor, *, group_size: int = DEFAULT_GROUP_SIZE
+) -> nn.Module:
+    """Put a layer quantized from ``weight`` (float, any device) at module ``name``, in place of what is
+    there (an nn.Linear or a quantized layer, e.g. to re-quantize a LoRA-merged weight); returns it.
+    The new layer lives on the device of the one it replaces."""
+    _check_variant(variant)
+    old = model.get_submodule(name)
+    if not isinstance(old, (nn.Linear, *QUANT_MODULES)):
+        raise ValueError(f"{name} is a {type(old).__name__}, not a linear layer")
+    shape = (old.out_features, old.in_features)
+    if tuple(weight.shape) != shape:
+        raise ValueError(f"the weight for {name} has shape {tuple(weight.shape)}, expected {shape}")
+    device = next(iter(old.buffers() if isinstance(old, QUANT_MODULES) else old.parameters())).device
+    w = weight.detach().to(device)
+    new = Int8Linear.from_weight(w) if variant == "int8" else Int4Linear.from_weight(w, group_size=group_size)
+    _set_module(model, name, new)
+    return new
+
+
+def empty_quantized(model: nn.Module, variant: str, *, group_size: int = DEFAULT_GROUP_SIZE) -> list[str]:
+    """Swap the decoder's linear layers for empty quantized ones of the right shapes, on each layer's
+    device (meta when building a model to load a pre-quantized folder into)."""
+    _check_variant(variant)
+    linears = quantizable_linears(model)
+    for name, linear in linears.items():
+        device = linear.weight.device
+        if variant == "int8":
+            new = Int8Linear(linear.in_features, linear.out_features, device=device)
+        else:
+            new = Int4Linear(linear.in_features, linear.out_features, device=device, group_size=group_size)
+        _set_module(model, name, new)
+    return list(linears)
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of all parameters and persistent buffers (shared tensors once): what the weights cost."""
+    seen: set[int] = set()
+    total = 0
+    for module in model.modules():
+        tensors = list(module._parameters.values())
+        tensors += [b for n, b in module._buffers.items() if n not in module._non_persistent_buffers_set]
+        for t in tensors:
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def format_bytes(n: int) -> str:
+    """``1234567890`` -> ``"1.23 GB"`` (decimal units, as file managers show sizes)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
+
+
+def quantization_config(variant: str, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
+    """The ``quantization_config`` entry of a pre-quantized folder's config.json."""
+    _check_variant(variant)
+    cfg = {"quant_method": QUANT_METHOD, "format_version": FORMAT_VERSION, "variant": variant}
+    if variant == "int4":
+        pick_group_size(max(GROUP_SIZES), group_size)  # validates group_size
+        cfg["group_size"] = group_size
+        cfg["weights"] = "uint8 qweight [out, in/2] (high nibble = even column), w = q * scales + zeros per group"
+    else:
+        cfg["group_size"] = None
+        cfg["weights"] = "int8 weight [out, in], w = weight * weight_scale[out] (symmetric per output channel)"
+    cfg["modules"] = MODULES_TEXT
+    cfg["compute_dtype"] = "the model's float dtype (bf16/fp16/fp32); bf16 kernels on CPUs with bf16 instructions"
+    return cfg
+
+
+# --- pre-quantized folders --------------------------------------------------------------------------------
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
+def write_quantized_folder(
+    src_model,
+    out_dir,
+    variant: str,
+    *,
+    group_size: int = DEFAULT_GROUP_SIZE,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Write a pre-quantized copy of the model folder ``src_model`` (a path or cached repo id) to ``out_dir``.
+
+    ``out_dir/model.safetensors`` holds the checkpoint's own tensor names in the source layout: each
+    decoder linear layer as its quantized tensors (module docstring), every other tensor exactly as
+    stored (e.g. bf16). Every other file of the source folder is copied (tokenizer, preprocessor config,
+    chat template, ...), and config.json gains ``quantization_config``. Tensors are read one at a time
+    (memory: the output plus one layer), checked as strictly as ``load_model`` checks them, and
+    quantized in float32 on the CPU, so the result equals ``quantize_model`` on the model loaded in
+    float32, bit for bit. Written to a temporary folder that is renamed at the end: an interrupted run
+    leaves nothing at ``out_dir``. ``on_progress(done, total)`` is called per tensor. Returns ``out_dir``.
+    """
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from dictation.asr.config import AsrConfig
+    from dictation.asr.errors import ModelError, WeightsError
+    from dictation.asr.model import AsrModel
+    from dictation.asr.models import resolve_model
+    from dictation.asr.weights import FLOAT_DTYPES, checkpoint_name, locate, match_tensors
+
+    if variant not in QUANTIZED:
+        raise ModelError(f"{src_model}: cannot quantize to {variant!r}; choose one of {', '.join(QUANTIZED)}")
+    src = resolve_model(src_model)
+    out = Path(out_dir).expanduser().absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ModelError(f"{out}: already exists and is not an empty folder; choose a new output folder")
+    config_path = src / "config.json"
+    cfg = AsrConfig.from_file(config_path)
+    if cfg.quantization is not None:
+        raise ModelError(
+            f"{config_path}: this model is already quantized ({cfg.quantization['variant']}); "
+            "quantize from a bf16/fp16/fp32 model folder"
+        )
+    try:
+        pick_group_size(max(GROUP_SIZES), group_size)
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+    raw_config = json.loads(config_path.read_text(encoding="utf-8"))
+
+    files = locate(src)
+    with torch.device("meta"):
+        meta = AsrModel(cfg)
+    expected = meta.state_dict()
+    wanted, _ignored = match_tensors(files, cfg, expected, tied=meta.lm_head is None)
+    quantized = {f"{name}.weight": name for name in quantizable_names(cfg.text.num_hidden_layers)}
+    linears = quantizable_linears(meta)
+    group_sizes = {name: pick_group_size(lin.in_features, group_size) for name, lin in linears.items()}
+
+    tensors: dict[str, torch.Tensor] = {}
+    by_file: dict[Path, list[str]] = {}
+    for ckpt_name in wanted:
+        by_file.setdefault(files.tensor_files[ckpt_name], []).append(ckpt_name)
+    total, done = len(wanted), 0
+    for path, names in by_file.items():
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for ckpt_name in names:
+                ours = wanted[ckpt_name]
+                target = expected[ours]
+                shape = tuple(f.get_slice(ckpt_name).get_shape())
+                if shape != tuple(target.shape):
+                    raise WeightsError(f"{path}: tensor {ckpt_name} has shape {shape}, expected {tuple(target.shape)}")
+                tensor = f.get_tensor(ckpt_name)
+                if tensor.dtype not in FLOAT_DTYPES:
+                    raise WeightsError(
+                        f"{path}: tensor {ckpt_name} is {tensor.dtype}; only bf16/fp16/fp32 models can be quantized"
+                    )
+                module = quantized.get(ours)
+                if module is None:
+                    tensors[ckpt_name] = tensor
+                else:
+                    base = checkpoint_name(module, cfg.layout)
+                    if variant == "int8":
+                        q, scale = quantize_int8(tensor)
+                        tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"] = q, scale
+                    else:
+                        qw, scales, zeros = quantize_int4(tensor, group_sizes[module])
+                        tensors[f"{base}.qweight"], tensors[f"{base}.scales"] = qw, scales
+                        tensors[f"{base}.zeros"] = zeros
+                    del tensor
+                done += 1
+                if on_progress is not None:
+                    on_progress(done, total)
+
+    raw_config["quantization_config"] = quantization_config(variant, group_size)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        for entry in sorted(src.iterdir()):
+            if entry.name.startswith(".") or entry.name == "config.json":
+                continue
+            if entry.name.endswith(_WEIGHT_SUFFIXES) or entry.name == "model.safetensors.index.json":
+                continue
+            if entry.is_dir():
+                shutil.copytree(entry, tmp / entry.name)
+            else:
+                shutil.copyfile(entry, tmp / entry.name)  # follows the Hub cache's symlinks
+        (tmp / "config.json").write_text(json.dumps(raw_config, indent=2, ensure_ascii=False) + "\n", "utf-8")
+        meta_info = {"format": "pt", "quant_method": QUANT_METHOD, "variant": variant}
+        save_file({n: t.contiguous() for n, t in sorted(tensors.items())}, str(tmp / "model.safetensors"), meta_info)
+        tensors.clear()
+        if out.exists():
+            out.rmdir()  # empty (checked above); os.replace cannot replace a folder on Windows
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
