@@ -98,11 +98,28 @@ class PromptBuilder:
         cls, folder: Path, *, audio_token_id: int | None = None, eos_ids: tuple[int, ...] = ()
     ) -> PromptBuilder:
         tokenizer, added = load_tokenizer(folder)
+        return cls.from_tokenizer(tokenizer, added, source=str(folder), audio_token_id=audio_token_id, eos_ids=eos_ids)
+
+    @classmethod
+    def from_tokenizer(
+        cls,
+        tokenizer: Tokenizer,
+        added_strings: list[str] | tuple[str, ...],
+        *,
+        source: str,
+        audio_token_id: int | None = None,
+        eos_ids: tuple[int, ...] = (),
+    ) -> PromptBuilder:
+        """A builder on an already built tokenizer (e.g. one read from a GGUF file's vocabulary).
+
+        ``added_strings`` are the added-token contents that :meth:`clean_context` removes from user
+        text; ``source`` names the file or folder in error messages.
+        """
 
         def need(text: str) -> int:
             tid = tokenizer.token_to_id(text)
             if tid is None:
-                raise ModelError(f"{folder}: tokenizer has no {text} token (not a Qwen3-ASR tokenizer)")
+                raise ModelError(f"{source}: tokenizer has no {text} token (not a Qwen3-ASR tokenizer)")
             return tid
 
         im_end, eot = need(IM_END), need(END_OF_TEXT)
@@ -118,10 +135,10 @@ class PromptBuilder:
         )
         if audio_token_id is not None and audio_token_id != special.audio_pad:
             raise ModelError(
-                f"{folder}: config audio_token_id {audio_token_id} but the tokenizer's "
+                f"{source}: config audio_token_id {audio_token_id} but the tokenizer's "
                 f"{AUDIO_PAD} is {special.audio_pad}"
             )
-        return cls(tokenizer, special, tuple(added))
+        return cls(tokenizer, special, tuple(added_strings))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -184,10 +201,7 @@ def load_tokenizer(folder: Path) -> tuple[Tokenizer, list[str]]:
         for path in (vocab, merges):
             if not path.exists():
                 raise ModelError(f"{path}: missing (the model folder needs tokenizer.json or vocab.json + merges.txt)")
-        tok = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = _qwen_pre_tokenizer()
-        tok.decoder = decoders.ByteLevel()
+        tok = byte_level_bpe(models.BPE.from_file(str(vocab), str(merges)))
 
     strings: list[str] = []
     if added_decoder:
@@ -220,6 +234,19 @@ def load_tokenizer(folder: Path) -> tuple[Tokenizer, list[str]]:
                 raise ModelError(f"{config_path}: could not place {content} at id {tid}")
             next_id = tid + 1
     return tok, strings
+
+
+def byte_level_bpe(model: models.BPE) -> Tokenizer:
+    """A Qwen byte-level BPE tokenizer around ``model``: NFC, the original Qwen split, byte-level decoding.
+
+    What ``load_tokenizer`` builds from ``vocab.json`` + ``merges.txt``; GGUF files carry the same
+    vocabulary and merges in their metadata (``dictation.asr.gguf_file``).
+    """
+    tok = Tokenizer(model)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = _qwen_pre_tokenizer()
+    tok.decoder = decoders.ByteLevel()
+    return tok
 
 
 def _qwen_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
