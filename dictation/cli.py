@@ -11,6 +11,7 @@ from pathlib import Path
 from dictation import __version__
 
 DEFAULT_DOWNLOAD = "Qwen/Qwen3-ASR-1.7B"
+VARIANT_CHOICES = ["bf16", "fp16", "fp32", "int8", "int4"]  # dictation.asr.quant.VARIANTS, without importing torch
 
 
 def _fail(message: str) -> int:
@@ -105,6 +106,32 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from dictation.asr import AsrError
+    from dictation.asr.quant import DEFAULT_GROUP_SIZE, write_quantized_folder
+
+    try:
+        out = write_quantized_folder(
+            args.model, Path(args.out), args.variant, group_size=args.group_size or DEFAULT_GROUP_SIZE
+        )
+    except AsrError as exc:
+        return _fail(str(exc))
+    print(out)
+    return 0
+
+
+def cmd_merge_lora(args: argparse.Namespace) -> int:
+    from dictation.asr import AsrError
+    from dictation.asr.adapters import write_merged_folder
+
+    try:
+        out = write_merged_folder(args.model, args.adapter, Path(args.out))
+    except AsrError as exc:
+        return _fail(str(exc))
+    print(out)
+    return 0
+
+
 def cmd_download(args: argparse.Namespace) -> int:
     from dictation.asr import AsrError
     from dictation.asr.models import download_model
@@ -193,8 +220,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", required=True, help="model folder or repo id in the local Hugging Face cache")
     t.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     t.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
-    t.add_argument("--variant", default=None, help="weight variant (bf16, fp16, fp32)")
-    t.add_argument("--adapter", action="append", metavar="DIR[:WEIGHT]", help="LoRA adapter (repeatable)")
+    t.add_argument(
+        "--variant",
+        default=None,
+        choices=VARIANT_CHOICES,
+        help="weights: bf16/fp16/fp32, or int8/int4 (decoder quantized at load; a pre-quantized folder says its own)",
+    )
+    t.add_argument(
+        "--adapter",
+        action="append",
+        metavar="DIR[:WEIGHT]",
+        help="PEFT LoRA adapter folder, optionally with a weight (repeatable; applied in order)",
+    )
     t.add_argument("--language", default=None, help="force a language (name or ISO code); default: detect")
     t.add_argument("--context", default="", help="background text / vocabulary to bias recognition")
     t.add_argument("--max-new-tokens", type=int, default=None, help="token budget (default: scales with length)")
@@ -204,6 +241,19 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("download", help="fetch a model into the Hugging Face cache")
     d.add_argument("model", nargs="?", default=DEFAULT_DOWNLOAD, help=f"repo id (default {DEFAULT_DOWNLOAD})")
     d.set_defaults(func=cmd_download)
+
+    q = sub.add_parser("quantize", help="write a pre-quantized model folder (int8 / int4 decoder)")
+    q.add_argument("--model", required=True, help="source model folder or cached repo id (bf16/fp16/fp32)")
+    q.add_argument("--variant", required=True, choices=["int8", "int4"])
+    q.add_argument("--group-size", type=int, default=None, help="int4 group size along the inputs (default 128)")
+    q.add_argument("--out", required=True, help="new folder to write (must not exist or be empty)")
+    q.set_defaults(func=cmd_quantize)
+
+    m = sub.add_parser("merge-lora", help="merge LoRA adapters into a standalone model folder")
+    m.add_argument("--model", required=True, help="base model folder or cached repo id")
+    m.add_argument("--adapter", action="append", required=True, metavar="DIR[:WEIGHT]", help="adapter (repeatable)")
+    m.add_argument("--out", required=True, help="new folder to write (must not exist or be empty)")
+    m.set_defaults(func=cmd_merge_lora)
 
     v = sub.add_parser("devices", help="list microphones (input devices) and their default rates")
     v.set_defaults(func=cmd_devices)

@@ -10,7 +10,19 @@ from pathlib import Path
 
 import dictation
 
-BLOCKED = ["PySide6", "PyQt5", "PyQt6", "transformers", "qwen_asr", "librosa", "soundfile", "scipy", "accelerate"]
+BLOCKED = [
+    "PySide6",
+    "PyQt5",
+    "PyQt6",
+    "transformers",
+    "qwen_asr",
+    "librosa",
+    "soundfile",
+    "scipy",
+    "accelerate",
+    "peft",
+    "gguf",
+]
 PACKAGE = Path(dictation.__file__).parent
 
 

@@ -245,6 +245,7 @@ class AppController(QObject):
         e.loading.connect(lambda what: self.model_progress.emit(f"Loading {what} …"))
         e.loaded.connect(self._on_loaded)
         e.load_failed.connect(self._on_load_failed)
+        e.adapters_failed.connect(self._on_adapters_failed)
         e.unloaded.connect(self._on_unloaded)
         e.transcribed.connect(self._on_transcribed)
         e.transcribe_failed.connect(self._on_transcribe_failed)
@@ -513,6 +514,9 @@ class AppController(QObject):
             return
         self.model_progress.emit(f"Failed: {message}")
         self._dispatch(S.ModelFailed(message))
+
+    def _on_adapters_failed(self, message: str) -> None:
+        self._notify("warning", f"LoRA adapters not applied: {message}. The model keeps the adapters it had.")
 
     def _on_unloaded(self) -> None:
         self._model_label = ""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ class EngineWorker(QObject):
     loaded = Signal(str, float)  # model label, seconds
     load_failed = Signal(str, bool)  # message, whether a CPU retry may help (a GPU failure)
     unloaded = Signal()
+    adapters_failed = Signal(str)  # the loaded model kept its previous adapters
     transcribed = Signal(int, object)  # request id, Transcript
     transcribe_failed = Signal(int, str)
 
@@ -81,6 +82,8 @@ class EngineWorker(QObject):
         if self._engine is not None and self._options == options and self._engine.is_loaded:
             self.loaded.emit(self._engine.model_label, 0.0)
             return
+        if self._swap_adapters(options):
+            return
         self._drop()
         self.loading.emit(str(options.model))
         t0 = time.perf_counter()
@@ -93,6 +96,29 @@ class EngineWorker(QObject):
             return
         self._engine, self._options = engine, options
         self.loaded.emit(engine.model_label, time.perf_counter() - t0)
+
+    def _swap_adapters(self, options: Any) -> bool:
+        """Only the adapters changed: apply them to the loaded model (no re-read of the base).
+        True if that settled the request (applied, or refused with the old adapters still on)."""
+        engine = self._engine
+        if engine is None or not engine.is_loaded or not hasattr(engine, "set_adapters"):
+            return False
+        if replace(self._options, adapters=tuple(options.adapters)) != replace(
+            options, adapters=tuple(options.adapters)
+        ):
+            return False
+        t0 = time.perf_counter()
+        self.loading.emit(str(options.model))
+        try:
+            engine.set_adapters(options.adapters)
+        except Exception as exc:  # a bad adapter: the model keeps the adapters it had
+            log.warning("applying adapters failed", exc_info=True)
+            self.adapters_failed.emit(_message(exc))
+            self.loaded.emit(engine.model_label, 0.0)
+            return True
+        self._options = options
+        self.loaded.emit(engine.model_label, time.perf_counter() - t0)
+        return True
 
     @Slot()
     def unload(self) -> None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,8 +25,24 @@ from dictation.asr.features import MIN_SAMPLES, SAMPLE_RATE, LogMel, n_audio_tok
 from dictation.asr.generate import greedy, sync_device
 from dictation.asr.longform import MAX_PASS_SECONDS, join_texts, merge_languages, split_long_audio
 from dictation.asr.model import AsrModel
+from dictation.asr.models import is_gguf_path
 from dictation.asr.prompt import PromptBuilder, normalize_language, parse_output
+from dictation.asr.quant import (
+    DEFAULT_GROUP_SIZE,
+    QUANT_MODULES,
+    QUANTIZED,
+    VARIANTS,
+    quantizable_linears,
+    quantize_model,
+    replace_linear,
+    weight_bytes,
+)
 from dictation.asr.weights import load_model, resolve_device, resolve_dtype
+
+if TYPE_CHECKING:
+    from dictation.asr.adapters import AdapterState
+
+FLOAT_VARIANTS = ("bf16", "fp16", "fp32")
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +58,8 @@ class EngineOptions:
     device: str = "auto"
     dtype: str = "auto"
     variant: str | None = None
-    adapters: Sequence[str] = ()
+    adapters: Sequence[str] = ()  # LoRA adapter folders, "DIR" or "DIR:weight", applied in order
+    group_size: int = DEFAULT_GROUP_SIZE  # int4 quantization group (along the input features)
     max_new_tokens: int | None = None  # None: scale with the audio length
 
 
@@ -92,6 +111,8 @@ class AsrEngine:
         self._prompt: PromptBuilder | None = None
         self._mel: LogMel | None = None
         self._label = ""
+        self._variant = ""
+        self._adapters: AdapterState | None = None
         self.folder: Path | None = None
         self.load_seconds = 0.0
 
@@ -106,35 +127,122 @@ class AsrEngine:
         with self._lock:
             if self._model is not None:
                 return
-            if self.options.adapters:
-                raise AsrError("LoRA adapters are not supported by this version of the engine yet")
-            if self.options.variant not in (None, "", "bf16", "fp16", "fp32"):
-                raise AsrError(f"variant {self.options.variant!r} is not supported by this version yet")
-            from dictation.asr.models import resolve_model
+            from dictation.asr.adapters import load_adapters
 
             t0 = time.perf_counter()
-            folder = resolve_model(self.options.model)
-            cfg = AsrConfig.from_file(folder / "config.json")
-            device = resolve_device(self.options.device)
-            dtype_opt = self.options.dtype
-            if self.options.variant and dtype_opt == "auto":
-                dtype_opt = self.options.variant
-            dtype = resolve_dtype(dtype_opt, device)
-            # EOS = {<|im_end|>, <|endoftext|>} from the tokenizer; like the official code we
-            # ignore generation_config.json (spec §2.5).
-            prompt = PromptBuilder.from_folder(folder, audio_token_id=cfg.special.audio_token_id)
-            model = load_model(folder, cfg, device, dtype)
-            self._model, self._prompt, self._mel = model, prompt, LogMel(cfg.audio.num_mel_bins, device)
+            model, prompt, folder, variant = self._load_base()
+            adapters = load_adapters(self.options.adapters, model)
+            state = self._quantize(model, variant, adapters)
+            state.apply(adapters)
+            self._model, self._prompt, self._mel = model, prompt, LogMel(model.cfg.audio.num_mel_bins, model.device)
+            self._adapters = state
             self.folder = folder
-            self._label = f"{_model_name(cfg, folder)} · {_DTYPE_NAMES[dtype]} · {device.type}"
+            self._variant = variant
+            self._label = self._make_label()
             self.load_seconds = time.perf_counter() - t0
             log.info("loaded %s from %s in %.2f s", self._label, folder, self.load_seconds)
+
+    def _load_base(self) -> tuple[AsrModel, PromptBuilder, Path, str]:
+        """(model with floating or pre-quantized weights, prompt builder, folder, variant name)."""
+        from dictation.asr.models import resolve_model
+
+        requested = self.options.variant or None
+        if requested not in (None, *VARIANTS):
+            raise AsrError(f"unknown variant {requested!r}; choose one of {', '.join(VARIANTS)}")
+        device = resolve_device(self.options.device)
+        dtype_opt = self.options.dtype
+        if requested in FLOAT_VARIANTS and dtype_opt == "auto":
+            dtype_opt = requested
+        dtype = resolve_dtype(dtype_opt, device)
+        path = Path(os.fspath(self.options.model)).expanduser()
+        if path.exists() and not (path / "config.json").is_file() and is_gguf_path(path):
+            from dictation.asr.gguf_file import read_gguf
+
+            gguf = read_gguf(path, device, dtype)  # dequantized on the device, then run as the variant
+            variant = requested if requested in QUANTIZED else _DTYPE_NAMES[dtype]
+            return gguf.build_model(), gguf.prompt_builder(), path.absolute(), variant
+        folder = resolve_model(self.options.model)
+        cfg = AsrConfig.from_file(folder / "config.json")
+        # EOS = {<|im_end|>, <|endoftext|>} from the tokenizer; like the official code we
+        # ignore generation_config.json (spec §2.5).
+        prompt = PromptBuilder.from_folder(folder, audio_token_id=cfg.special.audio_token_id)
+        model = load_model(folder, cfg, device, dtype)
+        variant = _DTYPE_NAMES[dtype]
+        if cfg.quantization:
+            variant = cfg.quantization["variant"]  # the folder's metadata decides, never its name
+            if requested not in (None, variant, *FLOAT_VARIANTS):
+                log.warning("%s holds a pre-quantized %s model; using that, not %s", folder, variant, requested)
+        elif requested in QUANTIZED:
+            variant = requested
+        return model, prompt, folder, variant
+
+    def _quantize(self, model: AsrModel, variant: str, adapters) -> AdapterState:
+        """Quantize a floating model to ``variant`` at load time (after merging ``adapters`` in fp32)
+        and return the adapter state that knows how to re-merge."""
+        from dictation.asr.adapters import AdapterState, changed_params
+
+        quantized_before = any(isinstance(m, QUANT_MODULES) for m in model.modules())
+        if variant not in QUANTIZED or quantized_before:
+            return AdapterState(model)
+        linears = set(quantizable_linears(model))
+        group_size = self.options.group_size
+        # Keep the float weights of the layers the adapters touch: they are merged in fp32 and
+        # quantized again whenever the adapters change, as here at load time.
+        originals = {
+            name: _param_of(model, name).detach().to("cpu", copy=True)
+            for name in changed_params(adapters)
+            if name.removesuffix(".weight") in linears
+        }
+        quantize_model(model, variant, group_size=group_size)
+
+        def requantize(module: str, weight: torch.Tensor) -> None:
+            replace_linear(model, module, variant, weight, group_size=group_size)
+
+        return AdapterState(model, originals, requantize)
+
+    def set_adapters(self, adapters: Sequence[str]) -> None:
+        """Apply ``adapters`` (``DIR`` or ``DIR:weight``) instead of the current ones, without reading
+        the base model again. A bad adapter raises AdapterError and leaves the model as it was."""
+        from dictation.asr.adapters import load_adapters
+
+        adapters = tuple(adapters)
+        with self._lock:
+            if self._model is None:
+                self.options = replace(self.options, adapters=adapters)
+                return
+            loaded = load_adapters(adapters, self._model)
+            previous = self._adapters.applied
+            try:
+                self._adapters.apply(loaded)
+            except Exception:
+                self._adapters.apply(previous)
+                raise
+            self.options = replace(self.options, adapters=adapters)
+            self._label = self._make_label()
+            log.info("adapters now: %s", ", ".join(self._adapters.labels) or "none")
+
+    @property
+    def variant(self) -> str:
+        """bf16, fp16, fp32, int8 or int4 once loaded; empty before."""
+        return self._variant
+
+    @property
+    def weight_bytes(self) -> int:
+        """Memory held by the model's weights (parameters and persistent buffers)."""
+        return weight_bytes(self.model)
+
+    def _make_label(self) -> str:
+        assert self._model is not None and self.folder is not None
+        label = f"{_model_name(self._model.cfg, self.folder)} · {self._variant} · {self._model.device.type}"
+        if self._adapters.labels:
+            label += " · " + " + ".join(self._adapters.labels)
+        return label
 
     def unload(self) -> None:
         """Drop the model and its caches; GPU memory is returned to the driver."""
         with self._lock:
             device = self._model.device if self._model is not None else None
-            self._model = self._prompt = self._mel = None
+            self._model = self._prompt = self._mel = self._adapters = None
             gc.collect()
             if device is not None and device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -282,8 +390,13 @@ def is_silent(samples: np.ndarray, threshold_db: float = -70.0) -> bool:
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
+def _param_of(model: AsrModel, name: str) -> torch.Tensor:
+    module, _, attr = name.rpartition(".")
+    return getattr(model.get_submodule(module), attr)
+
+
 def _model_name(cfg: AsrConfig, folder: Path) -> str:
     sizes = {1024: "Qwen3-ASR-0.6B", 2048: "Qwen3-ASR-1.7B"}
     if cfg.text.num_hidden_layers == 28 and cfg.text.hidden_size in sizes:
         return sizes[cfg.text.hidden_size]
-    return folder.name
+    return folder.stem if folder.is_file() else folder.name

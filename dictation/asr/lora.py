@@ -1,14 +1,18 @@
-"""PEFT LoRA adapters: reading one and checking that it fits a model (applying it comes later).
+"""PEFT LoRA adapters: reading one and checking that it fits a model (applying it: ``adapters.py``).
 
 An adapter folder is what PEFT's ``save_pretrained`` writes:
 
 - ``adapter_config.json``: ``peft_type`` "LORA", ``r``, ``lora_alpha``, ``rank_pattern`` /
   ``alpha_pattern`` (per-module overrides, keys are regular expressions matched against the end of
-  a module name), ``use_rslora`` (scale by alpha / sqrt(r) instead of alpha / r),
-  ``base_model_name_or_path``;
+  a module name), ``use_rslora`` (scale by alpha / sqrt(r) instead of alpha / r), ``use_dora``,
+  ``target_modules`` (a list: module-name suffixes; a string: a regular expression over the whole
+  name), ``modules_to_save``, ``base_model_name_or_path``;
 - ``adapter_model.safetensors``: per adapted linear layer ``base_model.model.<module>.lora_A.weight``
   ``[r, in_features]`` and ``...lora_B.weight`` ``[out_features, r]``; the layer then computes
-  ``W x + scaling * B (A x)``. A pickled ``adapter_model.bin`` is refused, as pickle checkpoints are.
+  ``W x + scaling * B (A x)``. DoRA adds ``...lora_magnitude_vector`` ``[out_features]`` (the layer
+  becomes ``m / ||W + scaling B A||_row * (W + scaling B A)``). A module listed in
+  ``modules_to_save`` is stored whole under its own name (``base_model.model.<module>.weight``) and
+  replaces the model's. A pickled ``adapter_model.bin`` is refused, as pickle checkpoints are.
 
 ``<module>`` is the layer's name in the model that PEFT wrapped. Accepted: the official model
 (``thinker.model.layers.0.self_attn.q_proj``), the transformers-native ``-hf`` model
@@ -16,8 +20,8 @@ An adapter folder is what PEFT's ``save_pretrained`` writes:
 alone (``model.layers.0...``, ``audio_tower...``, ``lm_head``). All become our module names
 (``decoder.layers.0.self_attn.q_proj``), so an adapter trained on either layout fits both.
 
-Supported: plain LoRA on linear layers. Refused with a message: DoRA, LoRA on embeddings or
-convolutions, trained biases, and fully trained modules (``modules_to_save``).
+Refused with a message: another ``peft_type``, LoRA on embeddings or convolutions, trained biases
+(``bias`` other than "none", ``lora_bias``) and ``fan_in_fan_out`` (these layers are nn.Linear).
 
 Nothing here imports torch or reads tensor data: the checks use the safetensors headers of the
 adapter and of the model, so a settings window can run them as the user picks a folder.
@@ -51,11 +55,19 @@ _ADAPTER_PREFIXES = (
     ("decoder.", "model."),
 )
 _LORA_KEY = re.compile(r"(?:base_model\.model\.)?(?P<module>.+?)\.lora_(?P<part>[AB])(?:\.[\w-]+)?\.weight")
+_MAGNITUDE_KEY = re.compile(r"(?:base_model\.model\.)?(?P<module>.+?)\.lora_magnitude_vector(?:\.[\w-]+)?(?:\.weight)?")
+_SAVED_KEY = re.compile(
+    r"(?:base_model\.model\.)?(?P<module>.+?)(?:\.modules_to_save\.[\w-]+)?\.(?P<param>weight|bias)"
+)
+_NOT_PLAIN = (
+    "only LoRA (with optional DoRA) on linear layers and modules_to_save are supported "
+    "(no embedding or convolution LoRA, no bias training)"
+)
 
 
 @dataclass(frozen=True)
 class LoraLayer:
-    """One adapted linear layer: ``W x + scaling * B (A x)``."""
+    """One adapted linear layer: ``W x + scaling * B (A x)`` (DoRA: renormalised rows, see module doc)."""
 
     module: str  # our module name, e.g. "decoder.layers.0.self_attn.q_proj"
     lora_a: str  # tensor names in the adapter file
@@ -64,6 +76,16 @@ class LoraLayer:
     in_features: int
     out_features: int
     scaling: float  # alpha / rank, or alpha / sqrt(rank) with use_rslora
+    magnitude: str | None = None  # DoRA's lora_magnitude_vector tensor, if any
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """A parameter of a module in ``modules_to_save``: it replaces the model's parameter."""
+
+    param: str  # our parameter name, e.g. "lm_head.weight"
+    tensor: str  # its name in the adapter file
+    shape: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,29 @@ class AdapterInfo:
     base_model_name_or_path: str | None
     use_rslora: bool
     layers: tuple[LoraLayer, ...]
+    use_dora: bool = False
+    saved: tuple[SavedTensor, ...] = ()  # modules_to_save parameters
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Every module this adapter changes (LoRA layers and saved modules), our names."""
+        names = {layer.module for layer in self.layers} | {t.param.rsplit(".", 1)[0] for t in self.saved}
+        return tuple(sorted(names))
+
+
+def parse_adapter_spec(spec: str) -> tuple[str, float]:
+    """``"DIR"`` or ``"DIR:WEIGHT"`` -> (DIR, weight). A colon belongs to the path (``C:\\x``) unless what
+    follows the last one is a number."""
+    path, sep, tail = str(spec).rpartition(":")
+    if sep and path:
+        try:
+            weight = float(tail)
+        except ValueError:
+            return str(spec), 1.0
+        if not math.isfinite(weight):
+            raise AdapterError(f"{path}: adapter weight {tail!r} is not a finite number")
+        return path, weight
+    return str(spec), 1.0
 
 
 def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
@@ -102,8 +147,15 @@ def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
     peft_type = config.get("peft_type")
     if not isinstance(peft_type, str) or peft_type.upper() != "LORA":
         raise AdapterError(f"{config_path}: peft_type is {peft_type!r}; only LoRA adapters (LORA) are supported")
-    if config.get("use_dora"):
-        raise AdapterError(f"{config_path}: a DoRA adapter (use_dora is true); only plain LoRA is supported")
+    if config.get("fan_in_fan_out"):
+        raise AdapterError(
+            f"{config_path}: fan_in_fan_out is true, which is for Conv1D layers (GPT-2); "
+            "this model's layers are nn.Linear, so the adapter was made for another model"
+        )
+    bias = config.get("bias", "none")
+    if bias not in (None, "none") or config.get("lora_bias"):
+        what = f"bias is {bias!r}" if bias not in (None, "none") else "lora_bias is true"
+        raise AdapterError(f"{config_path}: {what}; adapters that train biases are not supported")
     rank, alpha = config.get("r", DEFAULT_RANK), config.get("lora_alpha", DEFAULT_ALPHA)
     if not _is_int(rank) or rank < 1:
         raise AdapterError(f"{config_path}: r is {rank!r}; it must be a positive integer")
@@ -112,6 +164,18 @@ def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
     rank_pattern = _pattern_table(config, "rank_pattern", config_path, _is_int)
     alpha_pattern = _pattern_table(config, "alpha_pattern", config_path, _is_number)
     use_rslora = bool(config.get("use_rslora", False))
+    use_dora = bool(config.get("use_dora", False))
+    targets = config.get("target_modules")
+    if targets is not None and not isinstance(targets, (str, list)):
+        raise AdapterError(f"{config_path}: target_modules must be a list of names or a regular expression")
+    if isinstance(targets, str) and targets != "all-linear":
+        try:
+            re.compile(targets)
+        except re.error as exc:
+            raise AdapterError(f"{config_path}: target_modules is an invalid pattern {targets!r} ({exc})") from None
+    to_save = config.get("modules_to_save") or []
+    if not isinstance(to_save, list) or not all(isinstance(m, str) for m in to_save):
+        raise AdapterError(f"{config_path}: modules_to_save must be a list of module names")
     base = config.get("base_model_name_or_path")
 
     weights = folder / WEIGHTS_FILE
@@ -127,7 +191,8 @@ def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
         header = read_header(weights)
     except WeightsError as exc:
         raise AdapterError(str(exc)) from None
-    layers = _layers(weights, header, rank, float(alpha), rank_pattern, alpha_pattern, use_rslora)
+    rules = _Rules(rank, float(alpha), rank_pattern, alpha_pattern, use_rslora, use_dora, targets, tuple(to_save))
+    layers, saved = _layers(weights, header, rules)
     return AdapterInfo(
         folder=folder,
         weights_file=weights,
@@ -137,6 +202,8 @@ def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
         base_model_name_or_path=base if isinstance(base, str) and base else None,
         use_rslora=use_rslora,
         layers=layers,
+        use_dora=use_dora,
+        saved=saved,
     )
 
 
@@ -165,50 +232,87 @@ def check_fits(info: AdapterInfo, model_folder: str | os.PathLike) -> None:
     folder = resolve_model(model_folder)
     cfg = AsrConfig.from_file(folder / "config.json")
     shapes = {name: tensor.shape for name, tensor in locate(folder).headers().items()}
+    check_shapes(info, lambda ours: _checkpoint_shape(shapes, ours, cfg), f"the model in {folder}")
+
+
+def check_shapes(info: AdapterInfo, shape_of, where: str) -> None:
+    """Raise AdapterError unless every layer and saved tensor of ``info`` fits; ``shape_of(our parameter
+    name)`` gives the model's shape or None. ``where`` names the model in messages."""
     origin = f" (it was made for {info.base_model_name_or_path})" if info.base_model_name_or_path else ""
     for layer in info.layers:
-        name = checkpoint_name(f"{layer.module}.weight", cfg.layout)
-        if name not in shapes and layer.module == "lm_head" and cfg.text.tie_word_embeddings:
-            name = checkpoint_name("decoder.embed_tokens.weight", cfg.layout)  # the tied head
-        shape = shapes.get(name)
+        shape = shape_of(f"{layer.module}.weight")
         if shape is None:
             raise AdapterError(
                 f"{info.folder}: trained for a different model{origin}: it adapts {layer.module}, "
-                f"which the model in {folder} does not have"
+                f"which {where} does not have"
             )
         if len(shape) != 2:
-            raise AdapterError(
-                f"{info.folder}: adapts {layer.module}, which is not a linear layer in the model in {folder}"
-            )
+            raise AdapterError(f"{info.folder}: adapts {layer.module}, which is not a linear layer in {where}")
         if tuple(shape) != (layer.out_features, layer.in_features):
             raise AdapterError(
                 f"{info.folder}: trained for a different model{origin}: {layer.module} is {shape[0]}x{shape[1]} "
-                f"(out x in) in the model in {folder}, but {layer.out_features}x{layer.in_features} in the adapter"
+                f"(out x in) in {where}, but {layer.out_features}x{layer.in_features} in the adapter"
             )
+    for saved in info.saved:
+        shape = shape_of(saved.param)
+        if shape is None:
+            raise AdapterError(
+                f"{info.folder}: trained for a different model{origin}: it replaces {saved.param}, "
+                f"which {where} does not have"
+            )
+        if tuple(shape) != saved.shape:
+            raise AdapterError(
+                f"{info.folder}: trained for a different model{origin}: {saved.param} has shape {tuple(shape)} "
+                f"in {where}, but {saved.shape} in the adapter"
+            )
+
+
+def _checkpoint_shape(shapes: dict, ours: str, cfg: AsrConfig):
+    name = checkpoint_name(ours, cfg.layout)
+    if name not in shapes and ours == "lm_head.weight" and cfg.text.tie_word_embeddings:
+        name = checkpoint_name("decoder.embed_tokens.weight", cfg.layout)  # the tied head
+    return shapes.get(name)
+
+
+@dataclass(frozen=True)
+class _Rules:
+    rank: int
+    alpha: float
+    rank_pattern: dict
+    alpha_pattern: dict
+    use_rslora: bool
+    use_dora: bool
+    targets: str | list | None
+    to_save: tuple[str, ...]
 
 
 def _layers(
-    path: Path,
-    header: dict[str, TensorInfo],
-    rank: int,
-    alpha: float,
-    rank_pattern: dict[str, int],
-    alpha_pattern: dict[str, float],
-    use_rslora: bool,
-) -> tuple[LoraLayer, ...]:
-    """Pair every module's lora_A and lora_B tensors and check them against the config."""
+    path: Path, header: dict[str, TensorInfo], rules: _Rules
+) -> tuple[tuple[LoraLayer, ...], tuple[SavedTensor, ...]]:
+    """Pair every module's lora_A and lora_B tensors, check them against the config, and collect
+    the modules_to_save parameters."""
     pairs: dict[str, dict[str, str]] = {}
+    magnitudes: dict[str, str] = {}
+    saved: list[SavedTensor] = []
     for name in sorted(header):
-        match = _LORA_KEY.fullmatch(name)
-        if match is None:
-            raise AdapterError(
-                f"{path}: holds {name}, which is not a LoRA A/B matrix; only plain LoRA on linear layers is "
-                "supported (no DoRA, embedding or bias training, no modules_to_save)"
-            )
-        pairs.setdefault(match["module"], {})[match["part"]] = name
         if header[name].dtype not in FLOAT_DTYPES:
             raise AdapterError(f"{path}: tensor {name} is {header[name].dtype}; only bf16/fp16/fp32 adapters load")
-    if not pairs:
+        if match := _LORA_KEY.fullmatch(name):
+            pairs.setdefault(match["module"], {})[match["part"]] = name
+        elif match := _MAGNITUDE_KEY.fullmatch(name):
+            if not rules.use_dora:
+                raise AdapterError(f"{path}: holds {name}, a DoRA magnitude, but {CONFIG_FILE} has no use_dora")
+            magnitudes[match["module"]] = name
+        elif (match := _SAVED_KEY.fullmatch(name)) and _is_saved_module(match["module"], rules.to_save):
+            ours = _our_module(match["module"])
+            if ours is None:
+                raise AdapterError(
+                    f"{path}: trained for a different model: {match['module']} is not a module of a Qwen3-ASR model"
+                )
+            saved.append(SavedTensor(f"{ours}.{match['param']}", name, tuple(header[name].shape)))
+        else:
+            raise AdapterError(f"{path}: holds {name}, which is not a LoRA tensor; {_NOT_PLAIN}")
+    if not pairs and not saved:
         raise AdapterError(f"{path}: holds no LoRA weights")
     layers = []
     for module, parts in pairs.items():
@@ -225,13 +329,41 @@ def _layers(
             )
         if a[0] != b[1]:
             raise AdapterError(f"{path}: {module}'s lora_A has rank {a[0]} but its lora_B has rank {b[1]}")
-        expected = _pattern_value(rank_pattern, module, rank)
+        if not _is_target(module, rules.targets):
+            raise AdapterError(f"{path}: holds LoRA weights for {module}, which target_modules does not select")
+        expected = _pattern_value(rules.rank_pattern, module, rules.rank)
         if a[0] != expected:
             raise AdapterError(f"{path}: {module} has rank {a[0]}, but {CONFIG_FILE} says r={expected}")
-        layer_alpha = _pattern_value(alpha_pattern, module, alpha)
-        scaling = layer_alpha / (math.sqrt(a[0]) if use_rslora else a[0])
-        layers.append(LoraLayer(ours, parts["A"], parts["B"], a[0], a[1], b[0], scaling))
-    return tuple(sorted(layers, key=lambda layer: layer.module))
+        magnitude = magnitudes.pop(module, None)
+        if rules.use_dora:
+            if magnitude is None:
+                raise AdapterError(f"{path}: {module} has no lora_magnitude_vector, but {CONFIG_FILE} says use_dora")
+            if tuple(header[magnitude].shape) != (b[0],):
+                raise AdapterError(
+                    f"{path}: {module}'s lora_magnitude_vector has shape {tuple(header[magnitude].shape)}, "
+                    f"expected ({b[0]},)"
+                )
+        layer_alpha = _pattern_value(rules.alpha_pattern, module, rules.alpha)
+        scaling = layer_alpha / (math.sqrt(a[0]) if rules.use_rslora else a[0])
+        layers.append(LoraLayer(ours, parts["A"], parts["B"], a[0], a[1], b[0], scaling, magnitude))
+    if magnitudes:
+        module = next(iter(magnitudes))
+        raise AdapterError(f"{path}: {module} has a lora_magnitude_vector but no lora_A/lora_B")
+    return tuple(sorted(layers, key=lambda layer: layer.module)), tuple(sorted(saved, key=lambda t: t.param))
+
+
+def _is_target(module: str, targets) -> bool:
+    """PEFT's target_modules rule: a list matches a name or a name suffix at a dot; a string is a
+    regular expression over the whole name ("all-linear" selects every linear layer)."""
+    if targets is None or targets == "all-linear":
+        return True
+    if isinstance(targets, str):
+        return re.fullmatch(targets, module) is not None
+    return any(module == t or module.endswith(f".{t}") for t in targets)
+
+
+def _is_saved_module(module: str, to_save: tuple[str, ...]) -> bool:
+    return any(module == m or module.endswith(f".{m}") for m in to_save)
 
 
 def _our_module(module: str) -> str | None:

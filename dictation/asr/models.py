@@ -161,8 +161,12 @@ def _check_model_folder(path: str | os.PathLike) -> None:
     elif not folder.exists():
         raise ModelError(f"{text}: no such folder")
     elif not folder.is_dir():
+        if is_gguf_path(folder):
+            return  # a GGUF file: its tensors are checked when it loads
         raise ModelError(f"{text}: this is a file; choose the model folder (the one that holds config.json)")
     config_path = folder / "config.json"
+    if not config_path.is_file() and is_gguf_path(folder):
+        return  # a folder of GGUF files (a single-file model, or a llama.cpp text model + mmproj)
     if not config_path.is_file():
         raise ModelError(f"{folder}: no config.json in this folder, so it is not a model folder")
     cfg = AsrConfig.from_file(config_path)
@@ -172,6 +176,21 @@ def _check_model_folder(path: str | os.PathLike) -> None:
 
 
 _LAYER = re.compile(r"(decoder|audio_tower)\.layers\.(\d+)\.")
+_QUANTIZED_LINEAR = re.compile(r"^decoder\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.")
+GGUF_MAGIC = b"GGUF"
+
+
+def is_gguf_path(path: Path) -> bool:
+    """A GGUF file, or a folder holding one (by the files' magic bytes; torch-free)."""
+    candidates = sorted(path.glob("*.gguf")) if path.is_dir() else [path]
+    for candidate in candidates:
+        try:
+            with open(candidate, "rb") as f:
+                if f.read(4) == GGUF_MAGIC:
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def _check_tensors(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: AsrConfig) -> None:
@@ -198,7 +217,8 @@ def _check_tensors(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: 
                 f"{where}: tensor {name} does not belong to a Qwen3-ASR checkpoint in the {cfg.layout!r} layout "
                 "that config.json describes"
             )
-        if info.dtype not in FLOAT_DTYPES:
+        quantized = cfg.quantization is not None and _QUANTIZED_LINEAR.search(mine) is not None
+        if info.dtype not in FLOAT_DTYPES and not quantized:
             raise ModelError(f"{where}: tensor {name} is {info.dtype}; only bf16/fp16/fp32 checkpoints load here")
         layer = _LAYER.match(mine)
         if layer is not None and int(layer.group(2)) >= n_layers[layer.group(1)]:
@@ -209,6 +229,8 @@ def _check_tensors(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: 
             )
         ours[mine] = (name, info)
     for mine, shape in expected.items():
+        if cfg.quantization is not None and _QUANTIZED_LINEAR.search(mine):
+            continue  # stored as integer codes plus scales (dictation.asr.quant); load_model checks them
         if mine not in ours:
             raise ModelError(f"{files.folder}: the weights have no tensor for {mine} (expected shape {shape})")
         name, info = ours[mine]

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from dictation.asr.errors import AdapterError
-from dictation.asr.lora import AdapterInfo, check_adapter, read_adapter
+from dictation.asr.lora import AdapterInfo, check_adapter, parse_adapter_spec, read_adapter
 from tests.oracle.checkpoints import cached_checkpoint
 
 # (PEFT module name in the official thinker layout, out_features, in_features) in the tiny model
@@ -228,8 +228,18 @@ def broken(tmp_path: Path, how: str) -> Path:
         config_path.write_text("{'peft_type': 'LORA'}")
     elif how == "not lora":
         config_path.write_text(json.dumps({**config, "peft_type": "PREFIX_TUNING"}))
-    elif how == "dora":
+    elif how == "dora without magnitudes":
         config_path.write_text(json.dumps({**config, "use_dora": True}))
+    elif how == "bias":
+        config_path.write_text(json.dumps({**config, "bias": "lora_only"}))
+    elif how == "lora_bias":
+        config_path.write_text(json.dumps({**config, "lora_bias": True}))
+    elif how == "fan_in_fan_out":
+        config_path.write_text(json.dumps({**config, "fan_in_fan_out": True}))
+    elif how == "other targets":
+        config_path.write_text(json.dumps({**config, "target_modules": ["k_proj"]}))
+    elif how == "regex targets":
+        config_path.write_text(json.dumps({**config, "target_modules": r".*\.mlp\..*"}))
     elif how == "bad rank":
         config_path.write_text(json.dumps({**config, "r": 0}))
     elif how == "no weights":
@@ -251,7 +261,24 @@ def broken(tmp_path: Path, how: str) -> Path:
         ("no config", "{a}: no adapter_config.json in this folder, so it is not a PEFT adapter"),
         ("not json", "{a}/adapter_config.json: not valid JSON (Expecting property name enclosed in double quotes"),
         ("not lora", "{a}/adapter_config.json: peft_type is 'PREFIX_TUNING'; only LoRA adapters (LORA) are supported"),
-        ("dora", "{a}/adapter_config.json: a DoRA adapter (use_dora is true); only plain LoRA is supported"),
+        (
+            "dora without magnitudes",
+            "{a}/adapter_model.safetensors: thinker.audio_tower.layers.0.self_attn.q_proj has no "
+            "lora_magnitude_vector, but adapter_config.json says use_dora",
+        ),
+        ("bias", "{a}/adapter_config.json: bias is 'lora_only'; adapters that train biases are not supported"),
+        ("lora_bias", "{a}/adapter_config.json: lora_bias is true; adapters that train biases are not supported"),
+        ("fan_in_fan_out", "{a}/adapter_config.json: fan_in_fan_out is true, which is for Conv1D layers (GPT-2)"),
+        (
+            "other targets",
+            "{a}/adapter_model.safetensors: holds LoRA weights for thinker.audio_tower.layers.0.self_attn.q_proj, "
+            "which target_modules does not select",
+        ),
+        (
+            "regex targets",
+            "{a}/adapter_model.safetensors: holds LoRA weights for thinker.audio_tower.layers.0.self_attn.q_proj, "
+            "which target_modules does not select",
+        ),
         ("bad rank", "{a}/adapter_config.json: r is 0; it must be a positive integer"),
         ("no weights", "{a}: no adapter_model.safetensors in this folder"),
         ("pickle", "{a}/adapter_model.bin: pickle adapters are refused because loading one can run arbitrary code"),
@@ -290,18 +317,66 @@ def test_a_rank_that_disagrees_with_the_config(tmp_path):
 @pytest.mark.parametrize(
     "extra",
     [
-        "base_model.model.thinker.model.layers.0.self_attn.q_proj.lora_magnitude_vector",  # DoRA
         "base_model.model.thinker.model.embed_tokens.lora_embedding_A",  # embedding LoRA
         "base_model.model.thinker.model.layers.0.self_attn.q_proj.lora_B.bias",  # trained bias
-        "base_model.model.thinker.lm_head.weight",  # modules_to_save
+        "base_model.model.thinker.lm_head.weight",  # a whole module, but modules_to_save does not name it
     ],
 )
 def test_tensors_other_than_lora_matrices_are_refused(tmp_path, extra):
     adapter = write_adapter(tmp_path / "a", extra_tensors={extra: torch.zeros(4, 4)})
     assert check_adapter(adapter) == (
-        f"{adapter / 'adapter_model.safetensors'}: holds {extra}, which is not a LoRA A/B matrix; only plain LoRA "
-        "on linear layers is supported (no DoRA, embedding or bias training, no modules_to_save)"
+        f"{adapter / 'adapter_model.safetensors'}: holds {extra}, which is not a LoRA tensor; only LoRA (with "
+        "optional DoRA) on linear layers and modules_to_save are supported (no embedding or convolution LoRA, "
+        "no bias training)"
     )
+
+
+def test_a_dora_magnitude_without_use_dora_is_refused(tmp_path):
+    extra = "base_model.model.thinker.model.layers.0.self_attn.q_proj.lora_magnitude_vector"
+    adapter = write_adapter(tmp_path / "a", extra_tensors={extra: torch.ones(2048)})
+    assert check_adapter(adapter) == (
+        f"{adapter / 'adapter_model.safetensors'}: holds {extra}, a DoRA magnitude, but adapter_config.json "
+        "has no use_dora"
+    )
+
+
+def test_dora_magnitudes_and_modules_to_save_are_read(ckpt_untied, tmp_path):
+    magnitudes = {f"base_model.model.{name}.lora_magnitude_vector": torch.ones(out) for name, out, _ in THINKER_LAYERS}
+    saved = {"base_model.model.thinker.lm_head.weight": torch.zeros(151936, 64)}
+    adapter = write_adapter(
+        tmp_path / "a", use_dora=True, modules_to_save=["lm_head"], extra_tensors={**magnitudes, **saved}
+    )
+    info = read_adapter(adapter)
+    assert info.use_dora and all(layer.magnitude for layer in info.layers)
+    assert [(t.param, t.shape) for t in info.saved] == [("lm_head.weight", (151936, 64))]
+    assert "lm_head" in info.modules
+    assert check_adapter(adapter, ckpt_untied) is None
+
+    wrong = write_adapter(
+        tmp_path / "b",
+        use_dora=True,
+        modules_to_save=["lm_head"],
+        extra_tensors={**magnitudes, "base_model.model.thinker.lm_head.weight": torch.zeros(1000, 64)},
+    )
+    assert check_adapter(wrong, ckpt_untied) == (
+        f"{wrong}: trained for a different model (it was made for Qwen/Qwen3-ASR-0.6B): lm_head.weight has shape "
+        f"(151936, 64) in the model in {ckpt_untied}, but (1000, 64) in the adapter"
+    )
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("/a/b", ("/a/b", 1.0)),
+        ("/a/b:0.5", ("/a/b", 0.5)),
+        ("/a/b:-1", ("/a/b", -1.0)),
+        (r"C:\adapters\x", (r"C:\adapters\x", 1.0)),
+        (r"C:\adapters\x:2", (r"C:\adapters\x", 2.0)),
+        ("/a/b:c", ("/a/b:c", 1.0)),
+    ],
+)
+def test_adapter_specs_take_an_optional_weight(spec, expected):
+    assert parse_adapter_spec(spec) == expected
 
 
 def test_lora_on_a_convolution_is_refused(tmp_path):
