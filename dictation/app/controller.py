@@ -246,6 +246,7 @@ class AppController(QObject):
         e.loaded.connect(self._on_loaded)
         e.load_failed.connect(self._on_load_failed)
         e.adapters_failed.connect(self._on_adapters_failed)
+        e.kept_previous.connect(self._on_kept_previous)
         e.unloaded.connect(self._on_unloaded)
         e.transcribed.connect(self._on_transcribed)
         e.transcribe_failed.connect(self._on_transcribe_failed)
@@ -514,6 +515,10 @@ class AppController(QObject):
             return
         self.model_progress.emit(f"Failed: {message}")
         self._dispatch(S.ModelFailed(message))
+
+    def _on_kept_previous(self, message: str, label: str) -> None:
+        self._notify("error", f"The new speech model could not be loaded: {message}. Still using {label}.")
+        self._on_loaded(label, 0.0)
 
     def _on_adapters_failed(self, message: str) -> None:
         self._notify("warning", f"LoRA adapters not applied: {message}. The model keeps the adapters it had.")

@@ -66,6 +66,7 @@ class EngineWorker(QObject):
     load_failed = Signal(str, bool)  # message, whether a CPU retry may help (a GPU failure)
     unloaded = Signal()
     adapters_failed = Signal(str)  # the loaded model kept its previous adapters
+    kept_previous = Signal(str, str)  # a new model failed (message); the previous one is loaded again (label)
     transcribed = Signal(int, object)  # request id, Transcript
     transcribe_failed = Signal(int, str)
 
@@ -84,7 +85,8 @@ class EngineWorker(QObject):
             return
         if self._swap_adapters(options):
             return
-        self._drop()
+        previous = self._options if self._engine is not None and self._engine.is_loaded else None
+        self._drop()  # first, so two models never share the memory
         self.loading.emit(str(options.model))
         t0 = time.perf_counter()
         try:
@@ -92,10 +94,27 @@ class EngineWorker(QObject):
             engine.prepare()
         except Exception as exc:  # every failure becomes one message for the user
             log.warning("loading %s failed", options.model, exc_info=True)
-            self.load_failed.emit(_message(exc), is_cuda_failure(exc, str(options.device)))
+            gpu_failure = is_cuda_failure(exc, str(options.device))
+            if previous is not None and not gpu_failure and self._reload(previous):
+                self.kept_previous.emit(_message(exc), self._engine.model_label)
+                return
+            self.load_failed.emit(_message(exc), gpu_failure)
             return
         self._engine, self._options = engine, options
         self.loaded.emit(engine.model_label, time.perf_counter() - t0)
+
+    def _reload(self, options: Any) -> bool:
+        """Load the model that worked before a failed switch; True if it is back."""
+        from dictation.asr import AsrEngine
+
+        try:
+            engine = (self._factory or AsrEngine)(options)
+            engine.prepare()
+        except Exception:
+            log.warning("reloading the previous model %s failed too", options.model, exc_info=True)
+            return False
+        self._engine, self._options = engine, options
+        return True
 
     def _swap_adapters(self, options: Any) -> bool:
         """Only the adapters changed: apply them to the loaded model (no re-read of the base).

@@ -148,9 +148,10 @@ def changed_params(adapters: Sequence[LoadedAdapter]) -> list[str]:
 
 
 def merged_weights(adapters: Sequence[LoadedAdapter], originals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Parameter name -> float32 tensor after every adapter in turn, from ``originals`` (any float dtype)."""
+    """Parameter name -> float32 tensor after every adapter in turn, for each parameter in ``originals``
+    (its weight before the adapters, any float dtype)."""
     out = {}
-    for param in changed_params(adapters):
+    for param in sorted(originals):
         w = originals[param].float()
         for adapter in adapters:
             if param in adapter.saved or (param.endswith(".weight") and param[:-7] in adapter.a):

@@ -232,10 +232,11 @@ def test_retranscribe_replaces_the_entry_text_with_the_current_context(rig, qtbo
     context = "Kubernetes, PySide6"
     s = r.c.settings
     assert r.c.apply_settings(s.replace(transcription=s.transcription.replace(context=context))) == []
-    with qtbot.waitSignal(r.c.history_changed, timeout=20_000):
-        r.c.retranscribe_entry(entry.id)
-    assert len(calls) == 2
+    qtbot.waitUntil(lambda: r.history.get(entry.id).outcome == Outcome.PASTED, timeout=20_000)  # first one settled
+    r.c.retranscribe_entry(entry.id)
+    qtbot.waitUntil(lambda: len(calls) == 2, timeout=20_000)
     samples, used_context, text = calls[1]
+    qtbot.waitUntil(lambda: r.history.get(entry.id).text == text + " ", timeout=20_000)
     assert used_context == context
     # the saved recording, trimmed as the first time (trimming is on by default)
     np.testing.assert_array_equal(samples, trim_silence(load_audio_16k(entry.audio_path)))
@@ -265,3 +266,65 @@ def test_first_run_without_a_model_is_an_error_state_that_a_model_choice_clears(
     s = r.c.settings
     assert r.c.apply_settings(s.replace(engine=s.engine.replace(model=str(ckpt_untied), device="cpu"))) == []
     r.wait_status(Status.IDLE)
+
+
+def _counting_engine(made):
+    from dictation.asr import AsrEngine
+
+    def factory(options):
+        made.append(options)
+        return AsrEngine(options)
+
+    return factory
+
+
+def test_changing_adapters_applies_them_to_the_loaded_model_without_a_reload(rig, qtbot, tmp_path):
+    from dictation.config.settings import Adapter
+    from tests.asr.test_variants import write_adapter
+
+    made = []
+    r = rig(engine_factory=_counting_engine(made))
+    r.start()
+    r.wait_status(Status.IDLE)
+    adapter = write_adapter(tmp_path / "medical", seed=4)
+    s = r.c.settings
+    with_adapter = s.replace(engine=s.engine.replace(adapters=(Adapter(path=str(adapter), weight=0.5),)))
+    assert r.c.apply_settings(with_adapter) == []
+    qtbot.waitUntil(lambda: "medical:0.5" in r.c.model_label, timeout=20_000)
+    r.wait_status(Status.IDLE)
+    assert len(made) == 1  # the base model was loaded once
+
+    # an adapter for another model is refused with a warning; the loaded adapters stay
+    wide = write_adapter(tmp_path / "wide", q_shape=(2048, 128), encoder=False)
+    bad = s.replace(engine=s.engine.replace(adapters=(Adapter(path=str(wide)),)))
+    assert r.c.apply_settings(bad) == []
+    qtbot.waitUntil(lambda: any("LoRA adapters not applied" in m for _, m in r.notes), timeout=20_000)
+    r.wait_status(Status.IDLE)
+    assert "medical:0.5" in r.c.model_label and len(made) == 1
+    message = next(m for _, m in r.notes if "LoRA adapters not applied" in m)
+    assert str(wide) in message and "2048x128 in the adapter" in message
+    r.dictate(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+
+
+def test_a_model_that_fails_to_load_leaves_the_previous_one_working(rig, qtbot, tmp_path, ckpt_untied):
+    import numpy as np
+
+    from tests.asr.test_gguf import QT, encode_all, our_tensors, write_single
+
+    made = []
+    r = rig(engine_factory=_counting_engine(made))
+    r.start()
+    r.wait_status(Status.IDLE)
+    label = r.c.model_label
+    encoded, _ = encode_all(our_tensors(ckpt_untied), lambda name, shape: "F32")
+    encoded["decoder.layers.0.mlp.down_proj.weight"] = (np.zeros((64, 84), dtype=np.uint8), QT.Q2_K)
+    broken = write_single(tmp_path / "broken.gguf", ckpt_untied, encoded)
+    s = r.c.settings
+    assert r.c.apply_settings(s.replace(engine=s.engine.replace(model=str(broken)))) == []
+    qtbot.waitUntil(lambda: len(made) == 3 and r.c.status is Status.IDLE, timeout=20_000)
+    errors = [m for level, m in r.notes if level == "error"]
+    assert errors and "Q2_K" in errors[-1] and f"Still using {label}" in errors[-1]
+    assert r.c.model_label == label
+    r.dictate(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
