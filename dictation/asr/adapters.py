@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -348,16 +346,15 @@ def write_merged_folder(base: str | os.PathLike, specs: Sequence[str], out: str 
     Merging is in float32 (the model is loaded in float32 on the CPU); every tensor the adapters
     leave alone is copied bit for bit. Raises AdapterError / ModelError naming the problem.
     """
-    from safetensors.torch import save_file
 
-    from dictation.asr.checkpoint import INDEX_FILE, checkpoint_name, locate, our_name
+    from dictation.asr.checkpoint import checkpoint_name, locate, our_name
     from dictation.asr.config import AsrConfig
     from dictation.asr.models import resolve_model
-    from dictation.asr.weights import load_model
+    from dictation.asr.weights import check_new_folder, load_model, write_model_folder
 
     folder = resolve_model(base)
     out = Path(out).expanduser()
-    check_new_folder(out)
+    check_new_folder(out, AdapterError)
     cfg = AsrConfig.from_file(folder / "config.json")
     if cfg.quantization:
         raise AdapterError(
@@ -386,18 +383,8 @@ def write_merged_folder(base: str | os.PathLike, specs: Sequence[str], out: str 
     raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     if state.untied:
         _untie_config(raw)
-    skip = {INDEX_FILE, "config.json", *(p.name for p in files.files)}
-
-    def write(tmp: Path) -> None:
-        for item in folder.iterdir():
-            if item.name not in skip and item.is_file():
-                shutil.copy2(item, tmp / item.name)
-        (tmp / "config.json").write_text(json.dumps(raw, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        metadata = {"format": "pt", "merged_adapters": json.dumps([a.label for a in adapters])}
-        save_file(tensors, str(tmp / "model.safetensors"), metadata=metadata)
-
-    write_folder_atomically(out, write)
-    return out
+    metadata = {"format": "pt", "merged_adapters": json.dumps([a.label for a in adapters])}
+    return write_model_folder(folder, out, raw, tensors, metadata)
 
 
 def _untie_config(raw: dict) -> None:
@@ -407,24 +394,3 @@ def _untie_config(raw: dict) -> None:
     text = inner.get("text_config")
     if isinstance(text, dict):
         text["tie_word_embeddings"] = False
-
-
-def check_new_folder(out: Path) -> None:
-    """Refuse to write into an existing file or a folder that is not empty."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise AdapterError(f"{out}: already exists and is not an empty folder; choose a new output folder")
-
-
-def write_folder_atomically(out: Path, write) -> None:
-    """``write(tmp)`` fills a temporary folder next to ``out``, which then becomes ``out``; an error or an
-    interruption leaves no half-written ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write(tmp)
-        if out.exists():
-            out.rmdir()  # empty (checked before)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

@@ -33,8 +33,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -567,7 +565,6 @@ def quantization_config(variant: str, group_size: int = DEFAULT_GROUP_SIZE) -> d
 
 # --- pre-quantized folders --------------------------------------------------------------------------------
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 
 
 def write_quantized_folder(
@@ -590,20 +587,25 @@ def write_quantized_folder(
     leaves nothing at ``out_dir``. ``on_progress(done, total)`` is called per tensor. Returns ``out_dir``.
     """
     from safetensors import safe_open
-    from safetensors.torch import save_file
 
     from dictation.asr.config import AsrConfig
     from dictation.asr.errors import ModelError, WeightsError
     from dictation.asr.model import AsrModel
     from dictation.asr.models import resolve_model
-    from dictation.asr.weights import FLOAT_DTYPES, checkpoint_name, locate, match_tensors
+    from dictation.asr.weights import (
+        FLOAT_DTYPES,
+        check_new_folder,
+        checkpoint_name,
+        locate,
+        match_tensors,
+        write_model_folder,
+    )
 
     if variant not in QUANTIZED:
         raise ModelError(f"{src_model}: cannot quantize to {variant!r}; choose one of {', '.join(QUANTIZED)}")
     src = resolve_model(src_model)
     out = Path(out_dir).expanduser().absolute()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ModelError(f"{out}: already exists and is not an empty folder; choose a new output folder")
+    check_new_folder(out)
     config_path = src / "config.json"
     cfg = AsrConfig.from_file(config_path)
     if cfg.quantization is not None:
@@ -662,28 +664,6 @@ def write_quantized_folder(
                     on_progress(done, total)
 
     raw_config["quantization_config"] = quantization_config(variant, group_size)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
-        for entry in sorted(src.iterdir()):
-            if entry.name.startswith(".") or entry.name == "config.json":
-                continue
-            if entry.name.endswith(_WEIGHT_SUFFIXES) or entry.name == "model.safetensors.index.json":
-                continue
-            if entry.is_dir():
-                shutil.copytree(entry, tmp / entry.name)
-            else:
-                shutil.copyfile(entry, tmp / entry.name)  # follows the Hub cache's symlinks
-        (tmp / "config.json").write_text(json.dumps(raw_config, indent=2, ensure_ascii=False) + "\n", "utf-8")
-        meta_info = {"format": "pt", "quant_method": QUANT_METHOD, "variant": variant}
-        save_file({n: t.contiguous() for n, t in sorted(tensors.items())}, str(tmp / "model.safetensors"), meta_info)
-        tensors.clear()
-        if out.exists():
-            out.rmdir()  # empty (checked above); os.replace cannot replace a folder on Windows
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    meta_info = {"format": "pt", "quant_method": QUANT_METHOD, "variant": variant}
+    write_model_folder(src, out, raw_config, tensors, meta_info)
     return out

@@ -175,3 +175,55 @@ def _log_tied_head(path: Path, name: str, model: AsrModel) -> None:
         name,
         "equals" if same else "differs from",
     )
+
+
+WEIGHT_SUFFIXES = (".safetensors", *PICKLE_SUFFIXES)
+
+
+def check_new_folder(out: Path, error: type[Exception] = ModelError) -> None:
+    """Refuse an output path that is a file or a folder that is not empty."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise error(f"{out}: already exists and is not an empty folder; choose a new output folder")
+
+
+def write_model_folder(
+    src: Path, out: Path, config: dict, tensors: dict[str, torch.Tensor], metadata: dict[str, str]
+) -> Path:
+    """Write a model folder at ``out``: every file of the model folder ``src`` except its weights and
+    config.json (tokenizer, preprocessor config, chat template, ...; the Hub cache's symlinks are
+    followed), ``config`` as config.json, and ``tensors`` in one ``model.safetensors``.
+
+    Written into a temporary folder next to ``out`` that is renamed at the end, so an error or an
+    interruption leaves nothing at ``out``. ``out`` must not exist or be an empty folder.
+    """
+    import json
+    import os
+    import shutil
+
+    from safetensors.torch import save_file
+
+    out = Path(out).expanduser().absolute()
+    check_new_folder(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        for entry in sorted(src.iterdir()):
+            if entry.name.startswith(".") or entry.name in ("config.json", INDEX_FILE):
+                continue
+            if entry.name.endswith(WEIGHT_SUFFIXES):
+                continue
+            if entry.is_dir():
+                shutil.copytree(entry, tmp / entry.name)
+            else:
+                shutil.copyfile(entry, tmp / entry.name)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", "utf-8")
+        save_file({n: t.contiguous() for n, t in sorted(tensors.items())}, str(tmp / "model.safetensors"), metadata)
+        if out.exists():
+            out.rmdir()  # empty (checked above); os.replace cannot replace a folder on Windows
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
