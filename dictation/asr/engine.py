@@ -32,6 +32,7 @@ from dictation.asr.quant import (
     QUANT_MODULES,
     QUANTIZED,
     VARIANTS,
+    format_bytes,
     quantizable_linears,
     quantize_model,
     replace_linear,
@@ -140,7 +141,13 @@ class AsrEngine:
             self._variant = variant
             self._label = self._make_label()
             self.load_seconds = time.perf_counter() - t0
-            log.info("loaded %s from %s in %.2f s", self._label, folder, self.load_seconds)
+            log.info(
+                "loaded %s from %s in %.2f s (weights %s)",
+                self._label,
+                folder,
+                self.load_seconds,
+                format_bytes(weight_bytes(model)),
+            )
 
     def _load_base(self) -> tuple[AsrModel, PromptBuilder, Path, str]:
         """(model with floating or pre-quantized weights, prompt builder, folder, variant name)."""

@@ -39,7 +39,7 @@ from pathlib import Path
 from dictation.asr.checkpoint import FLOAT_DTYPES, PREFIXES, TensorInfo, checkpoint_name, locate, read_header
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import AdapterError, AsrError, WeightsError
-from dictation.asr.models import resolve_model
+from dictation.asr.models import is_gguf_path, resolve_model
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -229,6 +229,9 @@ def check_fits(info: AdapterInfo, model_folder: str | os.PathLike) -> None:
 
     Raises ModelError if the model folder cannot be read at all.
     """
+    path = Path(os.fspath(model_folder)).expanduser()
+    if path.exists() and not (path / "config.json").is_file() and is_gguf_path(path):
+        return  # GGUF tensors are only known once the file is parsed; the engine checks them as it loads
     folder = resolve_model(model_folder)
     cfg = AsrConfig.from_file(folder / "config.json")
     shapes = {name: tensor.shape for name, tensor in locate(folder).headers().items()}
@@ -271,7 +274,11 @@ def _checkpoint_shape(shapes: dict, ours: str, cfg: AsrConfig):
     name = checkpoint_name(ours, cfg.layout)
     if name not in shapes and ours == "lm_head.weight" and cfg.text.tie_word_embeddings:
         name = checkpoint_name("decoder.embed_tokens.weight", cfg.layout)  # the tied head
-    return shapes.get(name)
+    shape = shapes.get(name)
+    packed = shapes.get(name.removesuffix(".weight") + ".qweight")
+    if shape is None and packed is not None:  # an int4 layer of a pre-quantized folder: two values per byte
+        shape = (packed[0], 2 * packed[1])
+    return shape
 
 
 @dataclass(frozen=True)

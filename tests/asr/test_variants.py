@@ -292,3 +292,14 @@ def test_quantize_model_is_what_the_engine_runs(ckpt_untied):
     quantize_model(float_model, "int8")
     for (name, a), (_, b) in zip(e.model.state_dict().items(), float_model.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_the_settings_check_accepts_adapters_for_prequantized_and_gguf_models(prequantized, gguf_file, adapters):
+    from dictation.asr.lora import check_adapter
+    from dictation.asr.models import check_model_folder
+
+    for variant in ("int8", "int4"):
+        assert check_model_folder(prequantized[variant]) is None
+        assert check_adapter(adapters["a"], prequantized[variant]) is None
+    assert check_model_folder(gguf_file) is None and check_model_folder(gguf_file.parent) is None
+    assert check_adapter(adapters["a"], gguf_file) is None
