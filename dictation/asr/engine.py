@@ -32,6 +32,7 @@ from dictation.asr.quant import (
     QUANT_MODULES,
     QUANTIZED,
     VARIANTS,
+    cpu_computes_in_bf16,
     format_bytes,
     quantizable_linears,
     quantize_model,
@@ -160,11 +161,11 @@ class AsrEngine:
         dtype_opt = self.options.dtype
         if requested in FLOAT_VARIANTS and dtype_opt == "auto":
             dtype_opt = requested
-        dtype = resolve_dtype(dtype_opt, device)
         path = Path(os.fspath(self.options.model)).expanduser()
         if path.exists() and not (path / "config.json").is_file() and is_gguf_path(path):
             from dictation.asr.gguf_file import read_gguf
 
+            dtype = _compute_dtype(dtype_opt, device, quantized=requested in QUANTIZED)
             gguf = read_gguf(path, device, dtype)  # dequantized on the device, then run as the variant
             variant = requested if requested in QUANTIZED else _DTYPE_NAMES[dtype]
             return gguf.build_model(), gguf.prompt_builder(), path.absolute(), variant
@@ -173,6 +174,7 @@ class AsrEngine:
         # EOS = {<|im_end|>, <|endoftext|>} from the tokenizer; like the official code we
         # ignore generation_config.json (spec §2.5).
         prompt = PromptBuilder.from_folder(folder, audio_token_id=cfg.special.audio_token_id)
+        dtype = _compute_dtype(dtype_opt, device, quantized=requested in QUANTIZED or bool(cfg.quantization))
         model = load_model(folder, cfg, device, dtype)
         variant = _DTYPE_NAMES[dtype]
         if cfg.quantization:
@@ -395,6 +397,15 @@ def is_silent(samples: np.ndarray, threshold_db: float = -70.0) -> bool:
 
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def _compute_dtype(dtype_opt: str, device: torch.device, *, quantized: bool) -> torch.dtype:
+    """The dtype of activations and floating weights. With ``auto`` a quantized model on a CPU that has
+    bf16 instructions computes in bf16: its integer layers do anyway (quant.cpu_computes_in_bf16), and
+    the floating output head would otherwise cost more per token than all the quantized layers."""
+    if dtype_opt == "auto" and quantized and device.type == "cpu" and cpu_computes_in_bf16():
+        return torch.bfloat16
+    return resolve_dtype(dtype_opt, device)
 
 
 def _param_of(model: AsrModel, name: str) -> torch.Tensor:
