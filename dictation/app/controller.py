@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from dictation import session as S
@@ -235,6 +235,9 @@ class AppController(QObject):
         for thread in self._threads:
             stop_thread(thread)
         self._threads = []
+        # The workers have stopped; results they queued for us (a delivery's outcome, a finished
+        # transcript) are handled now, while history is still open, not after it is closed.
+        QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
 
     def _wire_workers(self) -> None:
         s = self._s

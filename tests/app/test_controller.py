@@ -328,3 +328,24 @@ def test_a_model_that_fails_to_load_leaves_the_previous_one_working(rig, qtbot, 
     assert r.c.model_label == label
     r.dictate(speech())
     qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+
+
+def test_a_delivery_finishing_during_shutdown_still_records_its_outcome(rig, qtbot):
+    """Quitting while text is being typed: the outcome is stored before history closes."""
+    started, gate = threading.Event(), threading.Event()
+
+    class SlowChain(FakeChain):
+        def deliver(self, text):
+            started.set()
+            gate.wait(10)
+            return super().deliver(text)
+
+    r = rig(chain=SlowChain())
+    r.start()
+    r.wait_status(Status.IDLE)
+    r.dictate(speech())
+    qtbot.waitUntil(started.is_set, timeout=20_000)
+    entry = r.history.recent(1)[0]
+    threading.Timer(0.3, gate.set).start()  # the typing ends while shutdown waits for the output thread
+    r.c.shutdown()
+    assert r.history.get(entry.id).outcome == Outcome.PASTED
