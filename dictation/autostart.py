@@ -12,8 +12,10 @@ build: its executable), not the ``dictation`` script looked up on PATH: the logi
 often lacks ``~/.local/bin`` or a virtual environment's ``bin``, and an absolute interpreter keeps
 starting the installation the user turned the setting on from (venv, pipx, conda). Enabling again
 rewrites the file, so calling ``set_enabled(settings.general.start_at_login)`` at every start
-keeps the command current when the installation moves. On Windows ``pythonw.exe`` is used when it
-sits beside the interpreter, so no console window stays open.
+keeps the command current when the installation moves. On Windows ``pythonw.exe`` (a frozen
+build: ``dictationw.exe``) is used when it sits beside the executable, so no console window stays
+open. `dictation.desktop` (``dictation install-desktop``) writes the app-menu entry with the same
+command and template.
 
 Every file we write carries `MARKER` (a comment), and only such a file is ever removed: an entry
 the user wrote by hand is left alone. Disabling while one exists raises `AutostartError`; enabling
@@ -74,6 +76,11 @@ def launch_command(platform: str | None = None) -> list[str]:
     """The program and arguments that start the app (see the module docstring for why these)."""
     executable = sys.executable
     if getattr(sys, "frozen", False):
+        # The PyInstaller build (packaging/pyinstaller) has dictationw.exe, without a console, beside
+        # dictation.exe on Windows.
+        windowless = Path(executable).with_name("dictationw.exe")
+        if _kind(platform) == "windows" and windowless.is_file():
+            return [str(windowless)]
         return [executable]
     if _kind(platform) == "windows":
         windowless = Path(executable).with_name("pythonw.exe")

@@ -239,3 +239,28 @@ def test_the_platform_defaults_to_this_one(home):
     assert autostart_path().name == expected.get(sys.platform, "dictation.desktop")
     assert os.fspath(set_enabled(True)) == os.fspath(autostart_path())
     assert is_enabled()
+
+
+def test_a_frozen_windows_build_starts_its_windowless_executable(home, tmp_path, monkeypatch):
+    """The PyInstaller folder (packaging/pyinstaller) has dictationw.exe beside dictation.exe on Windows."""
+    folder = tmp_path / "Dictation"
+    folder.mkdir()
+    for name in ("dictation.exe", "dictationw.exe"):
+        (folder / name).write_bytes(b"")
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(folder / "dictation.exe"))
+    assert autostart.launch_command("win32") == [str(folder / "dictationw.exe")]
+    assert f'start "" "{folder / "dictationw.exe"}"' in set_enabled(True, "win32").read_text(encoding="utf-8")
+    assert autostart.launch_command("linux") == [str(folder / "dictation.exe")]  # only Windows has the twin
+
+
+def test_the_linux_entry_is_the_app_menu_template_plus_the_autostart_key(home):
+    """One template for the app menu (dictation install-desktop) and autostart; the command is absolute."""
+    from dictation import resources
+
+    text = set_enabled(True, "linux").read_text(encoding="utf-8")
+    template = [line for line in resources.desktop_template().splitlines() if not line.startswith(("Exec=", "Icon="))]
+    lines = text.splitlines()
+    assert lines[0] == f"# {autostart.MARKER}" and lines[-1] == "X-GNOME-Autostart-enabled=true"
+    assert [line for line in lines[1:-1] if not line.startswith(("Exec=", "Icon="))] == template
+    assert os.path.isabs(parse_exec(desktop_entry(autostart_path("linux"))["Exec"])[0])

@@ -566,7 +566,6 @@ def quantization_config(variant: str, group_size: int = DEFAULT_GROUP_SIZE) -> d
 # --- pre-quantized folders --------------------------------------------------------------------------------
 
 
-
 def write_quantized_folder(
     src_model,
     out_dir,

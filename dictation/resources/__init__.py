@@ -4,9 +4,13 @@
   hourglass, recording red with a dot, transcribing blue with three dots, error grey with a red
   "!". 64x64 view box, drawn to read at 22 px.
 - ``icons/app.svg``: the application icon (windows, menus, the autostart entry).
+- ``icons/png/<size>/<name>.png``: each of those icons as PNG at `PNG_SIZES` (made from the SVGs
+  by ``tools/make_icons.py``; `dictation install-desktop` puts the app icon's into the hicolor theme).
 - ``sounds/<cue>.wav``: per `SOUNDS` (the values of `dictation.session.Sound`): 16-bit mono
   44.1 kHz, 110-190 ms, peak -6 dBFS; made by ``tools/make_sounds.py``.
 - ``dictation.desktop``: the app-menu entry, with ``{exec}`` and ``{icon}`` placeholders.
+- ``dictation.service``: the systemd user unit, with an ``{exec}`` placeholder (written by
+  ``dictation install-desktop --systemd``, see the module ``dictation/desktop.py``).
 
 The tray states are the values of `dictation.session.Status` (not imported here: this package
 imports nothing of the app). Installed as a regular folder (wheel, PyInstaller) the files are on
@@ -26,6 +30,8 @@ ICON_STATES = ("idle", "loading", "recording", "transcribing", "error")
 APP_ICON = "app"
 SOUNDS = ("start", "stop", "cancel", "error")
 DESKTOP_TEMPLATE = "dictation.desktop"
+SERVICE_TEMPLATE = "dictation.service"
+PNG_SIZES = (16, 22, 24, 32, 48, 64, 128, 256)
 
 
 def read_bytes(name: str) -> bytes:
@@ -68,6 +74,13 @@ def icon_svg(state: str) -> bytes:
     return read_bytes(icon_name(state))
 
 
+def png_icon_name(state: str, size: int) -> str:
+    """ "icons/png/<size>/<state>.png" for a tray state or "app" and a size in `PNG_SIZES`."""
+    if size not in PNG_SIZES:
+        raise ValueError(f"no {size} px icons; sizes: {', '.join(map(str, PNG_SIZES))}")
+    return icon_name(state).replace("icons/", f"icons/png/{size}/", 1).removesuffix(".svg") + ".png"
+
+
 def sound_name(cue: str) -> str:
     """ "sounds/<cue>.wav" for a cue in `SOUNDS`; ValueError for anything else."""
     cue = getattr(cue, "value", cue)
@@ -85,6 +98,11 @@ def desktop_template() -> str:
     """The .desktop entry text with ``{exec}`` and ``{icon}`` placeholders (fill with str.replace:
     an Exec line may itself contain braces)."""
     return read_bytes(DESKTOP_TEMPLATE).decode("utf-8")
+
+
+def service_template() -> str:
+    """The systemd user unit text with an ``{exec}`` placeholder (fill with str.replace)."""
+    return read_bytes(SERVICE_TEMPLATE).decode("utf-8")
 
 
 def _traversable(name: str):
