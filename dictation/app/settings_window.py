@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from dictation.app.pages import SettingsPage
+from dictation.app.pages.diagnostics import DiagnosticsPage
 from dictation.app.pages.general_page import GeneralPage
 from dictation.app.pages.log_page import LogPage
 from dictation.app.pages.model_page import ModelPage
@@ -29,7 +30,14 @@ from dictation.app.pages.output_page import OutputPage
 from dictation.app.pages.recording_page import RecordingPage
 from dictation.app.widgets.fields import FieldRow
 
-PAGE_CLASSES: tuple[type[SettingsPage], ...] = (ModelPage, RecordingPage, OutputPage, GeneralPage, LogPage)
+PAGE_CLASSES: tuple[type[SettingsPage], ...] = (
+    ModelPage,
+    RecordingPage,
+    OutputPage,
+    GeneralPage,
+    DiagnosticsPage,
+    LogPage,
+)
 PAGE_NAMES: tuple[str, ...] = tuple(cls.name for cls in PAGE_CLASSES)
 
 
@@ -50,8 +58,8 @@ class SettingsWindow(QWidget):
             page = cls(controller)
             self.pages[cls.name] = page
             self.sidebar.addItem(cls.title)
-            if isinstance(page, LogPage):
-                self.stack.addWidget(page)  # the log view scrolls itself
+            if isinstance(page, (LogPage, DiagnosticsPage)):
+                self.stack.addWidget(page)  # the log view and the diagnostics tree scroll themselves
             else:
                 scroll = QScrollArea()
                 scroll.setWidgetResizable(True)
@@ -73,7 +81,7 @@ class SettingsWindow(QWidget):
         self.sidebar.setCurrentRow(0)
 
     def show_page(self, name: str) -> None:
-        """Switch to page ``name`` ("model", "recording", "output", "general" or "log")."""
+        """Switch to page ``name`` ("model", "recording", "output", "general", "diagnostics" or "log")."""
         if name not in self.pages:
             raise ValueError(f"no settings page {name!r}; the pages are {', '.join(PAGE_NAMES)}")
         self.sidebar.setCurrentRow(PAGE_NAMES.index(name))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dictation.hotkeys.base import HotkeyBackend
 from dictation.hotkeys.errors import HotkeyError
@@ -104,6 +104,8 @@ class BackendChoice:
     environment: Environment
     preference: str
     notes: tuple[tuple[str, str], ...]  # (backend name, why it is / isn't used), chosen one first
+    # (available, reason) of each backend choose_backend asked, by name
+    probed: Mapping[str, tuple[bool, str]] = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:
@@ -149,17 +151,39 @@ def choose_backend(
         order = [preference]
         excluded = {}
     notes: list[tuple[str, str]] = []
+    probed: dict[str, tuple[bool, str]] = {}
     chosen: HotkeyBackend | None = None
     for name in order:
         if chosen is not None:
             notes.append((name, f"not tried: {chosen.name} comes first here"))
             continue
         backend = factories[name]()
-        ok, reason = backend.is_available()
+        ok, reason = probed[name] = backend.is_available()
         if ok:
             chosen = backend
             notes.insert(0, (name, reason))
         else:
             notes.append((name, f"unavailable — {reason}"))
     notes += [(name, f"not used — {why}") for name, why in excluded.items()]
-    return BackendChoice(chosen, environment, preference, tuple(notes))
+    return BackendChoice(chosen, environment, preference, tuple(notes), probed)
+
+
+def backend_availability(
+    choice: BackendChoice, factories: Mapping[str, Callable[[], HotkeyBackend]] | None = None
+) -> dict[str, tuple[bool | None, str]]:
+    """Every backend's (available, reason) for diagnostics (`dictation doctor`), in BACKEND_NAMES order.
+
+    What `choice` already asked is reused; the backends it did not try (one came first, or the settings
+    named another) are asked now; those this kind of session rules out are (None, why), unasked.
+    """
+    factories = default_factories() if factories is None else factories
+    _, excluded = candidate_order(choice.environment)
+    result: dict[str, tuple[bool | None, str]] = {}
+    for name in BACKEND_NAMES:
+        if name in choice.probed:
+            result[name] = choice.probed[name]
+        elif name in excluded:
+            result[name] = (None, excluded[name])
+        else:
+            result[name] = factories[name]().is_available()
+    return result

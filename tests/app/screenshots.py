@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = ("model", "recording", "output", "general", "log")
+PAGES = ("model", "recording", "output", "general", "diagnostics", "log")
 
 
 def screenshot_dir() -> Path:
@@ -125,6 +125,8 @@ def render_all(out_dir: Path | None = None) -> list[Path]:
             window.show_page(page)
             if page == "recording":
                 QTest.qWait(150)  # a few level-meter polls
+            if page == "diagnostics":
+                _wait_for_diagnostics(window.page(page))
             if page == "model":
                 controller.model_progress.emit("Loaded Qwen3-ASR-1.7B · int8 · cuda in 2.1 s")
                 controller.download_progress.emit("Qwen/Qwen3-ASR-0.6B", 700_000_000, 1_900_000_000)
@@ -143,6 +145,19 @@ def render_all(out_dir: Path | None = None) -> list[Path]:
         first.close()
         controller.close()
     return paths
+
+
+def _wait_for_diagnostics(page, timeout_s: float = 60.0) -> None:
+    """Showing the page started its checks on a worker thread: wait for the results."""
+    import time
+
+    from PySide6.QtTest import QTest
+
+    deadline = time.monotonic() + timeout_s
+    while page.running and time.monotonic() < deadline:
+        QTest.qWait(50)
+    if page.running:
+        raise TimeoutError(f"the diagnostics did not finish within {timeout_s:g} s")
 
 
 def _tray_shots(controller) -> list[Path]:

@@ -14,6 +14,7 @@ import sys
 import pytest
 from PySide6.QtGui import QImage
 
+from dictation.app.pages.diagnostics import COLOURS
 from tests.app.screenshots import PAGES, REPO, screenshot_dir
 from tests.output.conftest import running_xvfb
 
@@ -77,3 +78,7 @@ def test_pages_and_history_render_on_a_real_x_server(x_display, tmp_path):
         assert distinct_colours(image) >= 4, f"{name} is (nearly) blank"
     window = QImage(str(out / "settings-model.png"))
     assert (window.width(), window.height()) == (960, 900)
+    # the Diagnostics page waited for its checks: their status icons are in the picture
+    page = QImage(str(out / "page-diagnostics.png"))
+    shown = {page.pixel(x, y) & 0xFFFFFF for x in range(0, page.width(), 2) for y in range(0, page.height(), 2)}
+    assert {int(COLOURS[s][1:], 16) for s in ("ok", "problem")} <= shown
