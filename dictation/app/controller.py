@@ -797,7 +797,9 @@ class AppController(QObject):
             self._notify("info", f"Downloaded {repo_id}.")
 
 
-APP_ID = "io.github.dictation"  # the desktop-file id the portal knows the app by
+# The desktop-file id the portal knows the app by: the file `dictation install-desktop` writes
+# (dictation.desktop) and the name main.py gives Qt (setDesktopFileName), so all three agree.
+APP_ID = "dictation"
 
 
 def _default_hotkey_chooser(preference: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -116,3 +117,12 @@ def test_overlay_never_takes_focus_and_is_off_without_a_screen(rig):
     # offscreen has no screen to draw on: the indicator stays hidden even while recording
     overlay.on_status(Status.RECORDING)
     assert not overlay.isVisible()
+
+
+def test_the_portal_app_id_is_the_installed_desktop_file_and_the_qt_desktop_name():
+    from dictation import desktop
+    from dictation.app import controller, main
+
+    assert controller.APP_ID == desktop.APP_ID
+    assert desktop.desktop_entry_path().name == f"{controller.APP_ID}.desktop"
+    assert f'setDesktopFileName("{controller.APP_ID}")' in Path(main.__file__).read_text(encoding="utf-8")
