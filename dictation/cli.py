@@ -132,6 +132,16 @@ def cmd_merge_lora(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from dictation.bench import check_args, run
+
+    try:
+        check_args(args)
+    except ValueError as exc:
+        return _fail(str(exc))
+    return run(args)
+
+
 def cmd_download(args: argparse.Namespace) -> int:
     from dictation.asr import AsrError
     from dictation.asr.models import download_model
@@ -154,6 +164,23 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(format_devices(list_input_devices()))
     except AudioDeviceError as exc:
         return _fail(str(exc))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from dictation.doctor import main as doctor_main
+
+    return doctor_main(as_json=args.json)
+
+
+def cmd_install_desktop(args: argparse.Namespace) -> int:
+    from dictation import desktop
+
+    try:
+        report = desktop.uninstall() if args.uninstall else desktop.install(systemd=args.systemd)
+    except OSError as exc:
+        return _fail(str(exc))
+    print("\n".join(report))
     return 0
 
 
@@ -255,8 +282,40 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", required=True, help="new folder to write (must not exist or be empty)")
     m.set_defaults(func=cmd_merge_lora)
 
+    from dictation.bench import options as bench_options
+
+    b = sub.add_parser(
+        "bench",
+        help="compare the engine's variants' speed, memory and agreement (and the official implementation's)",
+        description=bench_options.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench_options.add_arguments(b)
+    b.set_defaults(func=cmd_bench)
+
     v = sub.add_parser("devices", help="list microphones (input devices) and their default rates")
     v.set_defaults(func=cmd_devices)
+
+    dr = sub.add_parser(
+        "doctor",
+        help="check hotkeys, text output, microphone, GPU, model and files; print the fixes",
+        description="Check what works on this computer (session, hotkeys, text output, microphone, torch and "
+        "the GPU, the model, the app's files) and print the fix for each problem. Exit status 1 if any "
+        "problem was found.",
+    )
+    dr.add_argument("--json", action="store_true", help="print the checks as JSON")
+    dr.set_defaults(func=cmd_doctor)
+
+    i = sub.add_parser(
+        "install-desktop",
+        help="Linux: add Dictation to the app menu (desktop entry and icon), optionally as a systemd user service",
+        description="Write ~/.local/share/applications/dictation.desktop and the app icon (hicolor theme) for "
+        "this installation; --systemd also writes ~/.config/systemd/user/dictation.service. --uninstall "
+        "removes them.",
+    )
+    i.add_argument("--systemd", action="store_true", help="also write the systemd user unit")
+    i.add_argument("--uninstall", action="store_true", help="remove what install-desktop wrote")
+    i.set_defaults(func=cmd_install_desktop)
 
     remote_help = {
         "toggle": "start dictation in the running app, or stop it if recording",

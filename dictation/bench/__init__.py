@@ -1,0 +1,30 @@
+"""``dictation bench``: speed, memory and agreement of our engine's variants, next to the official
+implementation where it is installed. See benchmarks/README.md.
+
+Modules: ``options`` (command line; import-light), ``checkpoints`` (random checkpoints at the real
+sizes, pre-quantized copies), ``runner`` (contenders, timing, agreement), ``official`` (the official
+implementation, optional), ``report`` (tables). Importing this package does not import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dictation.bench.options import add_arguments, check_args, parse_args
+
+__all__ = ["add_arguments", "check_args", "main", "parse_args", "run"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run on parsed options (``add_arguments`` + ``check_args``); returns an exit code."""
+    from dictation.bench.runner import run as _run
+
+    return _run(args)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Command-line entry: parse ``argv`` (default: sys.argv) and run."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return run(parse_args(argv, prog))

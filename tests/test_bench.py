@@ -1,0 +1,163 @@
+"""`dictation bench` on a tiny random checkpoint: every variant measured, weight memory ordered by
+precision, the reference agrees with itself, the table prints; the CLI and the script parse the options."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dictation.bench import main as bench_main
+from dictation.bench import official
+
+REPO = Path(__file__).resolve().parent.parent
+STAGES = ("mel_ms", "encoder_ms", "prefill_ms", "decode_ms_per_token", "e2e_ms")
+TINY = ["--sizes", "tiny", "--device", "cpu", "--seconds", "1", "2", "--tokens", "4", "--repeats", "1", "--warmup", "0"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("bench")
+
+
+@pytest.fixture(scope="module")
+def variants_run(workdir):
+    """One run of ours with fp32, int8 and int4 (fp32 is the CPU's default reference)."""
+    import contextlib
+    import io
+
+    out = workdir / "variants.json"
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = bench_main(
+            [*TINY, "--variants", "fp32", "int8", "int4", "--impl", "ours", "--workdir", str(workdir)]
+            + ["--json", str(out)]
+        )
+    assert code == 0, buffer.getvalue()
+    return json.loads(out.read_text(encoding="utf-8")), buffer.getvalue()
+
+
+def test_every_variant_is_timed_with_positive_stages(variants_run):
+    data, _ = variants_run
+    assert data["meta"]["variants"] == ["fp32", "int8", "int4"]
+    assert data["meta"]["reference_variant"] == "fp32"
+    (res,) = data["results"]
+    assert res["size"] == "tiny" and res["random_weights"] and res["official"] is None
+    assert list(res["ours"]) == ["fp32", "int8", "int4"]
+    for variant, info in res["ours"].items():
+        assert info["variant"] == variant and info["load_s"] > 0
+    assert [c["seconds"] for c in res["clips"]] == [1.0, 2.0]
+    for clip in res["clips"]:
+        assert clip["audio_tokens"] == clip["prompt_tokens"] - 15 > 0
+        for variant, stats in clip["ours"].items():
+            for stage in STAGES:
+                assert stats[stage] > 0, (variant, stage)
+            assert len(stats["tokens"]) == 4 and len(stats["runs"]) == 1
+
+
+def test_weight_memory_shrinks_with_precision(variants_run):
+    res = variants_run[0]["results"][0]
+    weights = {v: res["ours"][v]["weight_bytes"] for v in ("fp32", "int8", "int4")}
+    assert weights["int4"] < weights["int8"] < weights["fp32"]
+    for variant in ("int8", "int4"):  # the pre-quantized folder loads to the same weights
+        pre = res["ours"][variant]["prequantized"]
+        assert pre["load_s"] > 0 and pre["weight_bytes"] == weights[variant] and pre["disk_bytes"] > 0
+    assert "prequantized" not in res["ours"]["fp32"]
+
+
+def test_reference_agrees_with_itself_and_others_are_compared(variants_run):
+    res = variants_run[0]["results"][0]
+    for clip in res["clips"]:
+        ref = clip["ours"]["fp32"]["agreement"]
+        assert ref["reference"] == "fp32"
+        assert ref["greedy_same_ids"] == 1.0 and ref["teacher_forced_top1"] == 1.0
+        assert ref["first_logits_cosine"] == pytest.approx(1.0, abs=1e-9)
+        for variant in ("int8", "int4"):
+            agreement = clip["ours"][variant]["agreement"]
+            assert 0.0 <= agreement["greedy_same_ids"] <= 1.0 and 0.0 <= agreement["teacher_forced_top1"] <= 1.0
+            assert 0.5 < agreement["first_logits_cosine"] < 1.0  # quantized: close, never identical
+
+
+def test_table_prints_every_variant_and_the_random_weights_caveat(variants_run):
+    _, text = variants_run
+    assert "ours fp32" in text and "ours int8" in text and "ours int4" in text
+    for row in ("load (s)", "load, pre-quantized (s)", "weights (GB)", "decode (ms/token)", "end-to-end (ms)"):
+        assert row in text
+    assert "teacher-forced top-1" in text and "first-logit cosine" in text
+    assert "only a sanity check" in text
+    assert "official" not in text.split("Qwen3-ASR-tiny")[1]  # --impl ours: no official column
+
+
+def test_reference_outside_the_variants_is_loaded_for_agreement_only(workdir, capsys):
+    out = workdir / "ref.json"
+    code = bench_main(
+        [*TINY, "--variants", "int8", "--reference-variant", "fp32", "--impl", "ours", "--no-prequantized"]
+        + ["--workdir", str(workdir), "--json", str(out)]
+    )
+    assert code == 0
+    res = json.loads(out.read_text(encoding="utf-8"))["results"][0]
+    assert list(res["ours"]) == ["int8"] and res["reference_only"]["variant"] == "fp32"
+    assert "prequantized" not in res["ours"]["int8"]
+    assert res["clips"][0]["ours"]["int8"]["agreement"]["reference"] == "fp32"
+    assert "loaded for the agreement figures only" in capsys.readouterr().out
+
+
+def test_without_the_official_packages_ours_runs_and_one_line_says_so(workdir, capsys, monkeypatch):
+    monkeypatch.setattr(official, "unavailable_reason", lambda: "ModuleNotFoundError: No module named 'qwen_asr'")
+    out = workdir / "no_official.json"
+    code = bench_main([*TINY, "--no-prequantized", "--workdir", str(workdir), "--json", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    missing = [line for line in text.splitlines() if line.startswith("official numbers missing")]
+    assert len(missing) == 1 and "qwen-asr" in missing[0] and "pip install" in missing[0]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["meta"]["impls"] == ["ours"] and data["results"][0]["official"] is None
+    assert list(data["results"][0]["ours"]) == ["fp32"]  # default: the dtype's own variant
+
+
+@pytest.mark.skipif(official.unavailable_reason() is not None, reason="official implementation not installed")
+def test_official_side_by_side(workdir):
+    out = workdir / "official.json"
+    code = bench_main([*TINY, "--no-prequantized", "--workdir", str(workdir), "--json", str(out)])
+    assert code == 0
+    res = json.loads(out.read_text(encoding="utf-8"))["results"][0]
+    assert res["official"]["load_s"] > 0 and res["official"]["weight_bytes"] > 0
+    for clip in res["clips"]:
+        assert clip["same_prompt"] is True
+        assert all(clip["official"][stage] > 0 for stage in STAGES)
+        assert clip["official"]["agreement"]["teacher_forced_top1"] is None  # greedy figures only
+
+
+def _run(*args):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_cli_bench_help_and_a_tiny_run(workdir):
+    proc = _run("-m", "dictation", "bench", "--help")
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--variants", "--reference-variant", "--sizes", "--json", "--model"):
+        assert option in proc.stdout
+    assert "bench" in _run("-m", "dictation", "--help").stdout
+    out = workdir / "cli.json"
+    proc = _run(
+        "-m", "dictation", "bench", *TINY, "--variants", "fp32", "int8", "--impl", "ours", "--no-prequantized",
+        "--workdir", workdir, "--json", out,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert list(json.loads(out.read_text(encoding="utf-8"))["results"][0]["ours"]) == ["fp32", "int8"]
+    bad = _run("-m", "dictation", "bench", "--tokens", "1")
+    assert bad.returncode == 1 and "--tokens must be at least 2" in bad.stderr
+
+
+def test_script_keeps_its_options():
+    proc = _run(REPO / "benchmarks" / "bench_asr.py", "--help")
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--sizes", "--seconds", "--tokens", "--repeats", "--warmup", "--device", "--dtype", "--impl"):
+        assert option in proc.stdout
+    for option in ("--workdir", "--interleave", "--threads", "--json", "--quick", "--variants"):
+        assert option in proc.stdout
