@@ -268,11 +268,11 @@ def test_variants_show_approximate_gpu_memory_for_the_chosen_model(window, contr
     def label(value):
         return combo.itemText(combo.findData(value))
 
-    assert "0.55× the bf16 memory" in label("int8")  # no model chosen: relative figures
+    assert "0.72× the bf16 memory" in label("int8")  # no model chosen: relative figures
     controller.change_settings_elsewhere(with_engine(model="Qwen/Qwen3-ASR-1.7B"))
-    assert "about 3.0 GB" in label("int8") and "approx" in label("int8")
+    assert "about 4.0 GB" in label("int8") and "approx" in label("int8")
     assert "about 11.0 GB" in label("fp32")
-    assert "about 1.9 GB" in label("int4")
+    assert "about 3.3 GB" in label("int4")
     assert "about 5.5 GB" in label("bf16")
 
 
