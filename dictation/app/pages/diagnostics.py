@@ -1,7 +1,7 @@
 """The Diagnostics page: the `dictation doctor` checks as a tree, with the fixes, "Copy report" and "Run again".
 
-The checks (:func:`dictation.doctor.run_checks`) run on a worker thread, so a slow D-Bus or a cold
-torch import never freezes the window; they run when the page is first shown, again when it is
+The checks (:func:`dictation.doctor.run_checks`) run in a `dictation doctor --json` child process,
+waited for on a worker thread, so a slow D-Bus or a cold torch import never freezes the window; they run when the page is first shown, again when it is
 shown after a settings change, and on "Run again". Three rows come from the running app itself, on
 the GUI thread: whether Qt sees a system tray (instead of the doctor's guess from D-Bus), and which
 hotkey and output backends the app is using right now.
@@ -10,8 +10,10 @@ hotkey and output backends the app is using right now.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -37,11 +39,37 @@ from PySide6.QtWidgets import (
 from dictation.app.pages import SettingsPage
 from dictation.app.widgets.fields import WrappedLabel, style_as_help
 from dictation.config.settings import Settings
-from dictation.doctor import Check, format_report, run_checks, summary, tray_check
+from dictation.doctor import Check, format_report, summary, tray_check
 
 log = logging.getLogger(__name__)
 
 Runner = Callable[[Settings], list[Check]]
+DOCTOR_TIMEOUT_S = 60
+
+
+def doctor_command() -> list[str]:
+    """How to start `dictation doctor --json`: this interpreter, or the frozen app's own binary."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, "doctor", "--json"]
+    return [sys.executable, "-m", "dictation", "doctor", "--json"]
+
+
+def doctor_in_a_process(settings: Settings) -> list[Check]:
+    """The checks, run by `dictation doctor --json` in a child process (the saved settings are what the
+    controller applied). A process, not a thread of this one: the checks import modules (torch,
+    sounddevice, the backends) and an import on a Python thread while Qt's GUI thread collects
+    garbage can crash PySide6's import hook; and a slow torch import never touches the GUI."""
+    try:
+        proc = subprocess.run(doctor_command(), capture_output=True, text=True, timeout=DOCTOR_TIMEOUT_S)
+        report = json.loads(proc.stdout)
+        return [Check(**item) for item in report["checks"]]
+    except subprocess.TimeoutExpired:
+        return [Check("Diagnostics", "Run", "problem", f"`dictation doctor` took over {DOCTOR_TIMEOUT_S} s")]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        detail = (proc.stderr.strip().splitlines() or [""])[-1] if "proc" in locals() else ""
+        return [Check("Diagnostics", "Run", "problem", f"`dictation doctor` failed: {exc} {detail}".strip())]
+
+
 COLOURS = {"ok": "#2e7d32", "info": "#78909c", "warning": "#ef8f00", "problem": "#c62828"}
 STATUS_TEXT = {"ok": "OK", "info": "Note", "warning": "Warning", "problem": "Problem"}
 FIX_COLOUR = "#1565c0"
@@ -116,7 +144,7 @@ class DiagnosticsPage(SettingsPage):
 
     def __init__(self, controller: Any, parent: QWidget | None = None, *, runner: Runner | None = None):
         super().__init__(controller, parent)
-        self._runner: Runner = runner or (lambda settings: run_checks(settings))
+        self._runner: Runner = runner or doctor_in_a_process
         self.checks: list[Check] = []
         self._generation = 0
         self._running = False
