@@ -23,9 +23,31 @@ window, llama.cpp's sinusoid table ``a.position_embd.weight``) are ignored.
 The file format is parsed here (header, metadata, tensor table) instead of with gguf-py's
 ``GGUFReader``, which takes ~7 s to index the 300k vocabulary and merge strings of a Qwen file;
 this parser takes well under a second and needs no extra package. Tensor data is memory-mapped
-copy-on-write and dequantized with torch on the target device (F32, F16, BF16, Q8_0, Q4_K, Q5_K,
-Q6_K), vectorised over blocks; values are computed in float32 exactly as ggml / gguf-py define
-them, then cast to the requested dtype.
+copy-on-write and dequantized with torch on the target device, vectorised over blocks; values are
+computed in float32 exactly as ggml / gguf-py define them (bit-identical to ``gguf.quants.dequantize``),
+then cast to the requested dtype. Types read (values per block / bytes per block):
+
+==========  ======  =====  =====================================================================
+type        values  bytes  layout (value = ...)
+==========  ======  =====  =====================================================================
+F32, F16,   1       4/2/2  plain floats
+BF16
+Q8_0        32      34     ``[d f16][32 x int8 q]``; ``d * q``
+Q4_0        32      18     ``[d f16][16 B nibbles]``; ``d * (q - 8)``
+Q4_1        32      20     ``[d f16][m f16][16 B nibbles]``; ``d * q + m``
+Q5_0        32      22     ``[d f16][qh u32][16 B nibbles]``; ``d * (q - 16)``, bit i of qh = bit 4 of q_i
+Q5_1        32      24     ``[d f16][m f16][qh u32][16 B nibbles]``; ``d * q + m``
+Q3_K        256     110    ``[hmask 32][qs 64][scales 12][d f16]``; 16 x 16, ``d * (sc - 32) * q``,
+                           q = 2 low bits - (4 where the hmask bit is 0), sc 6-bit
+Q4_K        256     144    ``[d][dmin][scales 12][qs 128]``; 8 x 32, ``d * sc * q - dmin * m``
+Q5_K        256     176    ``[d][dmin][scales 12][qh 32][qs 128]``; as Q4_K with a fifth bit
+Q6_K        256     210    ``[ql 128][qh 64][scales 16 x int8][d]``; 16 x 16, ``d * sc * (q - 32)``
+==========  ======  =====  =====================================================================
+
+Nibble blocks of 32 (Q4_*/Q5_*) hold values 0-15 in the low nibbles of their 16 bytes and 16-31 in
+the high nibbles. Other types (Q2_K, the IQ types, ...) are refused with a WeightsError naming the
+file, the tensor and the type. CrispASR's quantizer falls back to Q4_0/Q5_0 (``Q4_K``/``Q5_K``
+requests) for rows that are not a multiple of 256, e.g. the 0.6B audio encoder's width 896.
 """
 
 from __future__ import annotations
@@ -176,14 +198,18 @@ SUPPORTED_TYPES: dict[int, TensorType] = {
     1: TensorType("F16", 1, 2),
     30: TensorType("BF16", 1, 2),
     8: TensorType("Q8_0", 32, 34),
+    2: TensorType("Q4_0", 32, 18),
+    3: TensorType("Q4_1", 32, 20),
+    6: TensorType("Q5_0", 32, 22),
+    7: TensorType("Q5_1", 32, 24),
+    11: TensorType("Q3_K", 256, 110),
     12: TensorType("Q4_K", 256, 144),
     13: TensorType("Q5_K", 256, 176),
     14: TensorType("Q6_K", 256, 210),
 }
 # ggml type ids we cannot read: names for messages, (values, bytes) per block to find truncated files
 _OTHER_TYPES = {
-    2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 9: ("Q8_1", 32, 40),
-    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66),
+    9: ("Q8_1", 32, 40), 10: ("Q2_K", 256, 84), 15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66),
     17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18),
     21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1),
     25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
@@ -443,6 +469,62 @@ def _dequant_q8_0(blocks: torch.Tensor, dst: torch.Tensor) -> None:
     dst.mul_(_f16_column(blocks, 0))
 
 
+def _nibbles32(qs: torch.Tensor) -> torch.Tensor:
+    """16 bytes per block → its 32 4-bit values ``uint8 [n, 32]``: low nibbles first, then high nibbles."""
+    n = qs.shape[0]
+    return ((qs.reshape(n, 1, 16) >> _shifts((0, 4), (1, 2, 1), qs.device)) & 15).view(n, 32)
+
+
+def _bits32(qh: torch.Tensor) -> torch.Tensor:
+    """A little-endian 32-bit field (4 bytes per block) → its bits ``uint8 [n, 32]``, bit i at index i."""
+    n = qh.shape[0]
+    return ((qh.reshape(n, 4, 1) >> _shifts(range(8), (1, 1, 8), qh.device)) & 1).view(n, 32)
+
+
+def _dequant_q4_0(blocks: torch.Tensor, dst: torch.Tensor) -> None:
+    # [d: f16][qs: 16]; value = d * (q - 8)
+    dst.copy_(_nibbles32(blocks[:, 2:18]))
+    dst.sub_(8.0).mul_(_f16_column(blocks, 0))
+
+
+def _dequant_q4_1(blocks: torch.Tensor, dst: torch.Tensor) -> None:
+    # [d: f16][m: f16][qs: 16]; value = d * q + m (two roundings, as gguf-py: no fused multiply-add)
+    dst.copy_(_nibbles32(blocks[:, 4:20]))
+    dst.mul_(_f16_column(blocks, 0)).add_(_f16_column(blocks, 2))
+
+
+def _dequant_q5_0(blocks: torch.Tensor, dst: torch.Tensor) -> None:
+    # [d: f16][qh: u32][qs: 16]; bit i of qh is bit 4 of value i; value = d * (q - 16)
+    dst.copy_(_nibbles32(blocks[:, 6:22]) | (_bits32(blocks[:, 2:6]) << 4))
+    dst.sub_(16.0).mul_(_f16_column(blocks, 0))
+
+
+def _dequant_q5_1(blocks: torch.Tensor, dst: torch.Tensor) -> None:
+    # [d: f16][m: f16][qh: u32][qs: 16]; value = d * q + m
+    dst.copy_(_nibbles32(blocks[:, 8:24]) | (_bits32(blocks[:, 4:8]) << 4))
+    dst.mul_(_f16_column(blocks, 0)).add_(_f16_column(blocks, 2))
+
+
+def _dequant_q3_k(blocks: torch.Tensor, dst: torch.Tensor) -> None:
+    # [hmask: 32][qs: 64][scales: 12][d: f16]; 16 sub-blocks of 16: value = (d*(sc-32)) * q, q in -4..3.
+    # Each half of 128 values takes qs[32h:32h+32], 2-bit pairs from bit 0 upwards in 32-value runs;
+    # bit j of hmask[l] belongs to value 32j+l: set → q = low bits, clear → q = low bits - 4.
+    # Scales: bytes 0-7 low nibbles = low 4 bits of scales 0-7, high nibbles of scales 8-15; bytes 8-11
+    # hold bits 4-5, 2-bit pairs from bit 0 upwards (pair k of byte b is scale 4k+b).
+    n = blocks.shape[0]
+    dev = blocks.device
+    low = (blocks[:, 32:96].reshape(n, 2, 1, 32) >> _shifts((0, 2, 4, 6), (1, 1, 4, 1), dev)) & 3
+    high = (blocks[:, 0:32].reshape(n, 1, 32) >> _shifts(range(8), (1, 8, 1), dev)) & 1
+    lo_sc, hi_sc = blocks[:, 96:104], blocks[:, 104:108]
+    sc = torch.cat([lo_sc & 15, lo_sc >> 4], dim=1) | (
+        ((hi_sc.reshape(n, 1, 4) >> _shifts((0, 2, 4, 6), (1, 4, 1), dev)) & 3).view(n, 16) << 4
+    )
+    out = dst.view(n, 16, 16)
+    out.copy_((low.view(n, 8, 32) | (high << 2)).view(n, 16, 16))
+    d = _f16_column(blocks, 108)
+    out.sub_(4.0).mul_((d * sc.float().sub_(32.0)).unsqueeze(-1))
+
+
 def _dequant_q4_k(blocks: torch.Tensor, dst: torch.Tensor) -> None:
     # [d: f16][dmin: f16][scales: 12][qs: 128]; 8 sub-blocks of 32: value = (d*sc)*q - dmin*m.
     # Sub-block 2j takes the low nibbles of qs[32j:32j+32], sub-block 2j+1 the high nibbles.
@@ -481,7 +563,17 @@ def _dequant_q6_k(blocks: torch.Tensor, dst: torch.Tensor) -> None:
     out.sub_(32.0).mul_((d * blocks[:, 192:208].view(torch.int8).float()).unsqueeze(-1))
 
 
-_DEQUANT = {"Q8_0": _dequant_q8_0, "Q4_K": _dequant_q4_k, "Q5_K": _dequant_q5_k, "Q6_K": _dequant_q6_k}
+_DEQUANT = {
+    "Q8_0": _dequant_q8_0,
+    "Q4_0": _dequant_q4_0,
+    "Q4_1": _dequant_q4_1,
+    "Q5_0": _dequant_q5_0,
+    "Q5_1": _dequant_q5_1,
+    "Q3_K": _dequant_q3_k,
+    "Q4_K": _dequant_q4_k,
+    "Q5_K": _dequant_q5_k,
+    "Q6_K": _dequant_q6_k,
+}
 _CHUNK_VALUES = 1 << 22  # values per dequantization step (float32 temporaries of 16 MB)
 
 

@@ -9,9 +9,10 @@ two converters write them:
   with gguf-py's own tensor-name map (the table llama.cpp's converter uses), conv biases stored as
   ``[C, 1, 1]`` and the sinusoid table ``a.position_embd.weight`` added, as ``Qwen3ASRMmprojModel`` does.
 
-K-quants: gguf-py cannot quantize to Q4_K/Q5_K/Q6_K, so those tensors are random valid blocks; they are
-checked against ``gguf.quants.dequantize`` of the same bytes, on the three tiny-model weights whose rows are
-a multiple of 256 (audio conv_out, audio fc2, decoder o_proj).
+K-quants: gguf-py cannot quantize to Q3_K/Q4_K/Q5_K/Q6_K, so those tensors are random valid blocks; they
+are checked against ``gguf.quants.dequantize`` of the same bytes, on the three tiny-model weights whose rows
+are a multiple of 256 (audio conv_out, audio fc2, decoder o_proj). Q4_0/Q4_1/Q5_0/Q5_1 (CrispASR's fallback
+for rows that are not a multiple of 256) are quantized with gguf-py.
 """
 
 from __future__ import annotations
@@ -129,11 +130,15 @@ def random_blocks(shape: tuple[int, ...], kind: str, seed: int) -> np.ndarray:
     assert cols % block == 0
     rng = np.random.default_rng(seed)
     blocks = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
-    scale = {"Q4_K": 2e-4, "Q5_K": 1e-4, "Q6_K": 2e-5, "Q2_K": 1e-3, "IQ4_NL": 1e-3}[kind]
-
-    for at in {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "IQ4_NL": (0,)}[kind]:
-        # the fp16 super-block scales: finite, moderate
-        d = (rng.uniform(0.5, 1.5, size=(len(blocks), 1)) * scale).astype(np.float16)
+    scale = {"Q4_K": 2e-4, "Q5_K": 1e-4, "Q6_K": 2e-5, "Q3_K": 1e-3, "Q2_K": 1e-3, "IQ4_NL": 1e-3}.get(kind, 1e-2)
+    fp16_at = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,), "Q2_K": (80, 82), "IQ4_NL": (0,)}
+    fp16_at |= {"Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2)}
+    for at in fp16_at[kind]:
+        # the fp16 (super-)block scales (and Q4_1/Q5_1 mins, either sign): finite, moderate
+        d = rng.uniform(0.5, 1.5, size=(len(blocks), 1)) * scale
+        if kind in ("Q4_1", "Q5_1") and at == 2:
+            d *= rng.choice([-1.0, 1.0], size=d.shape)
+        d = d.astype(np.float16)
         blocks[:, at : at + 2] = d.view(np.uint8)
     return blocks.reshape(rows, -1)
 
@@ -454,6 +459,68 @@ def test_k_quant_dequantizers_match_gguf_py(kind):
     got = dequantize_blocks(torch.from_numpy(raw.reshape(-1, size)), kind)
     assert got.dtype == torch.float32 and torch.equal(got, torch.from_numpy(want))
     assert got.abs().max() > 0
+
+
+LEGACY_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1"]
+
+
+@pytest.mark.parametrize("kind", LEGACY_TYPES)
+def test_legacy_quant_dequantizers_match_gguf_py(kind):
+    _, size = gguf.GGML_QUANT_SIZES[QT[kind]]
+    data = np.random.default_rng(5).standard_normal((16, 256)).astype(np.float32)
+    data[0, :32] = 0.0  # an all-zero block (d = 0)
+    data[1] *= 1e3
+    for raw in (gguf.quants.quantize(data, QT[kind]), random_blocks((8, 256), kind, seed=11)):
+        want = gguf.quants.dequantize(raw, QT[kind]).reshape(-1)
+        got = dequantize_blocks(torch.from_numpy(raw.reshape(-1, size)), kind)
+        assert got.dtype == torch.float32 and torch.equal(got, torch.from_numpy(want))
+        assert got.abs().max() > 0
+
+
+def test_q3_k_dequantizer_matches_gguf_py():
+    raw = random_blocks((4, 1024), "Q3_K", seed=9)
+    want = gguf.quants.dequantize(raw, QT.Q3_K).reshape(-1)
+    got = dequantize_blocks(torch.from_numpy(raw.reshape(-1, 110)), "Q3_K")
+    assert got.dtype == torch.float32 and torch.equal(got, torch.from_numpy(want))
+    assert got.abs().max() > 0 and (got < 0).any() and (got > 0).any()
+
+
+Q3_K_TENSORS = {  # CrispASR's low-bit file: Q3_K where the rows allow it
+    "audio_tower.conv_out.weight": "Q3_K",
+    "audio_tower.layers.0.fc2.weight": "Q3_K",
+    "audio_tower.layers.1.fc2.weight": "Q3_K",
+    "decoder.layers.0.self_attn.o_proj.weight": "Q3_K",
+}
+
+
+def legacy_kinds(name: str, shape: tuple[int, ...]) -> str:
+    """F32 1-D, F16 convs, the embedding Q4_0 and head Q5_1 (several dequantization chunks each), the other
+    matrices cycling through Q4_0/Q4_1/Q5_0/Q5_1 (all rows here are multiples of 32, not all of 256)."""
+    if len(shape) == 1:
+        return "F32"
+    if len(shape) == 4:
+        return "F16"
+    if name == "decoder.embed_tokens.weight":
+        return "Q4_0"
+    if name == "lm_head.weight":
+        return "Q5_1"
+    return LEGACY_TYPES[sum(map(ord, name)) % 4]
+
+
+def test_single_file_with_legacy_quants_and_q3_k_matches_gguf_py(untied, tmp_path):
+    folder, ours = untied
+    raw = {n: (random_blocks(tuple(ours[n].shape), k, seed=20 + i), k) for i, (n, k) in enumerate(Q3_K_TENSORS.items())}
+    encoded, expected = encode_all(ours, legacy_kinds, raw)
+    path = write_single(tmp_path / "qwen3-asr-tiny-q4_0.gguf", folder, encoded)
+    g = read_gguf(path, "cpu")
+    assert g.layout == "qwen3asr" and set(g.tensors) == set(expected)
+    for name, value in expected.items():
+        assert g.tensors[name].dtype == torch.float32
+        assert torch.equal(g.tensors[name], torch.from_numpy(value)), (name, g.source_types[name])
+    types = g.source_types
+    assert set(types.values()) == {"F32", "F16", "Q3_K", *LEGACY_TYPES}
+    assert types["decoder.embed_tokens.weight"] == "Q4_0" and types["lm_head.weight"] == "Q5_1"
+    assert {types[n] for n in Q3_K_TENSORS} == {"Q3_K"}
 
 
 def test_bf16_output_dtype(f32_single):

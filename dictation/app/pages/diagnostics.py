@@ -1,10 +1,11 @@
 """The Diagnostics page: the `dictation doctor` checks as a tree, with the fixes, "Copy report" and "Run again".
 
 The checks (:func:`dictation.doctor.run_checks`) run in a `dictation doctor --json` child process,
-waited for on a worker thread, so a slow D-Bus or a cold torch import never freezes the window; they run when the page is first shown, again when it is
-shown after a settings change, and on "Run again". Three rows come from the running app itself, on
-the GUI thread: whether Qt sees a system tray (instead of the doctor's guess from D-Bus), and which
-hotkey and output backends the app is using right now.
+waited for on a worker thread, so a slow D-Bus or a cold torch import never freezes the window.
+They run when the page is first shown, again when it is shown after a settings change, and on
+"Run again". Three rows come from the running app itself, on the GUI thread: whether Qt sees a
+system tray (instead of the doctor's guess from D-Bus), and which hotkey and output backends the
+app is using right now.
 """
 
 from __future__ import annotations
