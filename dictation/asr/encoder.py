@@ -110,11 +110,16 @@ class AudioEncoder(nn.Module):
         """Recompute the position table (after construction on the meta device)."""
         self.positions = self._position_table(self.conv_out.weight.device)
 
-    def conv_tokens(self, features: torch.Tensor) -> torch.Tensor:
-        """Conv stack per 1-s chunk, positions restarting every chunk, valid rows gathered."""
+    def conv_tokens(self, features: torch.Tensor, clip_frames: int | None = None) -> torch.Tensor:
+        """Conv stack per 1-s chunk, positions restarting every chunk, valid rows gathered.
+
+        ``clip_frames``: the length of the whole clip when ``features`` is a part of it that starts at
+        a chunk boundary (the padding width depends on the clip, not on the part).
+        """
         n_mels, frames = features.shape
         c = self.cfg.chunk_frames
-        width = c if frames >= c else frames  # every chunk is padded to the longest one
+        clip = frames if clip_frames is None else clip_frames
+        width = c if clip >= c else clip  # every chunk is padded to the longest one
         n_chunks = -(-frames // width)
         x = F.pad(features, (0, n_chunks * width - frames))
         x = x.view(n_mels, n_chunks, width).permute(1, 0, 2).unsqueeze(1).contiguous()  # [n_chunks, 1, n_mels, width]
@@ -137,12 +142,24 @@ class AudioEncoder(nn.Module):
         per_chunk = conv_out_len(c if frames >= c else frames)
         return per_chunk * (self.cfg.n_window_infer // c)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
+    @property
+    def window_frames(self) -> int:
+        """Mel frames per attention window (800 = 8 s): the encoder never looks across these."""
+        return self.cfg.n_window_infer
+
+    def forward(self, features: torch.Tensor, clip_frames: int | None = None) -> torch.Tensor:
+        """Features ``[n_mels, T]`` of a clip → its audio embeddings.
+
+        With ``clip_frames``, ``features`` are the frames of a clip of that length from a multiple of
+        :attr:`window_frames` on (whole attention windows and possibly the clip's tail): the result
+        is those windows' rows of the whole clip's embeddings, since nothing crosses a window.
+        """
         frames = features.shape[-1]
-        h = self.conv_tokens(features.to(self.conv2d1.weight.dtype))
+        clip = frames if clip_frames is None else clip_frames
+        h = self.conv_tokens(features.to(self.conv2d1.weight.dtype), clip)
         expected = n_audio_tokens(frames, self.cfg.chunk_frames)
         assert h.shape[0] == expected, f"encoder produced {h.shape[0]} tokens, expected {expected}"
-        window = self.attention_window(frames)
+        window = self.attention_window(clip)
         for layer in self.layers:
             h = layer(h, window)
         return self.proj2(F.gelu(self.proj1(self.ln_post(h))))

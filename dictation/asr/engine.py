@@ -43,6 +43,7 @@ from dictation.asr.weights import load_model, resolve_device, resolve_dtype
 
 if TYPE_CHECKING:
     from dictation.asr.adapters import AdapterState
+    from dictation.asr.streaming import StreamingTranscription
 
 FLOAT_VARIANTS = ("bf16", "fp16", "fp32")
 
@@ -117,6 +118,10 @@ class AsrEngine:
         self._adapters: AdapterState | None = None
         self.folder: Path | None = None
         self.load_seconds = 0.0
+        # Streaming (dictation.asr.streaming): which stream's prompt the shared KV cache holds (any
+        # other use of the cache clears it), and a counter of weight changes (adapters, reloads).
+        self._kv_owner: object | None = None
+        self._weights_version = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -137,6 +142,7 @@ class AsrEngine:
             state = self._quantize(model, variant, adapters)
             state.apply(adapters)
             self._model, self._prompt, self._mel = model, prompt, LogMel(model.cfg.audio.num_mel_bins, model.device)
+            self._weights_version += 1
             self._adapters = state
             self.folder = folder
             self._variant = variant
@@ -226,6 +232,8 @@ class AsrEngine:
             except Exception:
                 self._adapters.apply(previous)
                 raise
+            finally:
+                self._weights_version += 1
             self.options = replace(self.options, adapters=adapters)
             self._label = self._make_label()
             log.info("adapters now: %s", ", ".join(self._adapters.labels) or "none")
@@ -252,6 +260,8 @@ class AsrEngine:
         with self._lock:
             device = self._model.device if self._model is not None else None
             self._model = self._prompt = self._mel = self._adapters = None
+            self._kv_owner = None
+            self._weights_version += 1
             gc.collect()
             if device is not None and device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -274,6 +284,15 @@ class AsrEngine:
         return self._prompt
 
     # --- transcription -----------------------------------------------------------------------
+
+    def stream(
+        self, *, language: str | None = None, context: str = "", max_new_tokens: int | None = None
+    ) -> StreamingTranscription:
+        """Start transcribing audio that is still being recorded: ``feed`` it, then ``finish``
+        (see :mod:`dictation.asr.streaming`). The result equals :meth:`transcribe` of the whole clip."""
+        from dictation.asr.streaming import StreamingTranscription
+
+        return StreamingTranscription(self, language=language, context=context, max_new_tokens=max_new_tokens)
 
     def transcribe(
         self, samples: np.ndarray, *, language: str | None = None, context: str = "", max_new_tokens: int | None = None
@@ -333,9 +352,8 @@ class AsrEngine:
             self.prepare()
             model, prompt, mel = self._model, self._prompt, self._mel
             assert model is not None and prompt is not None and mel is not None
-            budget = max_new_tokens if max_new_tokens is not None else self.options.max_new_tokens
-            if budget is None:
-                budget = _auto_budget(len(audio) / SAMPLE_RATE)
+            self._kv_owner = None  # this pass overwrites the cache
+            budget = self._budget(len(audio), max_new_tokens)
             t0 = time.perf_counter()
             features = mel(audio)
             sync_device(model.device)
@@ -365,6 +383,10 @@ class AsrEngine:
             if truncated:
                 log.warning("transcription hit the %d-token budget before the model finished", budget)
             return _Pass(gen.token_ids, raw, language, text, truncated, timings, gen.first_logits)
+
+    def _budget(self, n_samples: int, max_new_tokens: int | None) -> int:
+        budget = max_new_tokens if max_new_tokens is not None else self.options.max_new_tokens
+        return _auto_budget(n_samples / SAMPLE_RATE) if budget is None else budget
 
 
 def prepare_samples(samples: np.ndarray) -> np.ndarray:

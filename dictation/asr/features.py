@@ -9,6 +9,7 @@ last STFT frame dropped (``T = N // 160``), slaney mel 0-8 kHz, and a floor of
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
@@ -19,6 +20,10 @@ N_FFT = 400
 HOP_LENGTH = 160
 # Reflect padding needs more than half a window, and one frame needs a hop.
 MIN_SAMPLES = N_FFT // 2 + 1
+# The mel projection runs on blocks of this many frames (aligned to frame 0): a matmul's rounding
+# can depend on its width, and fixed blocks let a clip's frames be computed piece by piece
+# (dictation.asr.streaming, one block per 8-s encoder window) with bitwise the same result.
+MEL_BLOCK_FRAMES = 800
 
 
 def _hz_to_slaney_mel(f: np.ndarray) -> np.ndarray:
@@ -92,8 +97,43 @@ class LogMel:
             x, N_FFT, HOP_LENGTH, window=self.window, center=True, pad_mode="reflect", return_complex=True
         )
         power = spec[:, :frames].abs() ** 2  # [201, T]
-        mel = self.filters @ power  # [n_mels, T]
-        log_spec = torch.clamp(mel, min=1e-10).log10()
+        log_spec = self._log_mel(power, 0)  # [n_mels, T]
         if log_spec.numel():
             log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
         return (log_spec + 4.0) / 4.0
+
+    def log_spec_frames(self, samples: np.ndarray | torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """Frames ``start .. stop-1`` of the clip ``samples`` as ``log10`` mel, BEFORE the clip-level floor.
+
+        Frame ``t`` is the 400-sample window centred on sample ``160 t``, with the clip reflected at
+        either end exactly as the centred STFT of ``__call__`` pads it. So the result is the same
+        (bitwise, on CPU) as those columns of the whole clip's features, and for a clip still being
+        recorded it is final once ``160 (stop - 1) + 200 <= len(samples)`` (no reflected end sample).
+        Only the samples those frames need are read. :meth:`floor` turns it into features.
+        """
+        n = len(samples)
+        if not 0 <= start < stop <= n_frames(n):
+            raise ValueError(f"frames {start}..{stop} outside a clip of {n_frames(n)} frames")
+        half = N_FFT // 2
+        lo, hi = start * HOP_LENGTH - half, (stop - 1) * HOP_LENGTH + half
+        if lo >= 0 and hi <= n:
+            part = samples[lo:hi]
+        else:  # reflect at the clip's ends as the centred STFT does (x[-k] = x[k], x[n-1+k] = x[n-1-k])
+            idx = np.abs(np.arange(lo, hi))
+            part = samples[np.where(idx > n - 1, 2 * (n - 1) - idx, idx)]
+        x = torch.as_tensor(part, dtype=torch.float32).to(self.device).reshape(-1)
+        spec = torch.stft(x, N_FFT, HOP_LENGTH, window=self.window, center=False, return_complex=True)
+        return self._log_mel(spec.abs() ** 2, start)
+
+    def _log_mel(self, power: torch.Tensor, first_frame: int) -> torch.Tensor:
+        """Power ``[201, n]`` of frames ``first_frame ..`` → ``log10`` mel, projected per aligned block."""
+        n = power.shape[1]
+        edges = [0, *range(-first_frame % MEL_BLOCK_FRAMES or MEL_BLOCK_FRAMES, n, MEL_BLOCK_FRAMES), n]
+        blocks = [self.filters @ power[:, a:b].contiguous() for a, b in itertools.pairwise(edges) if b > a]
+        mel = torch.cat(blocks, dim=1) if len(blocks) > 1 else blocks[0]
+        return torch.clamp(mel, min=1e-10).log10()
+
+    @staticmethod
+    def floor(log_spec: torch.Tensor, clip_max: torch.Tensor) -> torch.Tensor:
+        """``log_spec_frames`` output → features, floored at ``clip_max - 8`` (the whole clip's max)."""
+        return (torch.maximum(log_spec, clip_max - 8.0) + 4.0) / 4.0

@@ -37,18 +37,22 @@ def greedy(
     eos_ids: Collection[int],
     keep_first_logits: bool = False,
     should_stop: Callable[[], bool] | None = None,
+    start: int = 0,
 ) -> Generation:
-    """Greedy decode after the prompt ``embeds [1, S, hidden]`` (spec §2.5: no sampling, no penalty)."""
+    """Greedy decode after the prompt ``embeds [1, S, hidden]`` (spec §2.5: no sampling, no penalty).
+
+    ``start > 0``: the prompt's first ``start`` positions are already in the cache (``embeds`` is the rest).
+    """
     device = model.device
     t0 = time.perf_counter()
-    logits = model.prefill(embeds, max_new_tokens)
+    logits = model.prefill(embeds, max_new_tokens, start=start)
     first = logits.float().clone() if keep_first_logits else None
     token = logits.argmax().view(1)
     sync_device(device)
     t1 = time.perf_counter()
     ids: list[int] = []
     eos = set(eos_ids)
-    position = embeds.shape[1]
+    position = start + embeds.shape[1]
     stopped = False
     while len(ids) < max_new_tokens:
         tid = int(token.item())

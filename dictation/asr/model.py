@@ -85,15 +85,33 @@ class AsrModel(nn.Module):
         return self.decoder(h, cos[start:stop], sin[start:stop], self.cache, start)
 
     @torch.inference_mode()
-    def prefill(self, embeds: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        """Fill the cache with the prompt ``[1, S, hidden]``; return the last position's logits."""
+    def prefill(self, embeds: torch.Tensor, max_new_tokens: int, start: int = 0) -> torch.Tensor:
+        """Fill the cache with the prompt ``[1, S, hidden]``; return the last position's logits.
+
+        ``start > 0``: ``embeds`` continue a prompt whose first ``start`` positions are already in
+        the cache (see :meth:`extend`).
+        """
         total = embeds.shape[1]
         # Room for the usual output; decoding grows the cache if a long text needs more.
-        self.ensure_capacity(total + min(max_new_tokens, DECODE_RESERVE) + 1)
+        self.ensure_capacity(start + total + min(max_new_tokens, DECODE_RESERVE) + 1)
+        return self.logits(self._fill(embeds, start))
+
+    @torch.inference_mode()
+    def extend(self, embeds: torch.Tensor, start: int, headroom: int = 0) -> None:
+        """Put prompt positions ``start .. start+S-1`` into the cache (after those before ``start``),
+        without computing logits: a prompt prefilled piece by piece as its parts become known.
+        ``headroom``: extra positions to allocate when the cache has to grow anyway."""
+        stop = start + embeds.shape[1]
+        need = stop + DECODE_RESERVE + 1
+        if self.cache is None or self.cache.max_len < need:
+            self.ensure_capacity(need + headroom)
+        self._fill(embeds, start)
+
+    def _fill(self, embeds: torch.Tensor, start: int) -> torch.Tensor:
         h_last = None
-        for start in range(0, total, PREFILL_CHUNK):
-            h_last = self._run(embeds[:, start : start + PREFILL_CHUNK], start)
-        return self.logits(h_last)
+        for offset in range(0, embeds.shape[1], PREFILL_CHUNK):
+            h_last = self._run(embeds[:, offset : offset + PREFILL_CHUNK], start + offset)
+        return h_last
 
     @torch.inference_mode()
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:

@@ -1,0 +1,282 @@
+"""Streaming transcription (issue 6): windows encoded and prefilled while recording, same result."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import dictation.asr.engine as engine_mod
+from dictation.asr import AsrEngine, AudioError, EngineOptions
+from dictation.asr.features import HOP_LENGTH, LogMel, n_frames
+from tests.oracle import synth_audio
+
+SR = 16000
+MAX_NEW = 12
+WINDOW_SAMPLES = 800 * HOP_LENGTH  # one 8-s encoder window
+
+
+def feed_randomly(stream, audio: np.ndarray, seed: int, max_chunk: int = 40000) -> None:
+    rng = np.random.default_rng(seed)
+    i = 0
+    while i < len(audio):
+        n = int(rng.integers(1, max_chunk))
+        stream.feed(audio[i : i + n])
+        i += n
+
+
+def streamed_windows(n_samples: int) -> int:
+    """Windows whose last frame reads no reflected end sample before the recording ends."""
+    return max(0, (n_samples - 40) // WINDOW_SAMPLES)
+
+
+def loud_at_the_end(seconds: float, seed: int) -> np.ndarray:
+    """Quiet speech, then the loudest second last: early windows see a smaller running max."""
+    audio = synth_audio(seconds, seed=seed) * 0.02
+    audio[-SR:] = synth_audio(1.0, seed=seed + 1) * 1.8  # peak 0.9
+    return audio
+
+
+@pytest.fixture
+def engine(ckpt_untied, engine_factory):
+    return engine_factory(ckpt_untied)
+
+
+# --- features ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [201, 359, 360, 16000, 16159, 128000, 128040, 136000, 272160, 400001])
+def test_frame_count_and_windowed_frames_equal_the_whole_clip(n):
+    audio = synth_audio(n / SR, seed=n % 7)
+    mel = LogMel()
+    whole = mel(audio)
+    assert whole.shape[1] == n // 160 == n_frames(n)
+    spec = torch.stft(torch.from_numpy(audio), 400, 160, window=mel.window, center=True, return_complex=True)
+    assert spec.shape[1] == n // 160 + 1  # the centred STFT has one more frame; it is dropped
+    total = n_frames(n)
+    raw = torch.cat([mel.log_spec_frames(audio, a, min(a + 800, total)) for a in range(0, total, 800)], dim=1)
+    assert torch.equal(LogMel.floor(raw, raw.max()), whole)
+
+
+def test_a_window_is_final_once_its_last_frame_reads_no_reflected_sample():
+    audio = synth_audio(17.0, seed=2)
+    mel = LogMel()
+    full = mel.log_spec_frames(audio, 0, n_frames(len(audio)))
+    for w in (0, 1):
+        start, stop = 800 * w, 800 * (w + 1)
+        ready = (stop - 1) * 160 + 200  # the last frame's window ends here
+        assert ready == WINDOW_SAMPLES * (w + 1) + 40
+        assert torch.equal(mel.log_spec_frames(audio[:ready], start, stop), full[:, start:stop])
+        # one sample less: the last frame reflects the clip's end and differs
+        early = mel.log_spec_frames(audio[: ready - 1], start, stop)
+        assert torch.equal(early[:, :-1], full[:, start : stop - 1])
+        assert not torch.equal(early[:, -1], full[:, stop - 1])
+
+
+# --- streaming == whole clip -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n_samples",
+    [int(0.6 * SR), 5 * SR, 8 * SR, 8 * SR + 40, int(8.5 * SR), 17 * SR, 25 * SR + 123],
+    ids=["0.6s", "5s", "8s", "8s+40", "8.5s", "17s", "25s"],
+)
+def test_stream_equals_whole_clip(engine, n_samples):
+    audio = synth_audio(n_samples / SR, seed=n_samples % 11)
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio, seed=n_samples)
+    assert stream.windows_done == streamed_windows(n_samples)
+    got = stream.finish()
+    assert got.token_ids == whole.token_ids
+    assert (got.text, got.language, got.truncated) == (whole.text, whole.language, whole.truncated)
+    assert got.audio_seconds == pytest.approx(whole.audio_seconds)
+    assert got.timings["stream_windows"] == streamed_windows(n_samples)
+
+
+def test_context_and_forced_language(engine):
+    audio = synth_audio(17.0, seed=5)
+    for language, context in (("de", "Grüße an Dr. Müller"), (None, "Qwen3-ASR, PyTorch"), ("ja", "")):
+        whole = engine.transcribe(audio, language=language, context=context, max_new_tokens=MAX_NEW)
+        stream = engine.stream(language=language, context=context, max_new_tokens=MAX_NEW)
+        feed_randomly(stream, audio, seed=len(context))
+        got = stream.finish()
+        assert got.token_ids == whole.token_ids and got.text == whole.text
+        assert got.language == whole.language
+    assert got.language == "Japanese"
+
+
+def test_default_budget_scales_with_the_final_length(engine):
+    audio = synth_audio(9.0, seed=9)
+    whole = engine.transcribe(audio)  # 64 + 10/s tokens
+    stream = engine.stream()
+    stream.feed(audio)
+    assert stream.finish().token_ids == whole.token_ids
+
+
+def test_loudest_part_last_reencodes_the_early_windows(engine):
+    audio = loud_at_the_end(25.0, seed=3)
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio, seed=1)
+    assert stream.windows_done == 3
+    # the running max grew at the end: the windows' features under it are not the final ones
+    final = engine._mel(audio)
+    first = stream._mel.floor(stream._raw[0], stream._floors[0] + 8.0)
+    assert not torch.equal(first, final[:, :800])
+    got = stream.finish()
+    assert got.token_ids == whole.token_ids and got.text == whole.text
+    assert got.timings["reencoded_windows"] == 3 and got.timings["finish_windows"] == 4
+
+
+def test_only_windows_with_values_under_the_new_floor_are_redone(engine):
+    # window 0: steady noise, every value far above any floor; windows 1-2: very quiet speech;
+    # the last second: the loudest. Window 0 keeps its encoding, windows 1 and 2 change.
+    rng = np.random.default_rng(0)
+    audio = loud_at_the_end(25.0, seed=5)
+    audio[:WINDOW_SAMPLES] = (0.05 * rng.standard_normal(WINDOW_SAMPLES)).astype(np.float32)
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio, seed=8)
+    got = stream.finish()
+    assert got.token_ids == whole.token_ids
+    assert got.timings["reencoded_windows"] == 2 and got.timings["finish_windows"] == 3
+
+
+def test_nothing_is_redone_when_the_first_window_is_the_loudest(engine):
+    audio = synth_audio(25.0, seed=4) * 0.5
+    audio[:SR] = synth_audio(1.0, seed=9) * 1.8
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio, seed=2)
+    got = stream.finish()
+    assert got.timings["reencoded_windows"] == 0 and got.timings["finish_windows"] == 1
+    assert got.token_ids == engine.transcribe(audio, max_new_tokens=MAX_NEW).token_ids
+
+
+def test_only_the_last_window_is_encoded_at_finish(engine, monkeypatch):
+    audio = synth_audio(17.0, seed=6)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    tower = engine.model.audio_tower
+    calls = []
+    real = tower.forward
+
+    def spy(features, clip_frames=None):
+        calls.append(features.shape[-1])
+        return real(features, clip_frames)
+
+    monkeypatch.setattr(tower, "forward", spy)
+    feed_randomly(stream, audio, seed=3)
+    assert calls == [800, 800]  # two windows during the recording
+    calls.clear()
+    got = stream.finish()
+    assert calls == [100]  # at finish: the last second only
+    assert got.timings["finish_windows"] == 1 and got.timings["reencoded_windows"] == 0
+    # prompt positions computed at finish: the last second's 13 audio tokens and the prompt tail
+    assert got.timings["finish_prefill_tokens"] == 13 + len(stream._tail_ids)
+
+
+def test_first_logits_close_to_the_whole_clip(engine):
+    audio = synth_audio(25.0, seed=8)
+    ref = engine._run_pass(audio, None, "", MAX_NEW, keep_first_logits=True)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio, seed=4)
+    got = stream._finish_streamed(stream._buf[: stream._n], keep_first_logits=True)
+    assert got.ids == ref.ids
+    diff = (got.first_logits - ref.first_logits).abs().max().item()
+    assert diff < 1e-3, diff
+
+
+# --- lifecycle -----------------------------------------------------------------------------------
+
+
+def test_cancel_then_transcribe_and_stream_again(engine):
+    audio = synth_audio(17.0, seed=7)
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    stream.feed(audio[: 10 * SR])
+    assert stream.windows_done == 1
+    stream.cancel()
+    stream.feed(audio[10 * SR :])  # ignored
+    with pytest.raises(RuntimeError):
+        stream.finish()
+    assert engine.transcribe(audio, max_new_tokens=MAX_NEW).token_ids == whole.token_ids
+    again = engine.stream(max_new_tokens=MAX_NEW)
+    again.feed(audio)
+    assert again.finish().token_ids == whole.token_ids
+    with pytest.raises(RuntimeError):
+        again.finish()
+
+
+def test_a_transcribe_between_feeds_takes_the_cache_and_the_stream_refills_it(engine):
+    audio = synth_audio(25.0, seed=10)
+    other = synth_audio(12.0, seed=11)
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    other_ids = engine.transcribe(other, max_new_tokens=MAX_NEW).token_ids
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    stream.feed(audio[: 9 * SR])
+    assert engine.transcribe(other, max_new_tokens=MAX_NEW).token_ids == other_ids
+    stream.feed(audio[9 * SR : 20 * SR])
+    assert engine.transcribe(other, max_new_tokens=MAX_NEW).token_ids == other_ids  # after window 1
+    stream.feed(audio[20 * SR :])
+    got = stream.finish()
+    assert got.token_ids == whole.token_ids
+    assert got.timings["finish_prefill_tokens"] > 200  # the cache was refilled at finish
+
+
+def test_feed_from_a_worker_thread(engine):
+    audio = synth_audio(17.0, seed=12)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    worker = threading.Thread(target=feed_randomly, args=(stream, audio, 5))
+    worker.start()
+    worker.join()
+    assert stream.finish().token_ids == engine.transcribe(audio, max_new_tokens=MAX_NEW).token_ids
+
+
+def test_over_the_single_pass_limit_falls_back_to_split_transcription(engine, monkeypatch):
+    monkeypatch.setattr(engine_mod, "MAX_PASS_SECONDS", 10.0)
+    audio = synth_audio(25.0, seed=13)
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    assert whole.chunks == 3
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio, seed=6)
+    assert stream.windows_done == 0  # everything was dropped once past the limit
+    got = stream.finish()
+    assert got.chunks == 3 and got.token_ids == whole.token_ids and got.text == whole.text
+
+
+def test_peak_over_one_falls_back(engine):
+    audio = synth_audio(17.0, seed=14)
+    audio[16 * SR] = 1.5  # the whole clip is scaled by 1/1.5
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio, seed=7)
+    got = stream.finish()
+    assert got.timings["stream_windows"] == 0 and got.token_ids == whole.token_ids
+
+
+def test_unloaded_model_falls_back(ckpt_untied):
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
+    audio = synth_audio(17.0, seed=15)
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    stream.feed(audio[: 9 * SR])
+    engine.unload()
+    stream.feed(audio[9 * SR :])
+    got = stream.finish()
+    assert got.timings["stream_windows"] == 0 and got.token_ids == whole.token_ids
+
+
+def test_bad_chunks_are_clear_errors(engine):
+    stream = engine.stream()
+    for bad, message in (
+        (np.zeros((2, 100), np.float32), "1-D mono"),
+        (np.zeros(100, np.int16), "float samples"),
+        (np.full(10, np.inf, np.float32), "NaN or infinite"),
+    ):
+        with pytest.raises(AudioError, match=message):
+            stream.feed(bad)
+    stream.feed(np.zeros((50, 1), np.float32))  # a one-channel column is fine
+    with pytest.raises(AudioError, match="too short"):
+        stream.finish()
