@@ -120,3 +120,22 @@ class AsrModel(nn.Module):
             self.ensure_capacity(position + DECODE_RESERVE)
         h = self.decoder.embed_tokens(token).view(1, 1, -1)
         return self.logits(self._run(h, position))
+
+    @torch.inference_mode()
+    def forward_tokens(self, tokens: torch.Tensor, position: int) -> torch.Tensor:
+        """Tokens ``[k]`` at positions ``position .. position+k-1`` → logits ``[k, vocab]``: row ``i`` is
+        the next-token logits after ``tokens[: i + 1]`` (draft verification, see :func:`generate.greedy`).
+
+        Writes the k positions into the cache like ``k`` calls of :meth:`step`; attention sees only
+        positions ``< position + k``, so entries a later call does not overwrite stay invisible to it."""
+        k = tokens.shape[0]
+        if position + k > self.cache.max_len:
+            self.ensure_capacity(position + k + DECODE_RESERVE)
+        assert self._rope is not None
+        cos, sin = self._rope
+        stop = position + k
+        h = self.decoder.embed_tokens(tokens).unsqueeze(0)
+        # TextDecoder.forward keeps only the last position; here every position's output is needed.
+        for i, layer in enumerate(self.decoder.layers):
+            h = layer(h, cos[position:stop], sin[position:stop], self.cache, i, position)
+        return (self.decoder.norm(h) @ self.output_weight.T).reshape(k, -1)

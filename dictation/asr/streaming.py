@@ -28,6 +28,11 @@ Fallbacks (finish runs the normal ``transcribe`` on the whole clip): no window c
 the recording (clips up to ~8 s), a clip over the single-pass limit (20 minutes: long audio is
 split), a peak over 1, or the model changed (unloaded, adapters swapped) while recording.
 
+Drafts: :meth:`~StreamingTranscription.partial` decodes the windows streamed so far from the cached
+prompt (a partial transcript, cheap while the user speaks); ``finish(draft_ids=...)`` verifies such
+ids in batched passes instead of decoding token by token, with the same result
+(:func:`dictation.asr.generate.greedy`).
+
 The decoder prompt is thus prefilled in other pieces than by ``transcribe`` (which uses 1024-token
 pieces): the same maths, so the same greedy tokens, with logits equal up to float rounding.
 """
@@ -37,12 +42,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from dictation.asr import engine as engine_module
-from dictation.asr.engine import AsrEngine, Transcript, _Pass
+from dictation.asr.engine import AsrEngine, Transcript, _Pass, draft_timings
 from dictation.asr.errors import AudioError
 from dictation.asr.features import HOP_LENGTH, N_FFT, SAMPLE_RATE, n_audio_tokens, n_frames
 from dictation.asr.generate import greedy, sync_device
@@ -155,8 +161,11 @@ class StreamingTranscription:
             if self._cancelled:
                 self._close("cancelled")
 
-    def finish(self) -> Transcript:
-        """The transcript of everything fed: exactly what ``engine.transcribe`` gives for the whole clip."""
+    def finish(self, draft_ids: Sequence[int] | None = None) -> Transcript:
+        """The transcript of everything fed: exactly what ``engine.transcribe`` gives for the whole clip.
+
+        ``draft_ids``: a guess at the output (e.g. a partial transcript's ``token_ids``), verified in
+        batches to decode faster; it never changes the result (``AsrEngine.transcribe``)."""
         t0 = time.perf_counter()
         with self._lock:
             if self._cancelled or self._state == "cancelled":
@@ -166,13 +175,17 @@ class StreamingTranscription:
             self._state = "finished"
             audio = self._buf[: self._n]
             try:
-                result = self._finish_streamed(audio) if self._streaming and self._raw else None
+                result = self._finish_streamed(audio, draft_ids=draft_ids) if self._streaming and self._raw else None
             finally:
                 streamed = len(self._raw)
                 self._close("finished")
         if result is None:
             transcript = self._engine.transcribe(
-                audio, language=self._forced, context=self._context, max_new_tokens=self._max_new_tokens
+                audio,
+                language=self._forced,
+                context=self._context,
+                max_new_tokens=self._max_new_tokens,
+                draft_ids=draft_ids,
             )
             windows = -(-n_frames(len(audio)) // self._window_frames)
             transcript.timings.update(stream_windows=0.0, finish_windows=float(windows))
@@ -190,6 +203,34 @@ class StreamingTranscription:
             chunks=1,
             truncated=result.truncated,
         )
+
+    def partial(self) -> list[int] | None:
+        """Greedy ids for the windows encoded so far (the audio up to ``8 * windows_done`` s), from
+        the prompt already in the cache: only the prompt tail and the decoding cost anything. A draft
+        for :meth:`finish`; close to, not always equal to, ``transcribe`` of that audio (its windows
+        use the running floor). None when nothing is streamed (no window yet, or a fallback)."""
+        engine = self._engine
+        with self._lock:
+            if self._state != "open" or not self._streaming or not self._raw:
+                return None
+            with engine._lock, torch.inference_mode():
+                if not self._model_current():
+                    return None
+                model, prompt = self._model, self._prompt
+                start = self._fill_cache()
+                tail = model.decoder.embed_tokens(torch.tensor(self._tail_ids, device=model.device)).unsqueeze(0)
+                samples = len(self._raw) * self._window_frames * HOP_LENGTH
+                # Decoding writes only after the streamed prompt: the cache stays this stream's, and
+                # the next window overwrites those positions before anything attends to them.
+                gen = greedy(
+                    model,
+                    tail,
+                    max_new_tokens=engine._budget(samples, self._max_new_tokens),
+                    eos_ids=prompt.special.eos,
+                    should_stop=lambda: self._cancelled,
+                    start=start,
+                )
+                return gen.token_ids
 
     def cancel(self) -> None:
         """Drop the recording. Never waits for model work: a running ``feed`` stops after its window,
@@ -290,7 +331,9 @@ class StreamingTranscription:
             self._engine._kv_owner = self
         return start
 
-    def _finish_streamed(self, audio: np.ndarray, keep_first_logits: bool = False) -> _Pass | None:
+    def _finish_streamed(
+        self, audio: np.ndarray, keep_first_logits: bool = False, draft_ids: Sequence[int] | None = None
+    ) -> _Pass | None:
         """The last window, re-encoding of windows whose floor changed, the prompt tail, decoding."""
         engine = self._engine
         with engine._lock, torch.inference_mode():
@@ -334,6 +377,7 @@ class StreamingTranscription:
                 keep_first_logits=keep_first_logits,
                 should_stop=lambda: self._cancelled,
                 start=start,
+                draft=draft_ids,
             )
             raw_text = prompt.decode(gen.token_ids)
             language, text = parse_output(raw_text, self._forced)
@@ -354,4 +398,6 @@ class StreamingTranscription:
                 "reencoded_windows": float(done - first),
                 "feed_s": self._feed_s,
             }
+            if draft_ids is not None:
+                timings.update(draft_timings(gen, draft_ids))
             return _Pass(gen.token_ids, raw_text, language, text, truncated, timings, gen.first_logits)
