@@ -102,12 +102,37 @@ class _Pass:
     first_logits: torch.Tensor | None = None
 
 
-def draft_timings(gen: Generation, draft_ids: Sequence[int]) -> dict[str, float]:
-    return {
-        "draft_tokens": float(len(draft_ids)),
-        "draft_accepted": float(gen.draft_accepted),
-        "draft_passes": float(gen.draft_passes),
+def finish_pass(
+    gen: Generation,
+    prompt: PromptBuilder,
+    forced: str | None,
+    budget: int,
+    draft_ids: Sequence[int] | None,
+    t0: float,
+    stage_timings: dict[str, float],
+    *,
+    n_prompt: int,
+) -> _Pass:
+    """Decode and parse a pass's generated ids and gather its timings (``t0``: when the pass began;
+    ``stage_timings``: what came before decoding, e.g. mel and encoder seconds)."""
+    raw = prompt.decode(gen.token_ids)
+    language, text = parse_output(raw, forced)
+    timings = {
+        **stage_timings,
+        "prefill_s": gen.prefill_s,
+        "decode_s": gen.decode_s,
+        "generated_tokens": float(len(gen.token_ids)),
+        "prompt_tokens": float(n_prompt),
+        "pass_s": time.perf_counter() - t0,
     }
+    if draft_ids is not None:
+        timings["draft_tokens"] = float(len(draft_ids))
+        timings["draft_accepted"] = float(gen.draft_accepted)
+        timings["draft_passes"] = float(gen.draft_passes)
+    truncated = not gen.stopped_on_eos and len(gen.token_ids) >= budget
+    if truncated:
+        log.warning("transcription hit the %d-token budget before the model finished", budget)
+    return _Pass(gen.token_ids, raw, language, text, truncated, timings, gen.first_logits)
 
 
 def _auto_budget(seconds: float) -> int:
@@ -398,24 +423,9 @@ class AsrEngine:
                 keep_first_logits=keep_first_logits,
                 draft=draft_ids,
             )
-            raw = prompt.decode(gen.token_ids)
-            language, text = parse_output(raw, forced)
-            t3 = time.perf_counter()
-            timings = {
-                "mel_s": t1 - t0,
-                "encoder_s": t2 - t1,
-                "prefill_s": gen.prefill_s,
-                "decode_s": gen.decode_s,
-                "generated_tokens": float(len(gen.token_ids)),
-                "prompt_tokens": float(len(ids)),
-                "pass_s": t3 - t0,
-            }
-            if draft_ids is not None:
-                timings.update(draft_timings(gen, draft_ids))
-            truncated = not gen.stopped_on_eos and len(gen.token_ids) >= budget
-            if truncated:
-                log.warning("transcription hit the %d-token budget before the model finished", budget)
-            return _Pass(gen.token_ids, raw, language, text, truncated, timings, gen.first_logits)
+            return finish_pass(
+                gen, prompt, forced, budget, draft_ids, t0, {"mel_s": t1 - t0, "encoder_s": t2 - t1}, n_prompt=len(ids)
+            )
 
     def _budget(self, n_samples: int, max_new_tokens: int | None) -> int:
         budget = max_new_tokens if max_new_tokens is not None else self.options.max_new_tokens

@@ -48,11 +48,11 @@ import numpy as np
 import torch
 
 from dictation.asr import engine as engine_module
-from dictation.asr.engine import AsrEngine, Transcript, _Pass, draft_timings
+from dictation.asr.engine import AsrEngine, Transcript, _Pass, finish_pass
 from dictation.asr.errors import AudioError
 from dictation.asr.features import HOP_LENGTH, N_FFT, SAMPLE_RATE, n_audio_tokens, n_frames
 from dictation.asr.generate import greedy, sync_device
-from dictation.asr.prompt import normalize_language, parse_output
+from dictation.asr.prompt import normalize_language
 
 log = logging.getLogger(__name__)
 
@@ -379,25 +379,12 @@ class StreamingTranscription:
                 start=start,
                 draft=draft_ids,
             )
-            raw_text = prompt.decode(gen.token_ids)
-            language, text = parse_output(raw_text, self._forced)
-            t3 = time.perf_counter()
-            truncated = not gen.stopped_on_eos and len(gen.token_ids) >= budget
-            if truncated:
-                log.warning("transcription hit the %d-token budget before the model finished", budget)
-            timings = {
+            stages = {
                 "mel_s": t1 - t0,
                 "encoder_s": t2 - t1,
-                "prefill_s": gen.prefill_s,
-                "decode_s": gen.decode_s,
-                "generated_tokens": float(len(gen.token_ids)),
-                "prompt_tokens": float(len(ids)),
                 "finish_prefill_tokens": float(len(ids) - cached),  # prompt positions computed at finish
-                "pass_s": t3 - t0,
                 "finish_windows": float(-(-(total - first * self._window_frames) // self._window_frames)),
                 "reencoded_windows": float(done - first),
                 "feed_s": self._feed_s,
             }
-            if draft_ids is not None:
-                timings.update(draft_timings(gen, draft_ids))
-            return _Pass(gen.token_ids, raw_text, language, text, truncated, timings, gen.first_logits)
+            return finish_pass(gen, prompt, self._forced, budget, draft_ids, t0, stages, n_prompt=len(ids))
