@@ -250,6 +250,7 @@ class AppController(QObject):
         e.load_failed.connect(self._on_load_failed)
         e.adapters_failed.connect(self._on_adapters_failed)
         e.kept_previous.connect(self._on_kept_previous)
+        e.moved_to_cpu.connect(self._on_moved_to_cpu)
         e.unloaded.connect(self._on_unloaded)
         e.transcribed.connect(self._on_transcribed)
         e.transcribe_failed.connect(self._on_transcribe_failed)
@@ -522,6 +523,16 @@ class AppController(QObject):
     def _on_kept_previous(self, message: str, label: str) -> None:
         self._notify("error", f"The new speech model could not be loaded: {message}. Still using {label}.")
         self._on_loaded(label, 0.0)
+
+    def _on_moved_to_cpu(self, message: str, label: str) -> None:
+        self._cpu_fallback = True
+        self._notify(
+            "warning",
+            f"The GPU failed during a dictation ({message}). The model now runs on the CPU, so dictation "
+            "is slower until the model is next loaded (a restart or a model setting change); this dictation's text is not lost.",
+        )
+        self._model_label = label
+        self.model_label_changed.emit(label)
 
     def _on_adapters_failed(self, message: str) -> None:
         self._notify("warning", f"LoRA adapters not applied: {message}. The model keeps the adapters it had.")

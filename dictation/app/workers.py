@@ -67,6 +67,7 @@ class EngineWorker(QObject):
     unloaded = Signal()
     adapters_failed = Signal(str)  # the loaded model kept its previous adapters
     kept_previous = Signal(str, str)  # a new model failed (message); the previous one is loaded again (label)
+    moved_to_cpu = Signal(str, str)  # the GPU failed while transcribing (message); now on the CPU (label)
     transcribed = Signal(int, object)  # request id, Transcript
     transcribe_failed = Signal(int, str)
 
@@ -160,9 +161,43 @@ class EngineWorker(QObject):
             result = self._engine.transcribe(samples, language=language, context=context)
         except Exception as exc:
             log.warning("transcription %d failed", request_id, exc_info=True)
-            self.transcribe_failed.emit(request_id, _message(exc))
-            return
+            result = self._retry_on_cpu(exc, samples, language, context)
+            if result is None:
+                self.transcribe_failed.emit(request_id, _message(exc))
+                return
         self.transcribed.emit(request_id, result)
+
+    def _retry_on_cpu(self, exc: Exception, samples: np.ndarray, language: str | None, context: str) -> Any:
+        """The GPU failed mid-dictation (out of memory, a lost device): move the model to the CPU and
+        transcribe this take there, so the dictation is not lost. None if that is not the case or fails."""
+        options = self._options
+        if options is None or str(options.device) == "cpu" or not is_cuda_failure(exc, str(options.device)):
+            return None
+        from dictation.asr import AsrEngine
+
+        cpu_options = replace(options, device="cpu")
+        self._drop()  # frees the GPU memory first
+        _empty_cuda_cache()
+        try:
+            engine = (self._factory or AsrEngine)(cpu_options)
+            engine.prepare()
+            result = engine.transcribe(samples, language=language, context=context)
+        except Exception:
+            log.warning("the CPU could not take over either", exc_info=True)
+            return None
+        self._engine, self._options = engine, cpu_options
+        self.moved_to_cpu.emit(_message(exc), engine.model_label)
+        return result
+
+
+def _empty_cuda_cache() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - best effort after a GPU failure
+        log.debug("emptying the CUDA cache failed", exc_info=True)
 
 
 def _message(exc: BaseException) -> str:

@@ -349,3 +349,47 @@ def test_a_delivery_finishing_during_shutdown_still_records_its_outcome(rig, qtb
     threading.Timer(0.3, gate.set).start()  # the typing ends while shutdown waits for the output thread
     r.c.shutdown()
     assert r.history.get(entry.id).outcome == Outcome.PASTED
+
+
+def test_a_gpu_failure_during_a_dictation_moves_the_model_to_the_cpu_and_keeps_the_text(rig, qtbot, ckpt_untied):
+    import dataclasses
+
+    import torch
+
+    from dictation.asr import AsrEngine
+
+    devices = []
+
+    class GpuThatRunsOutOfMemory(AsrEngine):
+        """Loads (on the CPU, standing in for the GPU) and then fails every transcription like a full GPU."""
+
+        @property
+        def model_label(self):
+            return super().model_label.replace("cpu", "cuda")
+
+        def transcribe(self, *args, **kwargs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def factory(options):
+        devices.append(options.device)
+        if options.device == "cuda":
+            return GpuThatRunsOutOfMemory(dataclasses.replace(options, device="cpu"))
+        return AsrEngine(options)
+
+    settings = Settings()
+    settings = settings.replace(engine=settings.engine.replace(model=str(ckpt_untied), device="cuda"))
+    r = rig(settings, engine_factory=factory)
+    r.start()
+    r.wait_status(Status.IDLE)
+    assert r.c.model_label.endswith("cuda")
+    r.dictate(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    assert devices == ["cuda", "cpu"]
+    assert r.chain.delivered[0].strip() and r.history.recent(1)[0].text == r.chain.delivered[0]
+    warnings = [m for level, m in r.notes if level == "warning"]
+    assert warnings and "GPU failed during a dictation" in warnings[-1] and "not enough GPU memory" in warnings[-1]
+    assert r.c.model_label.endswith("cpu")
+    r.chain.delivered.clear()
+    r.dictate(speech(seed=8))  # the next dictation runs on the CPU directly
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    assert devices == ["cuda", "cpu"]
