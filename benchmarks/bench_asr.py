@@ -1,7 +1,8 @@
 """Stage-by-stage speed of our Qwen3-ASR engine next to the official implementation.
 
-A thin wrapper around ``dictation bench`` (the logic lives in ``dictation/bench/``), kept so that
-existing commands work from a checkout without installing the package. Both run in the same process,
+A thin wrapper around ``dictation bench`` (the logic lives in ``dictation/bench/``) that adds the
+official implementation as a contender (``official_contender.py`` next to this script: the package
+itself never loads the reference implementation). Both run in the same process,
 on the same random weights at the real model sizes (spec §2.1), the same synthetic audio, the same
 prompt and the same number of generated tokens. See benchmarks/README.md.
 
@@ -19,7 +20,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere: import dictation from this checkout
     sys.path.insert(0, str(REPO_ROOT))
 
+import official_contender  # noqa: E402  (this folder is on sys.path when run as a script)
+
 from dictation.bench import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(prog="bench_asr.py"))
+    sys.exit(main(prog="bench_asr.py", official=official_contender))

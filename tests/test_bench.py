@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import benchmarks.official_contender as official
 from dictation.bench import main as bench_main
-from dictation.bench import official
 
 REPO = Path(__file__).resolve().parent.parent
 STAGES = ("mel_ms", "encoder_ms", "prefill_ms", "decode_ms_per_token", "e2e_ms")
@@ -109,7 +109,7 @@ def test_reference_outside_the_variants_is_loaded_for_agreement_only(workdir, ca
 def test_without_the_official_packages_ours_runs_and_one_line_says_so(workdir, capsys, monkeypatch):
     monkeypatch.setattr(official, "unavailable_reason", lambda: "ModuleNotFoundError: No module named 'qwen_asr'")
     out = workdir / "no_official.json"
-    code = bench_main([*TINY, "--no-prequantized", "--workdir", str(workdir), "--json", str(out)])
+    code = bench_main([*TINY, "--no-prequantized", "--workdir", str(workdir), "--json", str(out)], official=official)
     assert code == 0
     text = capsys.readouterr().out
     missing = [line for line in text.splitlines() if line.startswith("official numbers missing")]
@@ -119,10 +119,18 @@ def test_without_the_official_packages_ours_runs_and_one_line_says_so(workdir, c
     assert list(data["results"][0]["ours"]) == ["fp32"]  # default: the dtype's own variant
 
 
-@pytest.mark.skipif(official.unavailable_reason() is not None, reason="official implementation not installed")
-def test_official_side_by_side(workdir):
-    out = workdir / "official.json"
+def test_dictation_bench_itself_never_loads_the_reference(workdir, capsys):
+    out = workdir / "package_only.json"
     code = bench_main([*TINY, "--no-prequantized", "--workdir", str(workdir), "--json", str(out)])
+    assert code == 0
+    assert "run benchmarks/bench_asr.py from a checkout" in capsys.readouterr().out
+    assert json.loads(out.read_text(encoding="utf-8"))["meta"]["impls"] == ["ours"]
+
+
+def test_official_side_by_side(workdir):  # the test extra installs the official implementation
+    assert official.unavailable_reason() is None
+    out = workdir / "official.json"
+    code = bench_main([*TINY, "--no-prequantized", "--workdir", str(workdir), "--json", str(out)], official=official)
     assert code == 0
     res = json.loads(out.read_text(encoding="utf-8"))["results"][0]
     assert res["official"]["load_s"] > 0 and res["official"]["weight_bytes"] > 0

@@ -62,32 +62,16 @@ def _imported_roots(path: Path) -> set[str]:
     return roots
 
 
-# The benchmark's contender: imports the official implementation inside functions that run only for
-# `dictation bench` with the test extra installed. Nothing else may (checked below and above).
-REFERENCE_ALLOWED = PACKAGE / "bench" / "official.py"
-
-
 def test_no_module_imports_qt_outside_app_or_the_reference_anywhere():
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         roots = _imported_roots(path)
         in_app = "app" in path.relative_to(PACKAGE).parts[:1]
-        reference = roots & {"transformers", "qwen_asr"} and path != REFERENCE_ALLOWED
-        if reference or (not in_app and roots & {"PySide6", "PyQt5", "PyQt6"}):
+        if roots & {"transformers", "qwen_asr"} or (not in_app and roots & {"PySide6", "PyQt5", "PyQt6"}):
             offenders.append(str(path))
-        if path != REFERENCE_ALLOWED and "import_module" in path.read_text(encoding="utf-8"):
+        if "import_module" in path.read_text(encoding="utf-8"):  # no way around the check above either
             offenders.append(f"{path} (importlib)")
     assert offenders == []
-
-
-def test_only_the_benchmark_runner_reaches_the_reference_contender():
-    users = [
-        path.relative_to(PACKAGE).as_posix()
-        for path in PACKAGE.rglob("*.py")
-        if "bench.official" in path.read_text(encoding="utf-8")
-        or "from dictation.bench import official" in path.read_text(encoding="utf-8")
-    ]
-    assert set(users) <= {"bench/runner.py", "bench/__init__.py", "bench/official.py"}
 
 
 def test_light_modules_do_not_load_torch():

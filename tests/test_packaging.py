@@ -423,8 +423,7 @@ def test_cli_install_desktop_and_uninstall(tmp_path):
 
 def test_entries_pass_desktop_file_validate(home):
     tool = shutil.which("desktop-file-validate")
-    if tool is None:
-        pytest.skip("desktop-file-validate is not installed (apt-get install desktop-file-utils)")
+    assert tool, "desktop-file-validate is missing: install tests/system-packages.txt (desktop-file-utils)"
     desktop.install()
     paths = [desktop.desktop_entry_path(), autostart.set_enabled(True, "linux")]
     paths.append(ROOT / "packaging" / "linux" / "dictation.desktop")
@@ -433,21 +432,24 @@ def test_entries_pass_desktop_file_validate(home):
         assert proc.returncode == 0 and not proc.stdout.strip(), f"{path}: {proc.stdout}{proc.stderr}"
 
 
-def test_unit_passes_systemd_analyze_verify(home):
-    tool = shutil.which("systemd-analyze")
-    if tool is None:
-        pytest.skip("systemd-analyze is not installed")
+def test_units_are_well_formed_user_services(home):
+    """What `systemctl --user` needs from the unit, checked without a running systemd (CI has none)."""
+    import configparser
+    import shlex
+
     desktop.install(systemd=True)
     for path in (desktop.service_path(), ROOT / "packaging" / "linux" / "dictation.service"):
-        if path.parent.name == "linux" and not Path("/usr/bin/dictation").exists():
-            text = path.read_text().replace("/usr/bin/dictation", sys.executable)  # the command must exist
-            path = home / "packaged" / "dictation.service"
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(text)
-        proc = subprocess.run([tool, "verify", str(path)], capture_output=True, text=True, timeout=60)
-        if "Failed to initialize manager" in proc.stderr or "Failed to setup" in proc.stderr:
-            pytest.skip(f"systemd-analyze cannot run here: {proc.stderr.strip()}")
-        assert proc.returncode == 0 and not proc.stderr.strip(), f"{path}: {proc.stderr}"
+        unit = configparser.ConfigParser(interpolation=None, strict=True)
+        unit.optionxform = str  # systemd keys are case-sensitive
+        unit.read_string(path.read_text(encoding="utf-8"))
+        assert set(unit.sections()) == {"Unit", "Service", "Install"}, path
+        assert unit["Unit"]["Description"].strip(), path
+        assert unit["Install"]["WantedBy"] == "graphical-session.target", path
+        assert unit["Unit"]["PartOf"] == "graphical-session.target", path
+        command = shlex.split(unit["Service"]["ExecStart"])
+        assert Path(command[0]).is_absolute(), f"{path}: ExecStart must be an absolute path"
+        if path == desktop.service_path():  # the user install starts this very installation
+            assert command[0] == sys.executable and command[1:3] == ["-m", "dictation"]
 
 
 def test_packaged_linux_files_are_the_templates_filled_for_a_system_install():

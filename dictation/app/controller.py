@@ -529,7 +529,8 @@ class AppController(QObject):
         self._notify(
             "warning",
             f"The GPU failed during a dictation ({message}). The model now runs on the CPU, so dictation "
-            "is slower until the model is next loaded (a restart or a model setting change); this dictation's text is not lost.",
+            "is slower until the model is next loaded (a restart or a model setting change); "
+            "this dictation's text is not lost.",
         )
         self._model_label = label
         self.model_label_changed.emit(label)

@@ -601,7 +601,7 @@ def bench_model(
     dtype: torch.dtype,
     clips: dict[float, np.ndarray],
     workdir: Path,
-    with_official: bool,
+    contender: Any,
 ) -> dict[str, Any]:
     from dictation.asr.config import AsrConfig
 
@@ -619,10 +619,8 @@ def bench_model(
         order = [reference, *[v for v in variants if v != reference]] if reference in variants else variants
         ours = [make(v) for v in order]
     benches: list[Any] = list(ours)
-    if with_official:
-        from dictation.bench.official import OfficialBench
-
-        benches.append(OfficialBench(folder, device, dtype, base))
+    if contender is not None:  # the official implementation (benchmarks/official_contender.py)
+        benches.append(contender.OfficialBench(folder, device, dtype, base))
 
     agree = Agreement(reference)
     res: dict[str, Any] = {
@@ -704,8 +702,12 @@ def _ratio(official: float | None, ours: float | None) -> float | None:
 # --- main ---------------------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the benchmark for parsed and checked options (dictation.bench.options); returns an exit code."""
+def run(args: argparse.Namespace, official: Any = None) -> int:
+    """Run the benchmark for parsed and checked options (dictation.bench.options); returns an exit code.
+
+    ``official``: the official implementation as a contender (``benchmarks/official_contender.py``, which
+    ``benchmarks/bench_asr.py`` passes in); the package itself never loads the reference implementation.
+    """
     from dictation.asr import AsrError
     from dictation.asr.weights import resolve_device
     from dictation.bench.report import print_size_table, print_summary
@@ -727,9 +729,14 @@ def run(args: argparse.Namespace) -> int:
     impls = [i for i in IMPLS if i in args.impl]
     official_missing = None
     official_versions: dict[str, str] = {}
-    if "official" in impls:
-        from dictation.bench import official
-
+    if "official" in impls and official is None:
+        impls.remove("official")
+        official_missing = "not part of `dictation bench`"
+        say(
+            "official numbers: run benchmarks/bench_asr.py from a checkout with the test extra installed "
+            "(the app never loads the reference implementation)"
+        )
+    elif "official" in impls:
         official_missing = official.unavailable_reason()
         if official_missing:
             impls.remove("official")
@@ -802,7 +809,17 @@ def run(args: argparse.Namespace) -> int:
         for label, folder, random_weights in targets:
             if folder is None:
                 folder = checkpoints.build_checkpoint(label, workdir, log=say)
-            res = bench_model(label, folder, random_weights, args, device, dtype, clips, workdir, "official" in impls)
+            res = bench_model(
+                label,
+                folder,
+                random_weights,
+                args,
+                device,
+                dtype,
+                clips,
+                workdir,
+                official if "official" in impls else None,
+            )
             results.append(res)
             print_size_table(res, meta)
     finally:

@@ -1,8 +1,8 @@
 """The official Qwen3-ASR implementation (qwen-asr 0.0.6 on transformers 4.57.6) as a benchmark contender.
 
-Optional: it needs the test extra, which the app never installs. This is the one module of the package
-allowed to import them (tests/test_imports.py), inside functions that run only when the official
-comparison runs, so ``dictation bench`` works without them and nothing else ever loads them.
+Optional: it needs the test extra, which the app never installs. It lives outside the package (the
+wheel does not carry it): ``benchmarks/bench_asr.py`` hands it to the runner, and the imports happen
+inside functions that run only when the official comparison runs.
 """
 
 from __future__ import annotations
