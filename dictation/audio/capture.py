@@ -18,7 +18,9 @@ the block into the ring, one into the take's preallocated chunk (a new 1 s chunk
 per second of audio), a dot product for the level meter, no logging, nothing that can block except
 one short lock shared with `start`/`stop`. The stream is never stopped or closed while that lock is
 held (PortAudio waits for a running callback to return). The public methods may be called from any
-thread; they are serialised by a second lock. Times (``t_press``, ``t_release``) are
+thread; they are serialised by a second lock, except `take_samples` (the take so far, read while it
+grows so the app can transcribe during speech), which takes only the first, so a `stop` waiting for
+its tail never holds it up. Times (``t_press``, ``t_release``) are
 `time.monotonic` values unless another ``clock`` is injected.
 
 Errors: opening raises `AudioDeviceError` (one line for the user). A device lost mid-take (the
@@ -211,6 +213,16 @@ class _Tape:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(self.chunks)[: self.frames]
 
+    def read(self, start: int) -> np.ndarray:
+        """A copy of frames ``[start, frames)`` (empty when ``start`` is at or past the end)."""
+        start = max(0, start)
+        if start >= self.frames:
+            return np.zeros(0, dtype=np.float32)
+        first = start // self.chunk_frames
+        parts = self.chunks[first:]
+        parts[0] = parts[0][start - first * self.chunk_frames :]
+        return np.concatenate(parts)[: self.frames - start]
+
 
 class _Live:
     """One open stream and everything its callback writes; ``cond`` guards all of it."""
@@ -399,6 +411,21 @@ class Recorder:
         """Seconds of audio in the current take so far, pre-roll included (0 when not recording)."""
         pending = self._pending
         return pending.tape.frames / pending.live.rate if pending is not None else 0.0
+
+    def take_samples(self, start: int = 0) -> np.ndarray:
+        """The current take's audio from frame ``start`` on, as captured so far: a copy, at
+        `device_sample_rate`, mono float32. Empty when not recording. Thread-safe and never blocks
+        for long (one short lock shared with the audio callback), so it can be polled during a take.
+
+        Frame ``k`` here is frame ``k`` of the take's tape, so at 16 kHz these are exactly the values
+        the finished `Take.samples` holds at the same positions (`stop` cuts the tape at the release
+        plus its post-roll and uses it as is); at other rates the take is the resampled tape.
+        """
+        pending = self._pending
+        if pending is None:
+            return np.zeros(0, dtype=np.float32)
+        with pending.live.cond:
+            return pending.tape.read(start)
 
     def level(self) -> float:
         """RMS of the newest audio block in dBFS (LEVEL_FLOOR_DBFS when closed or failed); thread-safe."""

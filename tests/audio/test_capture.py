@@ -385,3 +385,51 @@ def test_take_of_a_device_that_never_delivered_is_empty_and_silent():
     take = recorder.stop()
     assert len(take.samples) == 0 and take.silent and take.error is not None
     assert take.start_gap_s is None
+
+
+def test_take_samples_read_during_the_take_are_exactly_the_takes_samples():
+    """Read in odd steps while the take grows (across the 1 s tape chunks, pre-roll included): the
+    pieces join up to the final take's samples bit for bit, and nothing is read twice or skipped."""
+    recorder, backend, clock = make(pre_roll_s=0.4)
+    recorder.open()
+    rng = np.random.default_rng(3)
+    noise = (rng.standard_normal(SR * 4) * 0.2).astype(np.float32)
+    for a in range(0, SR, BLOCK):
+        backend.stream.push(noise[a : a + BLOCK])
+    assert len(recorder.take_samples(0)) == 0  # not recording
+    recorder.start(clock())
+    pieces, read = [], 0
+    for a in range(SR, 3 * SR, BLOCK):
+        backend.stream.push(noise[a : a + BLOCK])
+        if a % 4480 == 0:  # every 0.28 s, not a multiple of the chunk size
+            piece = recorder.take_samples(read)
+            pieces.append(piece)
+            read += len(piece)
+    pieces.append(recorder.take_samples(read))
+    read += len(pieces[-1])
+    assert len(pieces) > 5 and read == 2 * SR + 6400  # past the first tape chunks
+    assert len(recorder.take_samples(read)) == 0  # nothing new arrived
+    assert len(recorder.take_samples(read + 100)) == 0  # past the end
+    np.testing.assert_array_equal(recorder.take_samples(100), np.concatenate(pieces)[100:])
+    take = recorder.stop()
+    assert recorder.device_sample_rate == SR
+    np.testing.assert_array_equal(np.concatenate(pieces), take.samples[:read])
+    np.testing.assert_array_equal(take.samples, noise[SR - 6400 : 3 * SR])
+    assert len(recorder.take_samples(0)) == 0  # the take is over
+
+
+def test_take_samples_may_run_past_the_release_and_the_take_is_their_prefix():
+    """Audio that arrives after the release (beyond the post-roll) can be read before stop() cuts it
+    off; the take is then shorter than what was read, and equal to its start."""
+    recorder, backend, clock = make(pre_roll_s=0.0, post_roll_s=0.1)
+    recorder.open()
+    push_coded(backend, 0, 0.2)
+    recorder.start(clock())
+    frame = push_coded(backend, 3200, 1.0)
+    t_release = clock()
+    push_coded(backend, frame, 0.5)  # 0.5 s more before stop() runs
+    early = recorder.take_samples(0)
+    take = recorder.stop(t_release)
+    assert_frames(take.samples, 3200, 16000 + 1600)  # up to the release + 100 ms
+    assert len(early) == 24000
+    np.testing.assert_array_equal(early[: len(take.samples)], take.samples)
