@@ -199,6 +199,14 @@ class EngineSettings(_Group):
         maximum=24 * 60,
         unit="min",
     )
+    stream_while_recording: bool = setting(
+        True,
+        label="Transcribe while recording",
+        help="Let the model work on each finished 8-second stretch of audio while you are still speaking, "
+        "so less is left to do when you release the key. The text is exactly the same either way. It "
+        "works when the microphone records at 16 kHz (most do); otherwise the recording is transcribed "
+        "after you release the key.",
+    )
 
 
 @dataclass(frozen=True)
@@ -387,6 +395,13 @@ class GeneralSettings(_Group):
         True,
         label="Show recording indicator",
         help="Show a small indicator while recording and transcribing. It never takes the keyboard focus.",
+    )
+    live_preview: bool = setting(
+        True,
+        label="Live preview",
+        help="While you speak, show a rough transcript of what was heard so far in the recording indicator "
+        "(in the tray icon's tooltip where there is no indicator, as on Wayland). It is never typed; the "
+        "final text comes when you release the key. Needs 'Transcribe while recording'.",
     )
 
 

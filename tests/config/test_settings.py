@@ -45,6 +45,18 @@ def test_defaults_users_depend_on():
     assert s.output.restore_delay_ms >= 1000  # shorter delays lose pastes in slow apps (field notes)
     assert s.engine.idle_unload_minutes == 0
     assert s.transcription.language == "auto"
+    assert s.engine.stream_while_recording is True  # transcribing during speech (issue 6)
+    assert s.general.live_preview is True
+
+
+def test_a_settings_file_without_the_streaming_keys_loads_them_on():
+    """Files written before the streaming settings existed get them at their defaults, no migration."""
+    data = to_dict(Settings())
+    del data["engine"]["stream_while_recording"], data["general"]["live_preview"]
+    off = {**data, "engine": {**data["engine"], "stream_while_recording": False}}
+    back, problems = from_dict(Settings, data)
+    assert problems == [] and back.engine.stream_while_recording and back.general.live_preview
+    assert from_dict(Settings, off)[0].engine.stream_while_recording is False
 
 
 def test_settings_are_frozen_and_replace_builds_a_new_object():

@@ -11,7 +11,7 @@ from dictation.app.pages import SettingsPage
 from dictation.app.widgets.fields import WrappedLabel, fields_of, info_for
 from dictation.config.settings import Settings
 
-STARTUP = ("general.start_at_login", "general.show_overlay")
+STARTUP = ("general.start_at_login", "general.show_overlay", "general.live_preview")
 STORAGE = ("general.history_size", "general.keep_recordings")
 
 

@@ -39,6 +39,7 @@ from dictation.config.schema import FieldInfo, field_info
 DEPENDS_ON: dict[str, str] = {
     "recording.sound_volume": "recording.sounds",
     "output.restore_delay_ms": "output.restore_clipboard",
+    "general.live_preview": "engine.stream_while_recording",  # previews come from the streamed audio
 }
 
 # What a spin box shows at its minimum when that value means something special.
