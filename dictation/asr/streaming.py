@@ -28,10 +28,15 @@ Fallbacks (finish runs the normal ``transcribe`` on the whole clip): no window c
 the recording (clips up to ~8 s), a clip over the single-pass limit (20 minutes: long audio is
 split), a peak over 1, or the model changed (unloaded, adapters swapped) while recording.
 
-Drafts: :meth:`~StreamingTranscription.partial` decodes the windows streamed so far from the cached
-prompt (a partial transcript, cheap while the user speaks); ``finish(draft_ids=...)`` verifies such
-ids in batched passes instead of decoding token by token, with the same result
-(:func:`dictation.asr.generate.greedy`).
+Previews and drafts: :meth:`~StreamingTranscription.preview` transcribes all the audio fed so far
+from the cached prompt (only the partial last window, the prompt tail and the decoding cost
+anything): the app's live preview while the user speaks. Its ids are the draft for the next preview
+and for ``finish(draft_ids=...)``, which verifies them in batched passes instead of decoding token
+by token, with the same result (:func:`dictation.asr.generate.greedy`).
+:meth:`~StreamingTranscription.partial` is the same over the completed windows only.
+
+Trailing silence: ``finish(end=n)`` transcribes the first ``n`` samples only (the app cuts the
+silence after the last word once the recording stopped), still equal to ``transcribe(audio[:n])``.
 
 The decoder prompt is thus prefilled in other pieces than by ``transcribe`` (which uses 1024-token
 pieces): the same maths, so the same greedy tokens, with logits equal up to float rounding.
@@ -42,7 +47,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -52,7 +58,7 @@ from dictation.asr.engine import AsrEngine, Transcript, _Pass, finish_pass
 from dictation.asr.errors import AudioError
 from dictation.asr.features import HOP_LENGTH, N_FFT, SAMPLE_RATE, n_audio_tokens, n_frames
 from dictation.asr.generate import greedy, sync_device
-from dictation.asr.prompt import normalize_language
+from dictation.asr.prompt import normalize_language, parse_output
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,17 @@ def _as_chunk(samples: np.ndarray) -> np.ndarray:
     if not np.isfinite(audio).all():
         raise AudioError("audio contains NaN or infinite samples")
     return audio
+
+
+@dataclass
+class Preview:
+    """A transcript of the audio fed so far (:meth:`StreamingTranscription.preview`)."""
+
+    token_ids: list[int]
+    text: str
+    seconds: float  # audio covered
+    elapsed_s: float  # what computing it took
+    complete: bool  # False: ``should_stop`` ended it early (the text is a prefix)
 
 
 class StreamingTranscription:
@@ -161,19 +178,28 @@ class StreamingTranscription:
             if self._cancelled:
                 self._close("cancelled")
 
-    def finish(self, draft_ids: Sequence[int] | None = None) -> Transcript:
+    def finish(self, draft_ids: Sequence[int] | None = None, *, end: int | None = None) -> Transcript:
         """The transcript of everything fed: exactly what ``engine.transcribe`` gives for the whole clip.
 
-        ``draft_ids``: a guess at the output (e.g. a partial transcript's ``token_ids``), verified in
-        batches to decode faster; it never changes the result (``AsrEngine.transcribe``)."""
+        ``draft_ids``: a guess at the output (e.g. a :meth:`preview`'s ``token_ids``), verified in
+        batches to decode faster; it never changes the result (``AsrEngine.transcribe``).
+
+        ``end``: transcribe only the first ``end`` samples fed (trailing silence cut after the
+        recording stopped); the result is ``engine.transcribe(audio[:end])``. Windows that reach past
+        ``end`` are dropped; those before it stay valid, as they were encoded before any later audio
+        existed (their floor came from earlier frames only)."""
         t0 = time.perf_counter()
         with self._lock:
             if self._cancelled or self._state == "cancelled":
                 raise RuntimeError("finish() after cancel()")
             if self._state != "open":
                 raise RuntimeError("finish() called twice")
+            if end is not None and not 0 <= end <= self._n:
+                raise ValueError(f"finish(end={end}): only {self._n} samples were fed")
             self._state = "finished"
-            audio = self._buf[: self._n]
+            audio = self._buf[: self._n if end is None else end]
+            if end is not None:
+                self._truncate(end)
             try:
                 result = self._finish_streamed(audio, draft_ids=draft_ids) if self._streaming and self._raw else None
             finally:
@@ -232,6 +258,66 @@ class StreamingTranscription:
                 )
                 return gen.token_ids
 
+    def preview(
+        self, *, draft_ids: Sequence[int] | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> Preview | None:
+        """A transcript of ALL the audio fed so far, for a live preview and as the next draft.
+
+        Cheap while the user speaks: the completed windows are already in the KV cache, so only the
+        partial last window, the prompt tail and the decoding are computed; with the previous
+        preview's ``token_ids`` as ``draft_ids`` the decoding is mostly one verification pass. Close
+        to, not always equal to, ``transcribe`` of that audio: the windows keep the floor they were
+        encoded with. Nothing is kept: the stream's state and its final result are unaffected.
+
+        ``should_stop``: polled between tokens; when it returns True the preview ends early
+        (``complete`` False). None when there is nothing to preview: no audio yet, the stream fell
+        back to a whole-clip transcribe, or it is closed."""
+        engine = self._engine
+        t0 = time.perf_counter()
+
+        def stop() -> bool:
+            return self._cancelled or (should_stop is not None and should_stop())
+
+        with self._lock:
+            if self._state != "open" or not self._streaming:
+                return None
+            n = self._n
+            total = n_frames(n)
+            tail_start = len(self._raw) * self._window_frames
+            if total <= tail_start and not self._raw:
+                return None
+            with engine._lock, torch.inference_mode():
+                if not self._model_current():
+                    return None
+                model, mel, prompt = self._model, self._mel, self._prompt
+                audio = self._buf[:n]
+                self._ensure_head()
+                start = self._fill_cache()
+                clip_max = self._running_max
+                pieces = []
+                if total > tail_start:
+                    tail = mel.log_spec_frames(audio, tail_start, total)
+                    clip_max = tail.max() if clip_max is None else torch.maximum(clip_max, tail.max())
+                    fresh = model.audio_tower(mel.floor(tail, clip_max), clip_frames=total)
+                    pieces.append(fresh.to(model.dtype).unsqueeze(0))
+                tail_ids = torch.tensor(self._tail_ids, device=model.device)
+                budget = engine._budget(n, self._max_new_tokens)
+                pieces.append(model.decoder.embed_tokens(tail_ids).unsqueeze(0))
+                # Everything written here lies after the streamed prompt; the next window overwrites
+                # those positions before anything attends to them, so the cache stays this stream's.
+                gen = greedy(
+                    model,
+                    torch.cat(pieces, dim=1),
+                    max_new_tokens=budget,
+                    eos_ids=prompt.special.eos,
+                    should_stop=stop,
+                    start=start,
+                    draft=draft_ids,
+                )
+                _, text = parse_output(prompt.decode(gen.token_ids), self._forced)
+                complete = gen.stopped_on_eos or len(gen.token_ids) >= budget or not stop()
+                return Preview(gen.token_ids, text, n / SAMPLE_RATE, time.perf_counter() - t0, complete)
+
     def cancel(self) -> None:
         """Drop the recording. Never waits for model work: a running ``feed`` stops after its window,
         a running ``finish`` stops decoding at the next token. The engine stays usable."""
@@ -244,6 +330,26 @@ class StreamingTranscription:
                 self._lock.release()
 
     # --- work ------------------------------------------------------------------------------------
+
+    def _truncate(self, end: int) -> None:
+        """Forget the windows that need samples at or after ``end`` (see :meth:`finish`)."""
+        keep = 0
+        while keep < len(self._raw) and self._window_ready_at(keep) <= end:
+            keep += 1
+        if keep == len(self._raw):
+            return
+        del self._raw[keep:], self._floors[keep:], self._mins[keep:]
+        del self._segments[1 + keep :]
+        self._filled = min(self._filled, len(self._segments))
+        # Each kept window was encoded before any dropped one, so its floor never saw their frames;
+        # the clip max so far is the max over the kept windows alone.
+        self._running_max = torch.stack([raw.max() for raw in self._raw]).max() if self._raw else None
+
+    def _ensure_head(self) -> None:
+        """The prompt up to the first audio pad, as the first decoder segment."""
+        if not self._segments:
+            head = torch.tensor(self._head_ids, device=self._model.device)
+            self._segments.append(self._model.decoder.embed_tokens(head).unsqueeze(0))
 
     def _window_ready_at(self, window: int) -> int:
         """Samples needed before window ``window``'s last frame reads no reflected end sample."""
@@ -296,9 +402,7 @@ class StreamingTranscription:
                 top = raw.max()
                 self._running_max = top if self._running_max is None else torch.maximum(self._running_max, top)
                 embeds = model.audio_tower(mel.floor(raw, self._running_max), clip_frames=stop)
-                if not self._segments:
-                    head = torch.tensor(self._head_ids, device=model.device)
-                    self._segments.append(model.decoder.embed_tokens(head).unsqueeze(0))
+                self._ensure_head()
                 self._segments.append(embeds.to(model.dtype).unsqueeze(0))
                 self._raw.append(raw)
                 self._floors.append(self._running_max - 8.0)

@@ -280,3 +280,134 @@ def test_bad_chunks_are_clear_errors(engine):
     stream.feed(np.zeros((50, 1), np.float32))  # a one-channel column is fine
     with pytest.raises(AudioError, match="too short"):
         stream.finish()
+
+
+# --- finish(end=): trailing silence cut after the recording ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fed_s", "end"),
+    [
+        (20.0, 17 * SR),  # the cut lies after the last streamed window: nothing dropped
+        (20.0, 15 * SR),  # window 1 (8-16 s) was streamed but reaches past the cut: dropped
+        (20.0, 2 * WINDOW_SAMPLES + 40),  # the cut exactly where window 1 became final: kept
+        (20.0, 2 * WINDOW_SAMPLES + 39),  # one sample less: dropped
+        (17.0, 7 * SR),  # no window survives: the whole-clip path on audio[:end]
+        (17.0, 0),
+    ],
+)
+def test_finish_with_an_end_equals_transcribe_of_the_cut_clip(engine, fed_s, end):
+    audio = synth_audio(fed_s, seed=21)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio, seed=int(fed_s))
+    assert stream.windows_done == streamed_windows(len(audio))
+    if end == 0:
+        with pytest.raises(AudioError):
+            engine.transcribe(audio[:0])
+        with pytest.raises(AudioError):
+            stream.finish(end=end)
+        return
+    whole = engine.transcribe(audio[:end], max_new_tokens=MAX_NEW)
+    got = stream.finish(end=end)
+    assert got.token_ids == whole.token_ids and got.text == whole.text
+    assert got.audio_seconds == pytest.approx(end / SR)
+    assert got.timings["stream_windows"] == streamed_windows(end)
+
+
+def test_finish_with_an_end_before_the_loud_part_forgets_its_max(engine):
+    # window 1 (8-16 s) holds the loudest second and raised the running max; the cut at 14 s drops
+    # that window, so the clip's max is window 0's again and window 0's encoding stays valid
+    audio = synth_audio(20.0, seed=22) * 0.02
+    audio[:SR] = synth_audio(1.0, seed=24) * 0.3  # window 0 is louder than the rest of the cut clip
+    audio[14 * SR : 15 * SR] = synth_audio(1.0, seed=23) * 1.8
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio, seed=5)
+    assert stream.windows_done == 2
+    end = 14 * SR
+    got = stream.finish(end=end)
+    whole = engine.transcribe(audio[:end], max_new_tokens=MAX_NEW)
+    assert got.token_ids == whole.token_ids and got.text == whole.text
+    assert got.timings["stream_windows"] == 1 and got.timings["reencoded_windows"] == 0
+
+
+def test_finish_with_an_end_past_the_audio_is_refused(engine):
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    stream.feed(synth_audio(2.0, seed=1))
+    with pytest.raises(ValueError, match="only 32000 samples"):
+        stream.finish(end=32001)
+
+
+# --- preview(): the audio so far, while recording --------------------------------------------------
+
+
+def test_preview_before_any_window_is_transcribe_of_the_audio_so_far(engine):
+    audio = synth_audio(5.0, seed=31)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    stream.feed(audio)
+    preview = stream.preview()
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    assert preview.token_ids == whole.token_ids and preview.text == whole.text
+    assert preview.complete and preview.seconds == pytest.approx(5.0)
+
+
+def test_preview_with_windows_cached_equals_transcribe_when_the_floor_holds(engine):
+    audio = synth_audio(19.0, seed=32) * 0.5
+    audio[:SR] = synth_audio(1.0, seed=9) * 1.8  # the first second is the loudest: one floor throughout
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    feed_randomly(stream, audio[: 13 * SR], seed=6)
+    assert stream.windows_done == 1
+    first = stream.preview()
+    assert first.token_ids == engine.transcribe(audio[: 13 * SR], max_new_tokens=MAX_NEW).token_ids
+    feed_randomly(stream, audio[13 * SR :], seed=7)
+    assert stream.windows_done == 2
+    second = stream.preview(draft_ids=first.token_ids)
+    whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
+    assert second.token_ids == whole.token_ids
+    # previews leave no trace: the final result is the whole clip's, and the draft is verified
+    got = stream.finish(draft_ids=second.token_ids)
+    assert got.token_ids == whole.token_ids
+    assert got.timings["draft_accepted"] == len(whole.token_ids)
+
+
+def test_preview_encodes_only_the_partial_window(engine, monkeypatch):
+    audio = synth_audio(11.0, seed=33)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    stream.feed(audio)
+    tower = engine.model.audio_tower
+    calls = []
+    real = tower.forward
+
+    def spy(features, clip_frames=None):
+        calls.append(features.shape[-1])
+        return real(features, clip_frames)
+
+    monkeypatch.setattr(tower, "forward", spy)
+    assert stream.preview() is not None
+    assert calls == [300]  # frames 800..1099: the 3 s after the streamed window
+
+
+def test_preview_stops_when_asked_and_the_stream_still_finishes_exactly(engine):
+    audio = synth_audio(12.0, seed=34)
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    stream.feed(audio)
+    calls = []
+
+    def stop_after_three() -> bool:
+        calls.append(1)
+        return len(calls) >= 3
+
+    preview = stream.preview(should_stop=stop_after_three)
+    assert not preview.complete and len(preview.token_ids) == 3
+    full = stream.preview()
+    assert full.complete and full.token_ids[:3] == preview.token_ids
+    assert stream.finish().token_ids == engine.transcribe(audio, max_new_tokens=MAX_NEW).token_ids
+
+
+def test_preview_is_none_when_there_is_nothing_to_preview(engine):
+    stream = engine.stream(max_new_tokens=MAX_NEW)
+    assert stream.preview() is None  # no audio
+    loud = synth_audio(3.0, seed=35) * 3.0  # peak over 1: finish will transcribe the whole clip
+    stream.feed(loud)
+    assert stream.preview() is None
+    stream.cancel()
+    assert stream.preview() is None
