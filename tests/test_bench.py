@@ -169,3 +169,23 @@ def test_script_keeps_its_options():
         assert option in proc.stdout
     for option in ("--workdir", "--interleave", "--threads", "--json", "--quick", "--variants"):
         assert option in proc.stdout
+
+
+def test_release_to_text_streams_the_clip_and_checks_the_ids(workdir, capsys):
+    out = workdir / "release.json"
+    args = ["--sizes", "tiny", "--device", "cpu", "--seconds", "9", "--tokens", "4", "--repeats", "1"]
+    code = bench_main(
+        [*args, "--warmup", "0", "--impl", "ours", "--no-prequantized", "--workdir", str(workdir), "--json", str(out)]
+    )
+    assert code == 0
+    release = json.loads(out.read_text(encoding="utf-8"))["results"][0]["clips"][0]["ours"]["fp32"]["release"]
+    for key in ("release_ms", "release_preview_ms", "release_draft_ms", "release_best_ms"):
+        assert release[key] > 0, key
+    assert release["speech_work_ms"] > 0  # the first 8-s window was encoded while the clip played
+    assert 0 <= release["preview_accepted"] <= 4
+    text = capsys.readouterr().out
+    for row in ("release→text, streamed (ms)", "+ draft 85% right", "work during speech (ms)"):
+        assert row in text
+    # --no-release leaves it out
+    code = bench_main([*args, "--warmup", "0", "--impl", "ours", "--no-prequantized", "--no-release"])
+    assert code == 0 and "release→text" not in capsys.readouterr().out

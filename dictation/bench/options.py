@@ -93,6 +93,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="load everything at once and alternate the runs (fairer on a shared, busy CPU; needs memory for "
         "all models; no peak-memory figures)",
     )
+    p.add_argument(
+        "--no-release",
+        action="store_true",
+        help="skip the release-to-text runs (ours streamed while the clip plays, with drafts)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", type=Path, default=None, help="write every number to this JSON file")
     p.add_argument("--quick", action="store_true", help="smoke run: 0.6B, 5 s, 8 tokens, 1 repeat")

@@ -13,6 +13,12 @@ STAGE_LABELS = {
     "decode_ms_per_token": "decode (ms/token)",
     "e2e_ms": "end-to-end (ms)",
 }
+RELEASE_LABELS = {
+    "release_ms": "release→text, streamed (ms)",
+    "release_preview_ms": "  + last preview as draft",
+    "release_draft_ms": "  + draft 85% right",
+    "release_best_ms": "  + first window loudest",
+}
 GIB = 1024**3
 LABEL_WIDTH = 26
 COLUMN_WIDTH = 14
@@ -104,6 +110,22 @@ def print_size_table(res: dict[str, Any], meta: dict[str, Any], out: Callable[[s
         peaks = [
             s["peak_over_baseline_bytes"] / GIB if s["peak_over_baseline_bytes"] is not None else None for s in stats
         ]
+        releases = [s.get("release") for s in stats]
+        if any(releases):
+            # What the user waits for after releasing the key. The official implementation starts then
+            # (its end-to-end); ours has encoded and prefilled the completed windows meanwhile.
+            for key, label in RELEASE_LABELS.items():
+                values = [
+                    r[key] if r else (s["e2e_ms"] if k is None else None)
+                    for r, s, (_, k) in zip(releases, stats, columns, strict=True)
+                ]
+                lines.append((label, values, lambda v: _digits("e2e_ms", v), ratios.get(key, "")))
+            for key, label, digits in (
+                ("speech_work_ms", "work during speech (ms)", 1),
+                ("windows_redone", "windows redone at release", 0),
+                ("preview_accepted", "preview ids accepted", 0),
+            ):
+                lines.append((label, [r[key] if r else None for r in releases], digits, ""))
         lines.append((mem_label, peaks, 2, ratios.get("peak_over_baseline_bytes", "")))
         floors = [s.get("floor_ms_per_token") for s in stats]
         if any(f is not None for f in floors):
@@ -164,6 +186,21 @@ def print_summary(results: list[dict[str, Any]], meta: dict[str, Any], out: Call
         out(RANDOM_AGREEMENT_NOTE)
     if any(r["official"] and r["base_variant"] in r["ours"] for r in results):
         out("official/ours > 1: ours is faster (or smaller), compared with ours in the same dtype.")
+    if any(
+        clip["ours"] and any(v.get("release") for v in clip["ours"].values()) for r in results for clip in r["clips"]
+    ):
+        their = (
+            "the official column repeats its end-to-end, as it can only start at release. "
+            if any(r["official"] for r in results)
+            else ""
+        )
+        out(
+            "release→text: ours fed the clip in 100-ms chunks as it played (completed 8-s windows encoded and "
+            f"prefilled meanwhile: 'work during speech'), then finish() timed; {their}'+ draft 85% right': the "
+            "final ids with the last 15% wrong, what a preview 1 s before the end gives on real speech; the bench "
+            "clip's loudest frame comes late, so every streamed window is redone at release (worst case); "
+            "'+ first window loudest' is the best case. All ids equal a whole-clip transcribe."
+        )
     if meta.get("official_missing"):
         out(f"official implementation: not measured ({meta['official_missing']})")
     out(f"Total wall time {meta['wall_s']:.0f} s.")
