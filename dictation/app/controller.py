@@ -11,7 +11,10 @@ actions of one event always run before the next event is handled.
 
 Per job (one recording): StartCapture -> audio worker starts -> RecordingStarted; StopCapture ->
 the worker stops, saves the WAV, trims -> `saved`; Transcribe -> the engine worker transcribes
-(as soon as both the Transcribe action and the saved audio are there) -> TranscriptionDone;
+(as soon as both the Transcribe action and the saved audio are there) -> TranscriptionDone.
+With the model loaded and ``engine.stream_while_recording`` on, a take is streamed: the engine
+worker is fed its audio while it records (and shows live previews, `preview_changed`), the
+release interrupts a running preview, and Transcribe finishes the stream (see `workers.py`);
 DeliverText -> text options applied, history.add (before typing), output worker delivers ->
 history outcome set. Nothing a user said is lost: the audio is on disk before transcription,
 the text in history before it is typed.
@@ -53,6 +56,7 @@ NO_MODEL_MESSAGE = "No speech model is chosen yet: open Settings → Model to do
 RECORDER_POLL_MS = 100
 MINUTE_MS = 60_000  # idle-unload unit (tests shorten it)
 RETRANSCRIBE_BASE = 1_000_000_000  # engine request ids at or above this are history re-transcriptions
+STREAMED_KEY = "streamed"  # in a history entry's timings: 1.0 = transcribed while recorded, end trimmed only
 
 
 def session_settings(settings: Settings) -> S.SessionSettings:
@@ -107,6 +111,7 @@ class _Job:
     skip_reason: str | None = None
     transcript: Any = None
     history_id: int | None = None
+    streaming: bool = False  # the engine worker has a stream for it (begun, not finished or cancelled)
 
 
 @dataclass
@@ -139,13 +144,17 @@ class AppController(QObject):
     quit_requested = Signal()
     hotkeys_paused_changed = Signal(bool)
     input_level_changed = Signal(float)  # 0..1 while recording, for the overlay
+    preview_changed = Signal(str)  # live preview of the take being recorded ("" clears it); never typed
 
     # queued calls into the worker threads
     _load = Signal(object)
     _unload = Signal()
     _transcribe = Signal(int, object, object, str)
+    _begin_take = Signal(int, object, str, bool)  # job id, language, context, live preview
+    _finish_take = Signal(int, object, object, str)  # job id, SavedTake, language, context
+    _cancel_take = Signal(int)
     _audio_configure = Signal(object)
-    _audio_start = Signal(int, float)
+    _audio_start = Signal(int, float, bool)
     _audio_stop = Signal(int, float, bool, int)
     _audio_cancel = Signal(int)
     _audio_close = Signal()
@@ -170,10 +179,11 @@ class AppController(QObject):
         self._event_t = 0.0
         self._jobs: dict[int, _Job] = {}
         self._pending_history: dict[int, int] = {}  # history entry id -> job id, while delivering
-        self._retranscribe: dict[int, int] = {}  # engine request id -> history entry id
+        self._retranscribe: dict[int, tuple[int, bool]] = {}  # engine request id -> history entry id, streamed
         self._next_retranscribe = RETRANSCRIBE_BASE
         self._model_label = ""
         self._model_status = ""
+        self._preview_text = ""
         self.model_progress.connect(self._remember_model_status)
         self._cpu_fallback = False
         self._hotkeys: Any = None
@@ -224,6 +234,7 @@ class AppController(QObject):
             return
         self._started = False
         self._stop_hotkeys()
+        self._s.engine_worker.interrupt(RETRANSCRIBE_BASE)  # every take: a running live preview ends now
         self._poll.stop()
         self._idle_timer.stop()
         close_sounds = getattr(self._sounds, "close", None)
@@ -254,15 +265,20 @@ class AppController(QObject):
         e.unloaded.connect(self._on_unloaded)
         e.transcribed.connect(self._on_transcribed)
         e.transcribe_failed.connect(self._on_transcribe_failed)
+        self._begin_take.connect(e.begin_take)
+        self._finish_take.connect(e.finish_take)
+        self._cancel_take.connect(e.cancel_take)
+        e.preview_ready.connect(self._on_preview)
+        a.chunk_ready.connect(e.feed)  # audio thread -> engine thread directly, in order
         self._audio_configure.connect(a.configure)
         self._audio_start.connect(a.start)
         self._audio_stop.connect(a.stop)
         self._audio_cancel.connect(a.cancel)
         self._audio_close.connect(a.close)
         a.started.connect(lambda job: self._dispatch(S.RecordingStarted(job)))
-        a.start_failed.connect(lambda job, msg: self._dispatch(S.RecordingFailed(job, msg)))
+        a.start_failed.connect(self._on_start_failed)
         a.saved.connect(self._on_saved)
-        a.save_failed.connect(lambda job, msg: self._dispatch(S.TranscriptionFailed(job, msg)))
+        a.save_failed.connect(self._on_save_failed)
         a.open_failed.connect(lambda msg: self._notify("warning", f"Microphone: {msg}"))
         self._output_configure.connect(o.configure)
         self._deliver.connect(o.deliver)
@@ -299,6 +315,11 @@ class AppController(QObject):
     @property
     def hotkeys_paused(self) -> bool:
         return self._hotkeys_paused
+
+    @property
+    def preview_text(self) -> str:
+        """The latest live preview of the take being recorded (or just released); "" when none."""
+        return self._preview_text
 
     def _remember_model_status(self, text: str) -> None:
         self._model_status = text
@@ -419,13 +440,15 @@ class AppController(QObject):
         except Exception as exc:  # a missing or damaged file: say which
             self._notify("error", f"Cannot read {entry.audio_path}: {exc}")
             return
+        streamed = bool((entry.timings or {}).get(STREAMED_KEY))
         if self._settings.recording.trim_silence:  # as the first time, so the results compare
-            from dictation.audio.trim import trim_silence
+            from dictation.audio.trim import find_speech
 
-            samples = trim_silence(samples)
+            span = find_speech(samples)  # without speech: the whole recording
+            samples = samples[0 if streamed else span.start : span.end]  # a streamed take kept its start
         request = self._next_retranscribe
         self._next_retranscribe += 1
-        self._retranscribe[request] = entry_id
+        self._retranscribe[request] = (entry_id, streamed)
         language, context = self._language_context()
         self._transcribe.emit(request, samples, language, context)
 
@@ -630,14 +653,25 @@ class AppController(QObject):
 
     def _perform(self, action: Any) -> None:
         if isinstance(action, S.StartCapture):
-            self._jobs[action.job_id] = _Job()
-            self._audio_start.emit(action.job_id, self._event_t)
+            job = self._jobs[action.job_id] = _Job()
+            self._set_preview("")
+            job.streaming = self._settings.engine.stream_while_recording and (
+                self.session.model_state is S.ModelState.READY
+            )
+            if job.streaming:
+                language, context = self._language_context()
+                self._begin_take.emit(action.job_id, language, context, self._settings.general.live_preview)
+            self._audio_start.emit(action.job_id, self._event_t, job.streaming)
             self._poll.start()
         elif isinstance(action, S.StopCapture):
+            self._s.engine_worker.interrupt(action.job_id)  # a running preview must not delay the text
             r = self._settings.recording
             self._audio_stop.emit(action.job_id, self._event_t, r.trim_silence, self._settings.general.keep_recordings)
         elif isinstance(action, S.DiscardCapture):
+            self._s.engine_worker.interrupt(action.job_id)
+            self._end_stream(action.job_id)
             self._jobs.pop(action.job_id, None)
+            self._set_preview("")
             self._audio_cancel.emit(action.job_id)
         elif isinstance(action, S.LoadModel):
             if self._settings.engine.model:
@@ -667,6 +701,8 @@ class AppController(QObject):
             if action.status is not S.Status.RECORDING:
                 self._poll.stop()
                 self.input_level_changed.emit(0.0)
+            if action.status in (S.Status.IDLE, S.Status.ERROR):
+                self._set_preview("")
             self._restart_idle_timer()
             self.status_changed.emit(action.status)
 
@@ -689,6 +725,30 @@ class AppController(QObject):
 
     # ---- jobs ---------------------------------------------------------------------------------
 
+    def _on_start_failed(self, job_id: int, message: str) -> None:
+        self._end_stream(job_id)
+        self._dispatch(S.RecordingFailed(job_id, message))
+
+    def _on_save_failed(self, job_id: int, message: str) -> None:
+        self._end_stream(job_id)
+        self._dispatch(S.TranscriptionFailed(job_id, message))
+
+    def _end_stream(self, job_id: int) -> None:
+        """The engine worker drops the stream of a take that will not be finished by streaming."""
+        job = self._jobs.get(job_id)
+        if job is not None and job.streaming:
+            job.streaming = False
+            self._cancel_take.emit(job_id)
+
+    def _on_preview(self, job_id: int, text: str) -> None:
+        if job_id == self.session.recording_job_id and self._settings.general.live_preview:
+            self._set_preview(text)
+
+    def _set_preview(self, text: str) -> None:
+        if text != self._preview_text:
+            self._preview_text = text
+            self.preview_changed.emit(text)
+
     def _on_saved(self, job_id: int, saved: SavedTake) -> None:
         job = self._jobs.setdefault(job_id, _Job())
         job.saved = saved
@@ -703,21 +763,27 @@ class AppController(QObject):
         if job is None or not job.transcribe_wanted or job.saved is None:
             return
         job.transcribe_wanted = False
-        if job.saved.silence_reason is not None:
-            self._notify("warning", job.saved.silence_reason)
-            self._dispatch(S.TranscriptionDone(job_id, ""))
-            return
-        if len(job.saved.samples) == 0:  # trimming found no speech
+        saved = job.saved
+        if saved.silence_reason is not None or len(saved.speech) == 0:  # muted, or trimming found no speech
+            self._end_stream(job_id)
+            if saved.silence_reason is not None:
+                self._notify("warning", saved.silence_reason)
             self._dispatch(S.TranscriptionDone(job_id, ""))
             return
         language, context = self._language_context()
-        self._transcribe.emit(job_id, job.saved.samples, language, context)
+        if job.streaming and saved.streamed:
+            job.streaming = False
+            self._finish_take.emit(job_id, saved, language, context)
+        else:
+            self._end_stream(job_id)
+            self._transcribe.emit(job_id, saved.speech, language, context)
 
     def _maybe_record_skip(self, job_id: int) -> None:
         """A skipped job's audio stays findable: an untranscribed history entry points at it."""
         job = self._jobs.get(job_id)
         if job is None or job.skip_reason is None or job.saved is None:
             return
+        self._end_stream(job_id)
         self._record_untranscribed(job.saved, f"not transcribed: {job.skip_reason}")
         self._jobs.pop(job_id, None)
 
@@ -747,16 +813,17 @@ class AppController(QObject):
             self._record_untranscribed(job.saved, f"transcription failed: {message}")
 
     def _on_retranscribed(self, request_id: int, transcript: Any) -> None:
-        entry_id = self._retranscribe.pop(request_id, None)
-        if entry_id is None:
+        request = self._retranscribe.pop(request_id, None)
+        if request is None:
             return
+        entry_id, streamed = request
         text = _apply_textops(transcript.text, self._settings)
         self.history.update_text(
             entry_id,
             text,
             language=transcript.language or None,
             model_label=self._model_label,
-            timings=dict(transcript.timings),
+            timings=_timings(transcript, streamed),
         )
         self.history_changed.emit()
         self._notify("info", f"Transcribed again: {text.strip()[:80] or '(no speech)'}")
@@ -771,7 +838,7 @@ class AppController(QObject):
             duration_s=saved.duration_s if saved else None,
             model_label=self._model_label or None,
             audio_path=saved.path if saved else None,
-            timings=dict(transcript.timings) if transcript is not None else None,
+            timings=_timings(transcript, saved is not None and saved.streamed) if transcript is not None else None,
         )
         self._pending_history[entry_id] = action.job_id
         self.history_changed.emit()
@@ -826,6 +893,15 @@ def _default_hotkey_chooser(preference: str) -> Any:
 def _engine_key(settings: Settings) -> tuple:
     e = settings.engine
     return (e.model, e.device, e.dtype, e.variant, e.adapters)
+
+
+def _timings(transcript: Any, streamed: bool) -> dict[str, float]:
+    """The transcript's timings for history, plus `STREAMED_KEY` when only the trailing silence was
+    trimmed (a streamed take), so a re-transcription trims the saved audio the same way."""
+    timings = dict(transcript.timings)
+    if streamed:
+        timings[STREAMED_KEY] = 1.0
+    return timings
 
 
 def _apply_textops(text: str, settings: Settings) -> str:

@@ -5,6 +5,11 @@ focus-taking overlay breaks pasting; Handy turns its overlay off on Linux for th
 window is a frameless tool window that does not accept focus, is shown without activation and lets
 mouse input through. On Wayland a client can neither place such a window nor be sure the
 compositor will not focus it (that needs layer-shell), so there it stays off and the log says so.
+
+With live preview on, a second line under the level meter shows what the engine has heard so far
+(the controller's `preview_changed`), elided from the left so the newest words stay in view. It is
+only a preview: the typed text is the final transcript. Where there is no overlay the tray's
+tooltip carries it instead (`overlay_in_use`).
 """
 
 from __future__ import annotations
@@ -12,15 +17,17 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QPoint, QRectF, Qt
-from PySide6.QtGui import QColor, QCursor, QGuiApplication, QPainter
+from PySide6.QtGui import QColor, QCursor, QFontMetrics, QGuiApplication, QPainter
 from PySide6.QtWidgets import QWidget
 
 from dictation.app.controller import AppController
+from dictation.config import Settings
 from dictation.session import Status
 
 log = logging.getLogger(__name__)
 
 WIDTH, HEIGHT = 180, 34
+PREVIEW_WIDTH, PREVIEW_HEIGHT = 440, 58  # with a line of live preview text under the meter
 MARGIN = 48  # above the bottom edge of the screen with the mouse pointer
 
 
@@ -31,6 +38,11 @@ def overlay_supported() -> tuple[bool, str]:
     if platform in ("offscreen", "minimal"):
         return False, f"the {platform} platform has no screen"
     return True, ""
+
+
+def overlay_in_use(settings: Settings) -> bool:
+    """Whether the overlay shows (and so carries the live preview) with these settings here."""
+    return overlay_supported()[0] and bool(settings.general.show_overlay)
 
 
 class Overlay(QWidget):
@@ -52,11 +64,13 @@ class Overlay(QWidget):
         self.controller = controller
         self.status = Status.IDLE
         self.level = 0.0
+        self.preview = ""
         self.supported, why = overlay_supported()
         if not self.supported and controller.settings.general.show_overlay:
             log.info("recording indicator off: %s", why)
         controller.status_changed.connect(self.on_status)
         controller.input_level_changed.connect(self.on_level)
+        controller.preview_changed.connect(self.on_preview)
         controller.settings_changed.connect(lambda _s: self.on_status(self.controller.status))
 
     def wanted(self, status: Status) -> bool:
@@ -81,17 +95,35 @@ class Overlay(QWidget):
         if self.isVisible():
             self.update()
 
+    def on_preview(self, text: str) -> None:
+        self.preview = " ".join(text.split())
+        size = (PREVIEW_WIDTH, PREVIEW_HEIGHT) if self.preview else (WIDTH, HEIGHT)
+        if (self.width(), self.height()) != size:
+            self.setFixedSize(*size)
+            if self.isVisible():
+                self._place()
+        if self.isVisible():
+            self.update()
+
+    def preview_line(self) -> str:
+        """The preview as drawn: elided at the left, so the newest words show."""
+        if not self.preview:
+            return ""
+        return QFontMetrics(self.font()).elidedText(self.preview, Qt.TextElideMode.ElideLeft, self.width() - 32)
+
     def _place(self) -> None:
         screen = QGuiApplication.screenAt(QCursor.pos()) or QGuiApplication.primaryScreen()
         area = screen.availableGeometry()
-        self.move(QPoint(area.center().x() - WIDTH // 2, area.bottom() - HEIGHT - MARGIN))
+        self.move(QPoint(area.center().x() - self.width() // 2, area.bottom() - self.height() - MARGIN))
 
     def paintEvent(self, event: object) -> None:  # noqa: N802 - Qt's name
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         p.setPen(Qt.PenStyle.NoPen)
         p.setBrush(QColor(24, 24, 27, 225))
-        p.drawRoundedRect(QRectF(0, 0, WIDTH, HEIGHT), HEIGHT / 2, HEIGHT / 2)
+        width, height = self.width(), self.height()
+        radius = HEIGHT / 2 if height == HEIGHT else 14
+        p.drawRoundedRect(QRectF(0, 0, width, height), radius, radius)
         recording = self.status is Status.RECORDING
         p.setBrush(QColor("#ef4444") if recording else QColor("#3b82f6"))
         p.drawEllipse(QRectF(12, HEIGHT / 2 - 6, 12, 12))
@@ -104,4 +136,8 @@ class Overlay(QWidget):
             p.drawRoundedRect(bar, 4, 4)
             p.setBrush(QColor("#22c55e"))
             p.drawRoundedRect(QRectF(bar.x(), bar.y(), bar.width() * self.level, bar.height()), 4, 4)
+        line = self.preview_line()
+        if line:
+            p.setPen(QColor("#d4d4d8"))
+            p.drawText(QRectF(16, HEIGHT - 6, width - 32, height - HEIGHT), Qt.AlignmentFlag.AlignVCenter, line)
         p.end()

@@ -1,7 +1,8 @@
 """The tray icon and its menu; a small status window where the desktop has no system tray.
 
 The icon follows the session's status (idle, loading, recording, transcribing, error); its tooltip
-names the model and the hotkey. A left click toggles dictation (like `dictation toggle`); the menu
+names the model and the hotkey, and carries the live preview while recording where no overlay can
+show it (Wayland). A left click toggles dictation (like `dictation toggle`); the menu
 has start/stop, the last transcripts (click copies), the model switcher, settings, history, pause
 hotkeys and quit. Notifications from the controller appear as tray balloons.
 
@@ -28,11 +29,13 @@ from PySide6.QtWidgets import (
 
 from dictation.app.controller import AppController
 from dictation.app.icons import icon, status_icon
+from dictation.app.overlay import overlay_in_use
 from dictation.session import Status
 
 log = logging.getLogger(__name__)
 
 RECENT_ITEMS = 5
+TOOLTIP_PREVIEW_CHARS = 120  # the newest part of a live preview in the tooltip
 STATUS_TEXT = {
     Status.IDLE: "Ready",
     Status.LOADING: "Loading the speech model…",
@@ -196,6 +199,7 @@ class Tray(QObject):
         controller.model_label_changed.connect(self.refresh)
         controller.settings_changed.connect(self.refresh)
         controller.hotkeys_paused_changed.connect(self.refresh)
+        controller.preview_changed.connect(self.refresh)
         controller.notified.connect(self.notify)
         self.refresh()
 
@@ -206,7 +210,13 @@ class Tray(QObject):
         model = c.model_label or (s.engine.model or "none chosen")
         mode = {"push_to_talk": "hold", "toggle": "press to start/stop", "hybrid": "hold or tap"}[s.hotkeys.mode]
         hotkey = f"{s.hotkeys.hotkey} ({mode})" + (" — paused" if c.hotkeys_paused else "")
-        return f"Dictation: {status}\nModel: {model}\nHotkey: {hotkey}"
+        tip = f"Dictation: {status}\nModel: {model}\nHotkey: {hotkey}"
+        preview = " ".join(c.preview_text.split())
+        if preview and not overlay_in_use(s):  # otherwise the overlay shows it
+            if len(preview) > TOOLTIP_PREVIEW_CHARS:
+                preview = "…" + preview[-(TOOLTIP_PREVIEW_CHARS - 1) :]
+            tip += f"\nHeard so far: {preview}"
+        return tip
 
     def refresh(self, *_: object) -> None:
         status = self.controller.status

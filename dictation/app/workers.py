@@ -3,11 +3,29 @@
 Each worker is a QObject moved to its own QThread; the controller calls its slots through queued
 signals and hears back through the worker's signals, so nothing here ever blocks the GUI:
 
-- `EngineWorker` owns the `AsrEngine`: load, transcribe (one at a time, in request order), unload.
+- `EngineWorker` owns the `AsrEngine`: load, transcribe (one at a time, in request order), unload;
+  and takes transcribed while they are recorded (streaming, with live previews; see below).
 - `AudioWorker` owns the `Recorder`: open, start, stop (blocks ~0.25 s for the tail), and saving
   the take to disk *before* anything is transcribed (principle 7), then trimming for the engine.
+  While a streamed take records, it hands the new audio to the engine every ``STREAM_PULL_MS``.
 - `OutputWorker` owns the `OutputChain`: delivering text blocks while keys are sent.
 - `DownloadWorker` fetches a model into the Hugging Face cache with byte progress and cancel.
+
+Streaming (a take transcribed while it is recorded, issue 6). The controller asks for it at the
+press when the model is loaded and ``engine.stream_while_recording`` is on: ``EngineWorker.begin_take``
+then ``AudioWorker.start(..., stream=True)``. If the device delivers 16 kHz (at other rates the
+take is resampled as a whole at the end, so it is transcribed after the release as before), the
+audio worker emits ``chunk_ready(job, start, samples)`` with `Recorder.take_samples`, straight to
+``EngineWorker.feed``: one sender thread, one receiver, so the chunks arrive in order, and each
+names its first sample, so a gap or a repeat is noticed. The engine feeds them to
+``engine.stream()`` (which encodes and prefills every finished 8-s window) and, when live preview
+is on, decodes a preview of everything heard so far now and then. At the release the controller
+calls ``interrupt(job)`` (any thread) so a running preview stops within a token; the saved take
+then comes to ``finish_take``, which feeds the last audio and finishes the stream with the trailing
+silence cut (``end``): the text is exactly ``engine.transcribe`` of the saved take up to ``end``.
+Whatever goes wrong on the way (a feed or preview raising, the model reloaded or unloaded, the
+settings changed mid-take) drops the stream and the saved take is transcribed as a whole, so the
+dictation is never lost; a cancelled take cancels its stream.
 """
 
 from __future__ import annotations
@@ -15,14 +33,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
 log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16_000  # what the engine consumes; takes stream only when the device delivers it
+STREAM_PULL_MS = 500  # how often a streamed take's new audio goes to the engine
+# A live preview runs at most this often, and waits twice as long as the last one took: on a slow
+# CPU previews get rarer instead of piling up and holding back the window work.
+PREVIEW_MIN_INTERVAL_S = 1.0
+PREVIEW_FIRST_AUDIO_S = 1.0  # the first preview once this much audio is in (less holds no words)
 
 
 def start_thread(worker: QObject, name: str) -> QThread:
@@ -70,12 +95,18 @@ class EngineWorker(QObject):
     moved_to_cpu = Signal(str, str)  # the GPU failed while transcribing (message); now on the CPU (label)
     transcribed = Signal(int, object)  # request id, Transcript
     transcribe_failed = Signal(int, str)
+    preview_ready = Signal(int, str)  # job id, a live preview of what was heard so far
+    _work_requested = Signal()  # queued to itself: feed what arrived, then maybe preview
 
     def __init__(self, engine_factory: Callable[[Any], Any] | None = None) -> None:
         super().__init__()
         self._factory = engine_factory
         self._engine: Any = None
         self._options: Any = None
+        self._takes: dict[int, _StreamedTake] = {}  # job id -> take being streamed
+        self._work_posted = False
+        self._interrupted_upto = 0  # takes with ids up to this one were released or cancelled
+        self._work_requested.connect(self._work, Qt.ConnectionType.QueuedConnection)
 
     @Slot(object)
     def load(self, options: Any) -> None:
@@ -128,6 +159,7 @@ class EngineWorker(QObject):
         ):
             return False
         t0 = time.perf_counter()
+        self._cancel_streams("the LoRA adapters changed")
         self.loading.emit(str(options.model))
         try:
             engine.set_adapters(options.adapters)
@@ -146,6 +178,7 @@ class EngineWorker(QObject):
         self.unloaded.emit()
 
     def _drop(self) -> None:
+        self._cancel_streams("the model was unloaded or reloaded")
         if self._engine is not None:
             try:
                 self._engine.unload()
@@ -166,6 +199,146 @@ class EngineWorker(QObject):
                 self.transcribe_failed.emit(request_id, _message(exc))
                 return
         self.transcribed.emit(request_id, result)
+
+    # ---- streaming -------------------------------------------------------------------------------
+
+    def interrupt(self, job_id: int) -> None:
+        """Thread-safe: take ``job_id`` (and every earlier one) was released or cancelled, so a live
+        preview of it that is running stops at its next token, and none starts again. Called from
+        the GUI thread, so the finish never waits behind a preview."""
+        if job_id > self._interrupted_upto:
+            self._interrupted_upto = job_id  # one int store: atomic; read by the engine thread
+
+    def _interrupted(self, job_id: int) -> bool:
+        return job_id <= self._interrupted_upto
+
+    @Slot(int, object, str, bool)
+    def begin_take(self, job_id: int, language: str | None, context: str, preview: bool) -> None:
+        """Take ``job_id`` will be fed as it is recorded (if its device delivers 16 kHz). The stream
+        itself is made at the first chunk, with the language and context the take was started with."""
+        self._takes[job_id] = _StreamedTake(job_id, language, context, preview)
+
+    @Slot(int, int, object)
+    def feed(self, job_id: int, start: int, samples: np.ndarray) -> None:
+        """New audio of take ``job_id`` from sample ``start`` on. Only queued here: chunks that
+        arrived while the engine was busy are fed together by one ``_work``."""
+        take = self._takes.get(job_id)
+        if take is None or take.failed:
+            return
+        if start != take.received:
+            self._fail(take, f"audio chunk from sample {start} where {take.received} was expected")
+            return
+        take.pending.append(samples)
+        take.received += len(samples)
+        if not self._work_posted:
+            self._work_posted = True
+            self._work_requested.emit()  # queued behind the chunks already waiting
+
+    @Slot()
+    def _work(self) -> None:
+        self._work_posted = False
+        for take in list(self._takes.values()):
+            self._feed_pending(take)
+        live = [t for t in self._takes.values() if not self._interrupted(t.job_id)]
+        if live and self._preview_due(live[-1]):
+            self._preview(live[-1])
+
+    def _feed_pending(self, take: _StreamedTake) -> None:
+        if take.failed or not take.pending:
+            return
+        chunk = take.pending[0] if len(take.pending) == 1 else np.concatenate(take.pending)
+        take.pending.clear()
+        if self._engine is None:
+            self._fail(take, "the speech model is not loaded")
+            return
+        try:
+            if take.stream is None:
+                take.stream = self._engine.stream(language=take.language, context=take.context)
+            take.stream.feed(chunk)
+        except Exception:
+            log.warning("transcribing take %d while recording failed", take.job_id, exc_info=True)
+            self._fail(take, "an error while feeding the audio")
+            return
+        take.fed += len(chunk)
+
+    def _preview_due(self, take: _StreamedTake) -> bool:
+        return (
+            take.preview
+            and not take.failed
+            and take.stream is not None
+            and take.fed > max(take.previewed, PREVIEW_FIRST_AUDIO_S * SAMPLE_RATE)
+            and time.monotonic() >= take.next_preview_at
+        )
+
+    def _preview(self, take: _StreamedTake) -> None:
+        draft = take.last_preview.token_ids if take.last_preview is not None else None
+        fed = take.fed
+        try:
+            preview = take.stream.preview(draft_ids=draft, should_stop=lambda: self._interrupted(take.job_id))
+        except Exception:
+            log.warning("the live preview of take %d failed", take.job_id, exc_info=True)
+            self._fail(take, "an error in the live preview")
+            return
+        elapsed = preview.elapsed_s if preview is not None else 0.0
+        take.next_preview_at = time.monotonic() + max(PREVIEW_MIN_INTERVAL_S, 2.0 * elapsed)
+        if preview is None:  # nothing to show (e.g. the stream fell back to a whole-clip transcribe)
+            return
+        take.previewed = fed
+        take.last_preview = preview  # a stopped one is a prefix: still a useful draft
+        if preview.complete:
+            self.preview_ready.emit(take.job_id, preview.text)
+
+    @Slot(int, object, object, str)
+    def finish_take(self, job_id: int, saved: Any, language: str | None, context: str) -> None:
+        """The saved take of a streamed recording: finish its stream (the last audio, the trailing
+        silence cut at ``saved.end``), or transcribe ``saved.speech`` as a whole if streaming did
+        not happen or failed. Either way the text is ``engine.transcribe(saved.speech)``."""
+        take = self._takes.pop(job_id, None)
+        if take is not None:
+            self._feed_pending(take)
+            if take.stream is not None and not take.failed and (take.language, take.context) != (language, context):
+                self._fail(take, "the language or vocabulary changed during the recording")
+            if take.stream is not None and not take.failed:
+                result = self._finish_stream(take, saved)
+                if result is not None:
+                    self.transcribed.emit(job_id, result)
+                    return
+        self.transcribe(job_id, saved.speech, language, context)
+
+    def _finish_stream(self, take: _StreamedTake, saved: Any) -> Any:
+        """The stream's transcript of ``saved.samples[:saved.end]``; None (stream dropped) on failure."""
+        try:
+            if saved.start != 0:
+                raise ValueError(f"a streamed take is trimmed at its end only, not from sample {saved.start}")
+            if take.fed < len(saved.samples):  # what arrived after the last chunk
+                take.stream.feed(saved.samples[take.fed :])
+            draft = take.last_preview.token_ids if take.last_preview is not None else None
+            return take.stream.finish(draft, end=saved.end)
+        except Exception:
+            log.warning("finishing take %d's stream failed; transcribing the saved take", take.job_id, exc_info=True)
+            take.stream.cancel()
+            return None
+
+    @Slot(int)
+    def cancel_take(self, job_id: int) -> None:
+        """Take ``job_id`` will not be transcribed by streaming (cancelled, silent, not streamed)."""
+        take = self._takes.pop(job_id, None)
+        if take is not None and take.stream is not None:
+            take.stream.cancel()
+
+    def _fail(self, take: _StreamedTake, why: str) -> None:
+        log.info("take %d: no more streaming (%s); it is transcribed after the recording", take.job_id, why)
+        take.failed = why
+        take.pending.clear()
+        if take.stream is not None:
+            take.stream.cancel()
+            take.stream = None
+
+    def _cancel_streams(self, why: str) -> None:
+        """Streams use the loaded model: drop them before it changes (their takes go the plain way)."""
+        for take in self._takes.values():
+            if take.stream is not None and not take.failed:
+                self._fail(take, why)
 
     def _retry_on_cpu(self, exc: Exception, samples: np.ndarray, language: str | None, context: str) -> Any:
         """The GPU failed mid-dictation (out of memory, a lost device): move the model to the CPU and
@@ -188,6 +361,24 @@ class EngineWorker(QObject):
         self._engine, self._options = engine, cpu_options
         self.moved_to_cpu.emit(_message(exc), engine.model_label)
         return result
+
+
+@dataclass
+class _StreamedTake:
+    """The engine's side of a take transcribed while it is recorded."""
+
+    job_id: int
+    language: str | None
+    context: str
+    preview: bool  # live previews wanted
+    next_preview_at: float = 0.0  # time.monotonic() after which the next preview may run
+    stream: Any = None  # the engine's StreamingTranscription, made at the first chunk
+    received: int = 0  # samples received in chunks, in order
+    fed: int = 0  # of those, samples fed to the stream
+    pending: list[np.ndarray] = field(default_factory=list)  # received, not fed yet
+    failed: str | None = None  # why streaming stopped; the saved take is then transcribed whole
+    last_preview: Any = None  # its token ids are the draft of the next preview and of the finish
+    previewed: int = 0  # samples fed when the last preview ran
 
 
 def _empty_cuda_cache() -> None:
@@ -224,13 +415,21 @@ class RecorderConfig:
 
 @dataclass(frozen=True)
 class SavedTake:
-    """A finished recording, on disk, and the audio to transcribe (trimmed when asked)."""
+    """A finished recording, on disk, and which part of it to transcribe."""
 
     path: Path
-    samples: np.ndarray  # 16 kHz float32 for the engine; empty when trimming found no speech
+    samples: np.ndarray  # the whole take, 16 kHz float32 (as saved, before rounding to 16 bits)
+    start: int  # samples[start:end] is transcribed: silence trimmed when asked; empty = no speech
+    end: int
     duration_s: float  # of the saved recording
     silence_reason: str | None  # the microphone delivered nothing (muted?)
     error: str | None  # the device failed during the take
+    streamed: bool = False  # fed to the engine while recording: only its trailing silence is trimmed
+
+    @property
+    def speech(self) -> np.ndarray:
+        """What the engine transcribes."""
+        return self.samples[self.start : self.end]
 
 
 class AudioWorker(QObject):
@@ -242,6 +441,7 @@ class AudioWorker(QObject):
     save_failed = Signal(int, str)  # job id, why the audio could not be saved
     opened = Signal(str)  # device name, when the stream was opened ahead of a press
     open_failed = Signal(str)
+    chunk_ready = Signal(int, int, object)  # job id, index of the first sample in the take, 16 kHz samples
 
     def __init__(
         self,
@@ -255,6 +455,10 @@ class AudioWorker(QObject):
         self.recorder: Any = None
         self._recorder_config: RecorderConfig | None = None  # what self.recorder was built with
         self._job: int | None = None
+        self._streaming = False  # the current take's audio goes to the engine as it arrives
+        self._pulled = 0  # samples of the current take handed on so far
+        self._pull_timer = QTimer(self)  # a child: it moves to the audio thread with the worker
+        self._pull_timer.timeout.connect(self._pull)
 
     @Slot(object)
     def configure(self, config: RecorderConfig) -> None:
@@ -287,8 +491,10 @@ class AudioWorker(QObject):
         device = self.recorder.device
         self.opened.emit(device.name if device is not None else "")
 
-    @Slot(int, float)
-    def start(self, job_id: int, t_press: float) -> None:
+    @Slot(int, float, bool)
+    def start(self, job_id: int, t_press: float, stream: bool = False) -> None:
+        """Start take ``job_id``. ``stream``: hand its audio on (``chunk_ready``) while it records,
+        if the device delivers 16 kHz; the saved take then says ``streamed``."""
         from dictation.audio.devices import AudioDeviceError
 
         if self.recorder is None:
@@ -299,18 +505,53 @@ class AudioWorker(QObject):
             self.start_failed.emit(job_id, f"The microphone could not be opened: {exc}")
             return
         self._job = job_id
+        self._pulled = 0
+        self._streaming = stream and self._can_stream()
+        if self._streaming:
+            self._pull_timer.start(STREAM_PULL_MS)
+        elif stream:
+            log.info("take %d is transcribed after the recording: the microphone runs at %s Hz", job_id, self._rate())
         self.started.emit(job_id)
+
+    def _rate(self) -> Any:
+        return getattr(self.recorder, "device_sample_rate", None)
+
+    def _can_stream(self) -> bool:
+        # At another rate the take is resampled as a whole at stop, so its samples are not known before.
+        return hasattr(self.recorder, "take_samples") and self._rate() == SAMPLE_RATE
+
+    def _pull(self) -> None:
+        """Hand on the audio that arrived since the last pull."""
+        if self._job is None or not self._streaming:
+            self._pull_timer.stop()
+            return
+        try:
+            chunk = self.recorder.take_samples(self._pulled)
+        except Exception:  # the engine gets the rest from the saved take
+            log.warning("reading the take while recording failed", exc_info=True)
+            self._pull_timer.stop()
+            return
+        if len(chunk):
+            self.chunk_ready.emit(self._job, self._pulled, chunk)
+            self._pulled += len(chunk)
+
+    def _end_streaming(self) -> bool:
+        self._pull_timer.stop()
+        streamed, self._streaming = self._streaming, False
+        return streamed
 
     @Slot(int, float, bool, int)
     def stop(self, job_id: int, t_release: float, trim: bool, keep: int) -> None:
         """Stop, save to disk, then trim. ``keep``: recordings to keep on disk (0: the app deletes
-        each file itself once its text is in history)."""
+        each file itself once its text is in history). A streamed take keeps its start: that audio
+        was transcribed during the recording already, so only the trailing silence is cut."""
         from dictation.audio.recordings import save_recording
         from dictation.audio.trim import find_speech
 
         if self._job != job_id or self.recorder is None:
             return
         self._job = None
+        streamed = self._end_streaming()
         take = self.recorder.stop(t_release)
         try:
             # keep == 0: no pruning here; the app deletes each file once its text is in history
@@ -320,12 +561,13 @@ class AudioWorker(QObject):
             return
         samples = take.samples
         silence = take.silence_reason
+        start, end = 0, len(samples)
         if silence is not None:
-            samples = samples[:0]
+            start = end = 0
         elif trim:  # one speech search both trims and says whether there is speech at all
             span = find_speech(samples, take.sample_rate)
-            samples = samples[span.start : span.end] if span.has_speech else samples[:0]
-        self.saved.emit(job_id, SavedTake(path, samples, take.duration_s, silence, take.error))
+            start, end = (0 if streamed else span.start, span.end) if span.has_speech else (0, 0)
+        self.saved.emit(job_id, SavedTake(path, samples, start, end, take.duration_s, silence, take.error, streamed))
         self._apply_pending_config()
 
     @Slot(int)
@@ -333,6 +575,7 @@ class AudioWorker(QObject):
         if self._job != job_id or self.recorder is None:
             return
         self._job = None
+        self._end_streaming()
         self.recorder.cancel()
         self._apply_pending_config()
 
@@ -347,6 +590,7 @@ class AudioWorker(QObject):
 
     @Slot()
     def close(self) -> None:
+        self._end_streaming()
         if self.recorder is not None:
             self.recorder.close()
             self.recorder = None

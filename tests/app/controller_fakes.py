@@ -1,7 +1,9 @@
 """Stand-ins for the hardware behind the controller's workers (same interfaces as the real parts).
 
-- `FakeRecorder`: the Recorder face (open/start/stop/cancel/close/level/error/limit_reached); each
-  take returns the samples queued with `next_samples`.
+- `FakeRecorder`: the Recorder face (open/start/stop/cancel/close/level/error/limit_reached,
+  take_samples/device_sample_rate); each take returns the samples queued with `next_samples`.
+  While it records, `take_samples` hands out the take as it "arrives": all at once, or
+  ``arrive_per_read`` more samples at each read (audio arriving over time, without waiting for it).
 - `FakeChain`: the OutputChain face; records what it was asked to deliver.
 - `FakeHotkeys`: a HotkeyBackend the test presses from its own thread, as a real listener would.
 - `SoundLog`: records which cues were played.
@@ -22,8 +24,14 @@ from dictation.output import DeliveryResult
 
 
 class FakeRecorder:
-    def __init__(self, config) -> None:
+    def __init__(self, config, rate: int = 16000, arrive_per_read: int | None = None) -> None:
         self.config = config
+        self.device_sample_rate = rate
+        self.arrive_per_read = arrive_per_read  # None: the whole take has arrived at the first read
+        self.arrived = 0
+        self.reads: list[tuple[int, int]] = []  # (start, samples returned) of each take_samples call
+        self.fail_reads = False
+        self.take_frames: int | None = None  # the take ends here (earlier audio than take_samples read)
         self.samples = np.zeros(0, np.float32)
         self.opened = False
         self.recording = False
@@ -44,16 +52,28 @@ class FakeRecorder:
 
             raise AudioDeviceError(self.fail_start)
         self.recording = True
+        self.arrived = 0
+
+    def take_samples(self, start: int = 0) -> np.ndarray:
+        if not self.recording:
+            return np.zeros(0, np.float32)
+        if self.fail_reads:
+            raise OSError("the fake tape broke")
+        step = len(self.samples) if self.arrive_per_read is None else self.arrive_per_read
+        self.arrived = min(len(self.samples), self.arrived + step)
+        out = self.samples[start : self.arrived].astype(np.float32)  # a copy, as the Recorder's
+        self.reads.append((start, len(out)))
+        return out
 
     def stop(self, t_release=None) -> Take:
         self.recording = False
-        samples = self.samples.astype(np.float32)
+        samples = self.samples[: self.take_frames].astype(np.float32)
         peak = float(np.max(np.abs(samples))) if len(samples) else 0.0
         silent = peak < 1e-4
         return Take(
             samples=samples,
             device_name="Fake Mic",
-            device_sample_rate=16000,
+            device_sample_rate=self.device_sample_rate,
             started_at=time.time(),
             peak_dbfs=-100.0 if silent else 20 * np.log10(peak),
             rms_dbfs=-100.0 if silent else -20.0,
@@ -72,12 +92,18 @@ class FakeRecorder:
 class RecorderFactory:
     """Builds FakeRecorders and remembers the latest, so tests can queue its next take."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate: int = 16000, arrive_per_read: int | None = None) -> None:
         self.recorders: list[FakeRecorder] = []
         self.samples = np.zeros(0, np.float32)
+        self.rate = rate
+        self.arrive_per_read = arrive_per_read
+
+    @property
+    def recorder(self) -> FakeRecorder:
+        return self.recorders[-1]
 
     def __call__(self, config) -> FakeRecorder:
-        recorder = FakeRecorder(config)
+        recorder = FakeRecorder(config, self.rate, self.arrive_per_read)
         recorder.samples = self.samples
         self.recorders.append(recorder)
         return recorder

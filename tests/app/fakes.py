@@ -37,6 +37,8 @@ class FakeController(QObject):
     download_finished = Signal(str, str)
     notified = Signal(str, str)
     quit_requested = Signal()
+    input_level_changed = Signal(float)
+    preview_changed = Signal(str)
 
     def __init__(self, folder: Path, settings: Settings | None = None):
         super().__init__()
@@ -76,6 +78,10 @@ class FakeController(QObject):
     @property
     def hotkeys_paused(self) -> bool:
         return self._paused
+
+    @property
+    def preview_text(self) -> str:
+        return ""
 
     # --- settings ---------------------------------------------------------------------------------
 

@@ -37,12 +37,21 @@ class Clock:
 class Rig:
     """A started controller plus handles on its fakes."""
 
-    def __init__(self, qtbot, tmp_path, settings: Settings, *, engine_factory=None, chain: FakeChain | None = None):
+    def __init__(
+        self,
+        qtbot,
+        tmp_path,
+        settings: Settings,
+        *,
+        engine_factory=None,
+        chain: FakeChain | None = None,
+        recorders: RecorderFactory | None = None,
+    ):
         self.qtbot = qtbot
         self.store = SettingsStore(tmp_path / "config" / "settings.json")
         self.store.save(settings)
         self.history = History(tmp_path / "history.sqlite3")
-        self.recorders = RecorderFactory()
+        self.recorders = recorders or RecorderFactory()
         self.chain = chain or FakeChain()
         self.hotkeys = FakeHotkeys()
         self.sounds = SoundLog()
@@ -71,10 +80,17 @@ class Rig:
 
     def dictate(self, samples: np.ndarray) -> None:
         """Press the hotkey, 'speak', release; returns once the mic reported live and the release went in."""
+        self.hold(samples)
+        self.release(samples)
+
+    def hold(self, samples: np.ndarray) -> None:
+        """Press the hotkey with ``samples`` as the take; returns once the mic reported live."""
         self.recorders.next_samples(samples)
         self.hotkeys.press()
         self.wait_status(Status.RECORDING)
         self.qtbot.waitUntil(lambda: self.sounds.played[-1:] == ["start"], timeout=5000)
+
+    def release(self, samples: np.ndarray) -> None:
         self.clock.advance(len(samples) / 16000)  # held for as long as the 'speech' lasts
         self.hotkeys.release()
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dictation.app import controller as controller_module
-from dictation.audio.trim import trim_silence
+from dictation.audio.trim import find_speech, trim_silence
 from dictation.config import Outcome, Settings
 from dictation.config.store import SettingsStore
 from dictation.session import Status
@@ -30,7 +30,9 @@ def test_push_to_talk_types_the_engine_text_and_stores_it_first(rig, engine_fact
     r.qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
     r.wait_status(Status.IDLE)
 
-    expected = engine_factory(ckpt_untied).transcribe(trim_silence(audio)).text  # trimming is on by default
+    # Trimming is on by default; the take was streamed (the default), so only its end was trimmed.
+    expected = engine_factory(ckpt_untied).transcribe(audio[: find_speech(audio).end]).text
+    assert find_speech(audio).start > 0  # the leading silence is kept, so this tells the paths apart
     assert expected.strip()
     typed = r.chain.delivered[0]
     assert typed == expected + " "  # the trailing space setting (on by default)
@@ -238,8 +240,11 @@ def test_retranscribe_replaces_the_entry_text_with_the_current_context(rig, qtbo
     samples, used_context, text = calls[1]
     qtbot.waitUntil(lambda: r.history.get(entry.id).text == text + " ", timeout=20_000)
     assert used_context == context
-    # the saved recording, trimmed as the first time (trimming is on by default)
-    np.testing.assert_array_equal(samples, trim_silence(load_audio_16k(entry.audio_path)))
+    # the saved recording, trimmed as the first time (trimming is on by default; the take was
+    # streamed, so only its trailing silence was cut, and so it is again)
+    saved = load_audio_16k(entry.audio_path)
+    assert len(calls[0][0]) == find_speech(calls[0][0]).end > len(trim_silence(calls[0][0]))
+    np.testing.assert_array_equal(samples, saved[: find_speech(saved).end])
     assert r.history.get(entry.id).text == text + " "
     assert r.history.count() == 1  # replaced, not added
 
