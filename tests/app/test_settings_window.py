@@ -568,3 +568,15 @@ def test_open_log_folder_opens_the_log_directory(qtbot, open_window, controller,
     qtbot.mouseClick(window.page("log").open_button, Qt.MouseButton.LeftButton)
     assert [Path(url.toLocalFile()) for url in opened] == [log_dir()]
     assert log_dir().is_dir()
+
+
+def test_streaming_settings_sit_on_their_pages_and_live_preview_greys_out_without_streaming(qtbot, window, controller):
+    assert "engine.stream_while_recording" in window.page("model").rows
+    assert "general.live_preview" in window.page("general").rows
+    preview = rows(window)["general.live_preview"]
+    assert preview.isEnabled()
+    click_check(qtbot, rows(window)["engine.stream_while_recording"].editor.check)
+    assert controller.saved_settings().engine.stream_while_recording is False
+    assert not preview.isEnabled()  # previews come from the streamed audio
+    click_check(qtbot, preview.editor.check)  # greyed out: the click does nothing
+    assert controller.saved_settings().general.live_preview is True
