@@ -166,7 +166,12 @@ class LoraLinear(nn.Module):
 
     For ``y = base(x)`` (a layer without bias) and ``L(W) = r * (W + D)`` with ``r`` the DoRA row
     ratio (1 for LoRA) and ``D = scaling B A``: ``y + w * ((r - 1) * y + r * D x)``.
+
+    A projection group with such a layer runs member by member (no fused matmul, decoder.py), and
+    the decode step is not captured as a CUDA graph while one is in the model.
     """
+
+    unmerged_adapter = True
 
     def __init__(self, base: nn.Module, adapter: LoadedAdapter, module: str, dtype: torch.dtype) -> None:
         super().__init__()
@@ -263,6 +268,7 @@ class AdapterState:
                     param.copy_(tensor.to(param.device))
         self.originals = {}
         self.applied = []
+        model.sync_weights()  # fuse the restored layers again
 
     def apply(self, adapters: Sequence[LoadedAdapter]) -> None:
         """Replace whatever is applied by ``adapters`` (which ``load_adapters`` checked)."""
@@ -309,6 +315,7 @@ class AdapterState:
             setattr(parent, attr, layer)
             self.wrapped.append(module_name)
         self.applied = list(adapters)
+        model.sync_weights()  # re-quantized layers fused again; wrapped groups run member by member
 
     def _untie(self) -> None:
         model = self.model

@@ -1,17 +1,36 @@
 """Qwen3 text decoder (spec §5): RMSNorm, attention with q/k norm + RoPE + GQA, SwiGLU MLP.
 
 Module names follow the checkpoint's ``thinker.model.*`` tensors.
+
+Fused projections (issue 6): q/k/v and gate/up each run as ONE matmul. The per-module layers
+(``q_proj`` ... ``up_proj``) stay what loading, quantization, adapters and ``state_dict`` see; a
+:class:`Fusion` beside them holds the stacked weight, and the members' own weights are re-pointed
+to row views of it, so every weight is stored once and an in-place change of a member (a merged
+adapter, ``load_state_dict``) is a change of the fused weight. Plain ``nn.Linear`` members stack
+their float weights; Int8Linear / Int4Linear members stack their integer tensors into one
+unregistered quantized layer (``quant.fuse_rows``). Anything else (an unmerged ``LoraLinear``, mixed
+kinds or devices) runs member by member. A fusion is checked cheaply on every call (the members
+are still the same modules) and fully at the start of every pass (``TextDecoder.refresh_fusion``:
+same modules, same tensor addresses, same quantized-layer versions); whatever changed is planned
+again. Moving or casting the model (``_apply``) drops the fusion, to be rebuilt on the next use.
 """
 
 from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dictation.asr import quant
 from dictation.asr.config import TextDecoderConfig
 from dictation.asr.kv_cache import StaticKVCache
 from dictation.asr.rope import apply_rope
+
+# False: every projection runs on its own (the plain path the fused one is tested against).
+FUSE_PROJECTIONS = True
 
 
 class RMSNorm(nn.Module):
@@ -27,7 +46,137 @@ class RMSNorm(nn.Module):
         return self.weight * y.to(x.dtype)
 
 
-class Attention(nn.Module):
+def _stamp(module: nn.Module) -> tuple:
+    """What a fusion depends on in one member: its tensors' addresses and its quantized version."""
+    tensors = [*module._parameters.values(), *module._buffers.values()]
+    return getattr(module, "version", 0), tuple(t.data_ptr() if t is not None else 0 for t in tensors)
+
+
+class Fusion:
+    """How one group of projections runs: ``weight`` (float, ``[sum(out), in]``) or ``layer`` (a
+    fused quantized layer) for one matmul, neither for the members one by one."""
+
+    def __init__(self, members: Sequence[nn.Module], enabled: bool) -> None:
+        self.members = tuple(weakref.ref(m) for m in members)
+        self.enabled = enabled
+        self.sizes = [m.out_features for m in members]
+        self.weight: torch.Tensor | None = None
+        self.layer: nn.Module | None = None
+        if enabled and _float_fusable(members):
+            with torch.inference_mode(False), torch.no_grad():
+                self.weight = torch.cat([m.weight for m in members])
+                start = 0
+                for m in members:
+                    m.weight.data = self.weight[start : start + m.out_features]
+                    start += m.out_features
+        elif (
+            enabled and isinstance(members[0], quant.QUANT_MODULES) and all(members[0].fusable_with(m) for m in members)
+        ):
+            self.layer = quant.fuse_rows(members)
+        else:
+            _unshare(members)
+        self.stamps = tuple(_stamp(m) for m in members)
+
+    @property
+    def fused(self) -> bool:
+        return self.weight is not None or self.layer is not None
+
+    def same_members(self, members: Sequence[nn.Module]) -> bool:
+        return all(ref() is m for ref, m in zip(self.members, members, strict=True))
+
+    def current(self, members: Sequence[nn.Module], enabled: bool) -> bool:
+        return (
+            enabled == self.enabled
+            and self.same_members(members)
+            and all(_stamp(m) == s for m, s in zip(members, self.stamps, strict=True))
+        )
+
+    def run(self, x: torch.Tensor, members: Sequence[nn.Module]) -> Sequence[torch.Tensor]:
+        if self.weight is not None:
+            return F.linear(x, self.weight).split(self.sizes, dim=-1)
+        if self.layer is not None:
+            return self.layer(x).split(self.sizes, dim=-1)
+        return [m(x) for m in members]
+
+
+def _float_fusable(members: Sequence[nn.Module]) -> bool:
+    first = members[0].weight if type(members[0]) is nn.Linear else None
+    return (
+        first is not None
+        and first.device.type != "meta"
+        and all(
+            type(m) is nn.Linear
+            and m.bias is None
+            and not m.weight.requires_grad
+            and m.weight.shape[1] == first.shape[1]
+            and m.weight.dtype == first.dtype
+            and m.weight.device == first.device
+            for m in members
+        )
+    )
+
+
+def _unshare(members: Sequence[nn.Module]) -> None:
+    """Members that run one by one but still hold views of a fused weight whose other rows belong to
+    no member any more (one was replaced, e.g. re-quantized) get their own copies, freeing those rows."""
+    tensors = []  # (owner module, buffer name or None for a parameter, tensor)
+    for m in members:
+        while hasattr(m, "base") and isinstance(m.base, nn.Module):  # LoraLinear stacks
+            m = m.base
+        tensors += [(m, name, t) for name, t in m._parameters.items() if t is not None]
+        tensors += [(m, name, t) for name, t in m._buffers.items() if t is not None]
+    used: dict[int, int] = {}
+    for _, _, t in tensors:
+        key = t.untyped_storage().data_ptr()
+        used[key] = used.get(key, 0) + t.numel() * t.element_size()
+    for m, name, t in tensors:
+        storage = t.untyped_storage()
+        if storage.device.type != "meta" and used[storage.data_ptr()] < storage.nbytes():
+            with torch.inference_mode(False), torch.no_grad():
+                if name in m._parameters:
+                    m._parameters[name].data = t.detach().clone()
+                else:
+                    m._buffers[name] = t.clone()
+            if hasattr(m, "clear_cache"):
+                m.clear_cache()
+
+
+class _Projections(nn.Module):
+    """A module whose ``GROUP`` of linear layers runs fused (see the module docstring)."""
+
+    GROUP: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fusion: Fusion | None = None
+        self.fuse = FUSE_PROJECTIONS
+
+    def _members(self) -> list[nn.Module]:
+        return [self._modules[name] for name in self.GROUP]
+
+    def refresh_fusion(self) -> bool:
+        """Plan the group again if anything it depends on changed; True if it did."""
+        members = self._members()
+        if self.fusion is not None and self.fusion.current(members, self.fuse):
+            return False
+        self.fusion = None  # drop the old fused weight before building the new one
+        self.fusion = Fusion(members, self.fuse)
+        return True
+
+    def project(self, x: torch.Tensor) -> Sequence[torch.Tensor]:
+        members = self._members()
+        if self.fusion is None or not self.fusion.same_members(members):
+            self.refresh_fusion()
+        return self.fusion.run(x, members)
+
+    def _apply(self, fn, recurse: bool = True):
+        self.fusion = None  # a move or cast gives every weight new storage: plan again at the next use
+        return super()._apply(fn, recurse)
+
+
+class Attention(_Projections):
+    GROUP = ("q_proj", "k_proj", "v_proj")
+
     def __init__(self, cfg: TextDecoderConfig) -> None:
         super().__init__()
         hd = cfg.head_dim
@@ -39,15 +188,21 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
+    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """``x [1, s, hidden]`` → q ``[1, heads, s, hd]``, k and v ``[1, kv_heads, s, hd]`` (RoPE applied)."""
+        _, s, _ = x.shape
+        q, k, v = self.project(x)
+        q = self.q_norm(q.view(1, s, self.n_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(k.view(1, s, self.n_kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.view(1, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: StaticKVCache, layer: int, start: int
     ) -> torch.Tensor:
         """``x [1, s, hidden]`` at positions ``start .. start+s-1``; cos/sin ``[s, head_dim]``."""
         _, s, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(1, s, self.n_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(1, s, self.n_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(1, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = self._qkv(x, cos, sin)
         keys, values = cache.write(layer, start, k, v)
         mask = None
         if s > 1 and start > 0:
@@ -59,8 +214,31 @@ class Attention(nn.Module):
         )
         return self.o_proj(o.transpose(1, 2).reshape(1, s, self.n_heads * self.head_dim))
 
+    def forward_static(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: StaticKVCache,
+        layer: int,
+        position: torch.Tensor,
+        visible: torch.Tensor,
+    ) -> torch.Tensor:
+        """One token ``x [1, 1, hidden]`` at the device position ``position [1]``, every shape fixed by
+        the cache size: k/v are written at ``position`` and attention spans the whole cache, with
+        ``visible [1, 1, 1, max_len]`` (bool) hiding the positions after it."""
+        q, k, v = self._qkv(x, cos, sin)
+        keys, values = cache.write_at(layer, position, k, v)
+        # GQA without repeating the cache: the query heads of one kv head become that head's rows.
+        group = self.n_heads // self.n_kv_heads
+        q = q.reshape(1, self.n_kv_heads, group, self.head_dim)
+        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
+        return self.o_proj(o.reshape(1, 1, self.n_heads * self.head_dim))
 
-class MLP(nn.Module):
+
+class MLP(_Projections):
+    GROUP = ("gate_proj", "up_proj")
+
     def __init__(self, cfg: TextDecoderConfig) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
@@ -68,7 +246,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.project(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -85,6 +264,10 @@ class DecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, cache, layer, start)
         return h + self.mlp(self.post_attention_layernorm(h))
 
+    def forward_static(self, h, cos, sin, cache: StaticKVCache, layer: int, position, visible) -> torch.Tensor:
+        h = h + self.self_attn.forward_static(self.input_layernorm(h), cos, sin, cache, layer, position, visible)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
 
 class TextDecoder(nn.Module):
     """Embeddings → layers → final norm. The output head lives in :class:`AsrModel`."""
@@ -95,6 +278,8 @@ class TextDecoder(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        # Bumped whenever a fusion is planned again: what a captured decode step read may be gone.
+        self.weights_epoch = 0
 
     def forward(
         self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: StaticKVCache, start: int
@@ -103,3 +288,44 @@ class TextDecoder(nn.Module):
         for i, layer in enumerate(self.layers):
             h = layer(h, cos, sin, cache, i, start)
         return self.norm(h[:, -1:])
+
+    def forward_static(self, h, cos, sin, cache: StaticKVCache, position, visible) -> torch.Tensor:
+        """One token through every layer with static shapes (see ``Attention.forward_static``)."""
+        for i, layer in enumerate(self.layers):
+            h = layer.forward_static(h, cos, sin, cache, i, position, visible)
+        return self.norm(h)
+
+    def _groups(self) -> list[_Projections]:
+        return [g for layer in self.layers for g in (layer.self_attn, layer.mlp)]
+
+    def set_fusion(self, enabled: bool) -> None:
+        """Fuse the q/k/v and gate/up projections (the default) or run each on its own."""
+        for group in self._groups():
+            group.fuse = enabled
+        self.refresh_fusion()
+
+    def refresh_fusion(self) -> bool:
+        """Bring every layer's fusion up to date with its weights (start of every pass; cheap when
+        nothing changed); True if any was planned again."""
+        changed = False
+        for group in self._groups():
+            changed |= group.refresh_fusion()
+        if changed:
+            self.weights_epoch += 1
+        return changed
+
+    def fused_layers(self) -> list[nn.Module]:
+        """The fused quantized layers, which are not submodules (for memory accounting)."""
+        return [g.fusion.layer for g in self._groups() if g.fusion is not None and g.fusion.layer is not None]
+
+    def fused_groups(self) -> tuple[int, int]:
+        """(groups fused, groups) over all layers."""
+        groups = self._groups()
+        return sum(1 for g in groups if g.fusion is not None and g.fusion.fused), len(groups)
+
+    def has_unmerged_adapters(self) -> bool:
+        return any(getattr(m, "unmerged_adapter", False) for m in self.modules())
+
+    def _apply(self, fn, recurse: bool = True):
+        self.weights_epoch += 1
+        return super()._apply(fn, recurse)

@@ -174,6 +174,7 @@ class AsrEngine:
             adapters = load_adapters(self.options.adapters, model)
             state = self._quantize(model, variant, adapters)
             state.apply(adapters)
+            model.sync_weights()  # fused q/k/v and gate/up planned now, not at the first dictation
             self._model, self._prompt, self._mel = model, prompt, LogMel(model.cfg.audio.num_mel_bins, model.device)
             self._weights_version += 1
             self._adapters = state

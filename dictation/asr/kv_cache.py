@@ -17,6 +17,8 @@ class StaticKVCache:
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.max_len = max_len
+        # 0 .. max_len-1 on the device: the static-shape step builds its attention mask from it.
+        self.positions = torch.arange(max_len, device=device)
 
     def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v [1, kv_heads, s, head_dim]`` at ``start``; return the cache up to ``start + s``."""
@@ -27,6 +29,16 @@ class StaticKVCache:
         self.values[layer, :, :, start:stop] = v
         return self.keys[layer, :, :, :stop], self.values[layer, :, :, :stop]
 
+    def write_at(
+        self, layer: int, position: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store one position's ``k, v [1, kv_heads, 1, head_dim]`` at the device index ``position [1]``
+        (no host read, so a CUDA graph can replay it); return the whole layer ``[1, kv_heads, max_len, hd]``."""
+        keys, values = self.keys[layer], self.values[layer]
+        keys.index_copy_(2, position, k)
+        values.index_copy_(2, position, v)
+        return keys, values
+
     def copy_from(self, other: StaticKVCache) -> None:
         """Copy a smaller cache's contents into this one (used when the cache grows)."""
         n = min(other.max_len, self.max_len)
@@ -34,4 +46,4 @@ class StaticKVCache:
         self.values[..., :n, :] = other.values[..., :n, :]
 
     def nbytes(self) -> int:
-        return self.keys.nbytes + self.values.nbytes
+        return self.keys.nbytes + self.values.nbytes + self.positions.nbytes

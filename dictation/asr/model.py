@@ -31,6 +31,8 @@ class AsrModel(nn.Module):
         )
         self.cache: StaticKVCache | None = None
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        # The captured CUDA-graph decode step (generate.DecodeGraph) for this cache; released with it.
+        self.decode_graph = None
 
     @property
     def output_weight(self) -> torch.Tensor:
@@ -51,6 +53,7 @@ class AsrModel(nn.Module):
             # Round up so slightly longer clips reuse the buffer.
             size = -(-max_len // CACHE_ROUND) * CACHE_ROUND
             old = self.cache
+            self._drop_graph()  # it captured the old cache's addresses
             self.cache = StaticKVCache(
                 t.num_hidden_layers, t.num_key_value_heads, t.head_dim, size, self.dtype, self.device
             )
@@ -61,8 +64,26 @@ class AsrModel(nn.Module):
         return self.cache
 
     def release_cache(self) -> None:
+        self._drop_graph()
         self.cache = None
         self._rope = None
+
+    def _drop_graph(self) -> None:
+        if self.decode_graph is not None:
+            self.decode_graph.close()
+            self.decode_graph = None
+
+    def _apply(self, fn, recurse: bool = True):
+        # A move or cast (.to("cpu") after a GPU failure, .half(), ...): the cache and a captured step
+        # belong to the old device and dtype; the decoder plans its fused weights again (decoder.py).
+        self.release_cache()
+        return super()._apply(fn, recurse)
+
+    def sync_weights(self) -> bool:
+        """Bring the fused projections up to date with the weights (cheap when nothing changed): called
+        at the start of every pass, so weights may change between passes (adapters, quantization).
+        True if anything was planned again."""
+        return self.decoder.refresh_fusion()
 
     def embed_prompt(self, prompt_ids: torch.Tensor, audio_embeds: torch.Tensor) -> torch.Tensor:
         """``[S]`` ids → ``[1, S, hidden]``, audio pad rows replaced in order by the audio embeddings."""
@@ -84,6 +105,22 @@ class AsrModel(nn.Module):
         stop = start + h.shape[1]
         return self.decoder(h, cos[start:stop], sin[start:stop], self.cache, start)
 
+    def weights_key(self) -> tuple:
+        """What a decode step reads, as addresses and versions: every decoder and head tensor, the fused
+        projections and the quantized layers' kernel layouts. A captured step stays valid while this
+        is unchanged (in-place changes of a weight, e.g. merged adapters, keep the addresses)."""
+        key: list = [self.decoder.weights_epoch, self.lm_head is None]
+        modules = [*self.decoder.modules(), *self.decoder.fused_layers()]
+        if self.lm_head is not None:
+            modules.append(self.lm_head)
+        for module in modules:
+            key.append(getattr(module, "version", 0))
+            key += [t.data_ptr() for t in module._parameters.values() if t is not None]
+            key += [t.data_ptr() for t in module._buffers.values() if t is not None]
+            for tensors in getattr(module, "_cache", {}).values():
+                key += [t.data_ptr() for t in tensors]
+        return tuple(key)
+
     @torch.inference_mode()
     def prefill(self, embeds: torch.Tensor, max_new_tokens: int, start: int = 0) -> torch.Tensor:
         """Fill the cache with the prompt ``[1, S, hidden]``; return the last position's logits.
@@ -92,6 +129,7 @@ class AsrModel(nn.Module):
         the cache (see :meth:`extend`).
         """
         total = embeds.shape[1]
+        self.sync_weights()
         # Room for the usual output; decoding grows the cache if a long text needs more.
         self.ensure_capacity(start + total + min(max_new_tokens, DECODE_RESERVE) + 1)
         return self.logits(self._fill(embeds, start))
@@ -102,6 +140,7 @@ class AsrModel(nn.Module):
         without computing logits: a prompt prefilled piece by piece as its parts become known.
         ``headroom``: extra positions to allocate when the cache has to grow anyway."""
         stop = start + embeds.shape[1]
+        self.sync_weights()
         need = stop + DECODE_RESERVE + 1
         if self.cache is None or self.cache.max_len < need:
             self.ensure_capacity(need + headroom)
@@ -113,13 +152,33 @@ class AsrModel(nn.Module):
             h_last = self._run(embeds[:, offset : offset + PREFILL_CHUNK], start + offset)
         return h_last
 
+    def make_room(self, position: int) -> bool:
+        """Grow the cache (by ``DECODE_RESERVE``) if ``position`` is past its end; True if it grew."""
+        if position < self.cache.max_len:
+            return False
+        self.ensure_capacity(position + DECODE_RESERVE)
+        return True
+
     @torch.inference_mode()
     def step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         """One token ``[1]`` at ``position`` → logits ``[vocab]``."""
-        if position >= self.cache.max_len:
-            self.ensure_capacity(position + DECODE_RESERVE)
+        self.make_room(position)
         h = self.decoder.embed_tokens(token).view(1, 1, -1)
         return self.logits(self._run(h, position))
+
+    @torch.inference_mode()
+    def static_step(self, token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """:meth:`step` with static shapes and no host read: ``token [1]`` and ``position [1]`` (int64)
+        live on the device, the k/v write and the RoPE rows are indexed there, and attention covers the
+        whole cache under a mask built from ``position``. The caller keeps ``position < cache.max_len``.
+        What generate.DecodeGraph captures; on the CPU it is the same step, tested against :meth:`step`."""
+        cache = self.cache
+        assert cache is not None and self._rope is not None
+        cos, sin = self._rope
+        cos, sin = cos.index_select(0, position), sin.index_select(0, position)  # [1, head_dim]
+        visible = (cache.positions <= position).view(1, 1, 1, -1)
+        h = self.decoder.embed_tokens(token).view(1, 1, -1)
+        return self.logits(self.decoder.forward_static(h, cos, sin, cache, position, visible))
 
     @torch.inference_mode()
     def forward_tokens(self, tokens: torch.Tensor, position: int) -> torch.Tensor:
@@ -129,6 +188,7 @@ class AsrModel(nn.Module):
         Writes the k positions into the cache like ``k`` calls of :meth:`step`; attention sees only
         positions ``< position + k``, so entries a later call does not overwrite stay invisible to it."""
         k = tokens.shape[0]
+        self.sync_weights()
         if position + k > self.cache.max_len:
             self.ensure_capacity(position + k + DECODE_RESERVE)
         assert self._rope is not None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -187,12 +187,17 @@ class _QuantLinear(nn.Module):
     _FLOAT32_BUFFERS: tuple[str, ...] = ()
     kind = ""
 
+    _TENSORS: tuple[str, ...] = ()  # the stored buffers, each [out_features, ...]
+
     def __init__(self, in_features: int, out_features: int, bias: bool | None) -> None:
         super().__init__()
         if bias not in (None, False):
             raise ValueError(f"{type(self).__name__} has no bias (the decoder's linear layers have none)")
         self.in_features, self.out_features = in_features, out_features
         self._cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        # Bumped whenever the kernel layouts are dropped: a fused projection built from this layer
+        # (decoder.py) sees that its copy is out of date.
+        self.version = 0
 
     def _apply(self, fn, recurse: bool = True):
         before = {name: self._buffers[name] for name in self._FLOAT32_BUFFERS}
@@ -201,16 +206,27 @@ class _QuantLinear(nn.Module):
             new = self._buffers[name]
             if new is not None and new.dtype != old.dtype:  # a dtype cast: move only, stay float32
                 self._buffers[name] = old.to(device=new.device)
-        self._cache.clear()
+        self.clear_cache()
         return self
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:
-        self._cache.clear()
+        self.clear_cache()
         super()._load_from_state_dict(*args, **kwargs)
 
     def clear_cache(self) -> None:
         """Drop the kernel layouts (rebuilt at the next call); needed after changing buffers in place."""
         self._cache.clear()
+        self.version += 1
+
+    def fusable_with(self, other: nn.Module) -> bool:
+        """Whether ``other``'s rows can be stacked under this layer's into one layer (see :func:`fuse_rows`)."""
+        return (
+            type(other) is type(self)
+            and other.in_features == self.in_features
+            and getattr(other, "group_size", None) == getattr(self, "group_size", None)
+            and all(getattr(other, n).device == getattr(self, n).device for n in self._TENSORS)
+            and all(getattr(self, n).device.type != "meta" for n in self._TENSORS)
+        )
 
     def dequantize(self) -> torch.Tensor:
         raise NotImplementedError
@@ -265,6 +281,7 @@ class Int8Linear(_QuantLinear):
     """Weight-only int8 linear layer (symmetric, one scale per output channel), no bias."""
 
     _FLOAT32_BUFFERS = ("weight_scale",)
+    _TENSORS = ("weight", "weight_scale")
     kind = "int8"
 
     def __init__(self, in_features: int, out_features: int, bias: bool | None = None, device=None) -> None:
@@ -318,6 +335,7 @@ class Int4Linear(_QuantLinear):
     """Weight-only int4 linear layer (asymmetric, groupwise along in_features), no bias."""
 
     _FLOAT32_BUFFERS = ("scales", "zeros")
+    _TENSORS = ("qweight", "scales", "zeros")
     kind = "int4"
 
     def __init__(
@@ -421,6 +439,52 @@ class Int4Linear(_QuantLinear):
 QUANT_MODULES = (Int8Linear, Int4Linear)
 
 
+def fuse_rows(layers: Sequence[_QuantLinear]) -> _QuantLinear:
+    """One layer computing ``cat([layer(x) for layer in layers], -1)`` in one kernel call: every
+    stored tensor concatenated along the output rows (int4 groups run along the inputs, so rows stack
+    freely), and each of ``layers`` given views of those rows in place of its own tensors, so the
+    weights are held once. The fused layer is not a submodule of anything: the model keeps its
+    per-layer names (state_dict, quantization, adapters) and decoder.py decides when to rebuild it.
+    All ``layers`` must be ``fusable_with`` the first."""
+    first = layers[0]
+    if not all(first.fusable_with(layer) for layer in layers):
+        raise ValueError("only layers of one kind, input width, group size and device can be fused")
+    out_features = sum(layer.out_features for layer in layers)
+    if isinstance(first, Int4Linear):
+        fused = Int4Linear(first.in_features, out_features, device="meta", group_size=first.group_size)
+    else:
+        fused = Int8Linear(first.in_features, out_features, device="meta")
+    with torch.inference_mode(False), torch.no_grad():
+        for name in first._TENSORS:
+            whole = torch.cat([getattr(layer, name) for layer in layers])
+            setattr(fused, name, whole)
+            start = 0
+            for layer in layers:
+                setattr(layer, name, whole[start : start + layer.out_features])
+                start += layer.out_features
+    for layer in layers:
+        layer.clear_cache()  # their kernel layouts are not needed while the fused layer serves them
+    return fused
+
+
+def kernel_cache_bytes(model: nn.Module) -> int:
+    """Bytes the quantized layers hold besides their weights (kernel layouts, cast scales), including
+    those of the fused q/k/v and gate/up layers the decoder builds (decoder.py), which are not submodules."""
+    layers = [m for m in model.modules() if isinstance(m, QUANT_MODULES)]
+    fused_layers = getattr(getattr(model, "decoder", None), "fused_layers", None)
+    if fused_layers is not None:
+        layers += fused_layers()
+    seen: set[int] = set()
+    total = 0
+    for layer in layers:
+        for tensors in layer._cache.values():
+            for t in tensors:
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    total += t.numel() * t.element_size()
+    return total
+
+
 # --- whole model ------------------------------------------------------------------------------------------
 
 
@@ -486,6 +550,8 @@ def quantize_model(
         _set_module(model, name, new)
         del linear, w
     log.debug("quantized %d decoder linear layers to %s", len(names), variant)
+    if hasattr(model, "sync_weights"):
+        model.sync_weights()  # fuse the integer layers (and drop any fused float weight)
     return names
 
 

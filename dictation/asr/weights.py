@@ -219,7 +219,7 @@ def write_model_folder(
             else:
                 shutil.copyfile(entry, tmp / entry.name)
         (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", "utf-8")
-        save_file({n: t.contiguous() for n, t in sorted(tensors.items())}, str(tmp / "model.safetensors"), metadata)
+        save_file({n: _own_storage(t) for n, t in sorted(tensors.items())}, str(tmp / "model.safetensors"), metadata)
         if out.exists():
             out.rmdir()  # empty (checked above); os.replace cannot replace a folder on Windows
         os.replace(tmp, out)
@@ -227,3 +227,10 @@ def write_model_folder(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _own_storage(t: torch.Tensor) -> torch.Tensor:
+    """``t`` contiguous and alone in its storage: safetensors refuses tensors that share memory, as the
+    rows of a fused q/k/v or gate/up weight do (decoder.py)."""
+    t = t.contiguous()
+    return t if t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.clone()

@@ -1,0 +1,481 @@
+"""The decode-step levers of issue 6 give exactly the ids of the plain path (CPU; CUDA: test_fast_paths_cuda.py).
+
+- fused q/k/v and gate/up projections (decoder.py), through adapters, quantization and moves;
+- ids kept on the device and read every few steps (generate.py), cut at the first EOS;
+- the static-shape one-token step a CUDA graph captures, here run uncaptured.
+
+The plain path: ``set_fusion(False)``, ids read every step, the plain ``AsrModel.step``.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from contextlib import contextmanager
+
+import pytest
+import torch
+from torch import nn
+
+import dictation.asr.generate as generate_mod
+import dictation.asr.model as model_mod
+from dictation.asr import AsrEngine, EngineOptions, quant
+from dictation.asr.adapters import LoraLinear
+from dictation.asr.config import AsrConfig
+from dictation.asr.features import n_audio_tokens
+from dictation.asr.generate import DecodeGraph, greedy
+from dictation.asr.quant import Int4Linear, Int8Linear
+from dictation.asr.weights import load_model
+from tests.asr.test_variants import write_adapter
+from tests.oracle import synth_audio
+
+MAX_NEW = 24
+CLIPS = [(2.5, 1), (4.0, 2), (6.5, 3)]  # (seconds, seed)
+
+
+def fresh(folder, **options) -> AsrEngine:
+    options.setdefault("device", "cpu")
+    options.setdefault("dtype", "fp32")
+    engine = AsrEngine(EngineOptions(model=str(folder), **options))
+    engine.prepare()
+    return engine
+
+
+def prompt_embeds(engine: AsrEngine, audio) -> torch.Tensor:
+    model = engine.model
+    with torch.inference_mode():
+        features = engine._mel(audio)
+        audio_embeds = model.audio_tower(features)
+        ids = engine.prompt.prompt_ids(n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames))
+        return model.embed_prompt(torch.tensor(ids, device=model.device), audio_embeds)
+
+
+def decode(engine: AsrEngine, embeds: torch.Tensor, max_new_tokens: int = MAX_NEW, **kw):
+    engine._kv_owner = None  # the cache is overwritten
+    eos = kw.pop("eos_ids", engine.prompt.special.eos)
+    return greedy(engine.model, embeds, max_new_tokens=max_new_tokens, eos_ids=eos, keep_first_logits=True, **kw)
+
+
+@contextmanager
+def plain_path(engine: AsrEngine):
+    """Every lever off: separate projections, the plain step, ids read after every step."""
+    decoder = engine.model.decoder
+    saved = generate_mod.STATIC_STEP_UNCAPTURED, generate_mod.CPU_EOS_CHECK_EVERY
+    generate_mod.STATIC_STEP_UNCAPTURED, generate_mod.CPU_EOS_CHECK_EVERY = False, 1
+    decoder.set_fusion(False)
+    try:
+        yield
+    finally:
+        decoder.set_fusion(True)
+        generate_mod.STATIC_STEP_UNCAPTURED, generate_mod.CPU_EOS_CHECK_EVERY = saved
+
+
+def plain_run(engine: AsrEngine, embeds: torch.Tensor, **kw):
+    with plain_path(engine):
+        assert engine.model.decoder.fused_groups()[0] == 0
+        return decode(engine, embeds, **kw)
+
+
+def assert_same_as_plain(engine: AsrEngine, clips=CLIPS, **kw) -> list[list[int]]:
+    """The engine's current levers against the plain path on several prompts; returns the ids."""
+    out = []
+    for seconds, seed in clips:
+        embeds = prompt_embeds(engine, synth_audio(seconds, seed=seed))
+        ref = plain_run(engine, embeds, **kw)
+        got = decode(engine, embeds, **kw)
+        assert got.token_ids == ref.token_ids, (seconds, seed)
+        assert got.stopped_on_eos == ref.stopped_on_eos
+        scale = float(ref.first_logits.abs().max())
+        torch.testing.assert_close(got.first_logits, ref.first_logits, rtol=0, atol=1e-5 * scale)
+        out.append(got.token_ids)
+    return out
+
+
+def ids_on_clips(engine: AsrEngine, embeds_from: AsrEngine | None = None) -> list[list[int]]:
+    """``engine``'s ids (its current levers) on CLIPS; the prompts from ``embeds_from`` if given."""
+    source = embeds_from or engine
+    return [decode(engine, prompt_embeds(source, synth_audio(s, seed=r))).token_ids for s, r in CLIPS]
+
+
+def stop_after(k: int):
+    calls = []
+    return lambda: calls.append(1) or len(calls) >= k
+
+
+def groups(model):
+    return [g for layer in model.decoder.layers for g in (layer.self_attn, layer.mlp)]
+
+
+def shares_one_storage(tensors) -> bool:
+    """The tensors are consecutive rows of one storage that holds nothing else."""
+    storage = tensors[0].untyped_storage()
+    offset = 0
+    for t in tensors:
+        if t.untyped_storage().data_ptr() != storage.data_ptr() or t.storage_offset() != offset:
+            return False
+        offset += t.numel()
+    return offset * tensors[0].element_size() == storage.nbytes()
+
+
+def owns_its_storage(t: torch.Tensor) -> bool:
+    return t.untyped_storage().nbytes() == t.numel() * t.element_size()
+
+
+def member_tensors(group, name: str) -> list[torch.Tensor]:
+    return [getattr(group._modules[m], name) for m in group.GROUP]
+
+
+# --- fused projections ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8", "int4"])
+def test_members_are_views_of_one_fused_weight_and_nothing_is_stored_twice(ckpt_untied, variant):
+    engine = fresh(ckpt_untied, variant=variant)
+    model = engine.model
+    assert model.decoder.fused_groups() == (4, 4)
+    names = ["weight"] if variant == "fp32" else list(type(model.decoder.layers[0].mlp.up_proj)._TENSORS)
+    for group in groups(model):
+        for name in names:
+            assert shares_one_storage(member_tensors(group, name)), (group, name)
+        fusion = group.fusion
+        if variant == "fp32":
+            assert fusion.weight.data_ptr() == group._modules[group.GROUP[0]].weight.data_ptr()
+        else:
+            assert all(getattr(fusion.layer, n).data_ptr() == member_tensors(group, n)[0].data_ptr() for n in names)
+    # the checkpoint's names, and the memory of one copy of every weight
+    with torch.device("meta"):
+        meta = model_mod.AsrModel(model.cfg)
+    if variant != "fp32":
+        quant.empty_quantized(meta, variant)
+    assert set(model.state_dict()) == set(meta.state_dict())
+    fused = [g.fusion.weight for g in groups(model) if g.fusion.weight is not None]
+    fused += [b for layer in model.decoder.fused_layers() for b in layer.buffers()]
+    storages = {}
+    for t in [*model.parameters(), *model.buffers(), *fused]:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    non_persistent = sum(
+        b.nbytes for m in model.modules() for n, b in m._buffers.items() if n in m._non_persistent_buffers_set
+    )
+    assert sum(storages.values()) == quant.weight_bytes(model) + non_persistent
+
+
+@pytest.mark.parametrize(
+    ("ckpt", "variant"),
+    [("ckpt_untied", "fp32"), ("ckpt_tied", "fp32"), ("ckpt_stops", "fp32"), ("ckpt_untied", "bf16"),
+     ("ckpt_untied", "int8"), ("ckpt_untied", "int4")],
+)  # fmt: skip
+def test_fused_projections_give_the_plain_ids(request, ckpt, variant):
+    engine = fresh(request.getfixturevalue(ckpt), variant=variant, dtype="fp32" if variant != "bf16" else "bf16")
+    assert_same_as_plain(engine)
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapters")
+    return {"a": write_adapter(root / "a", seed=1), "b": write_adapter(root / "b", seed=2, dora=True)}
+
+
+@pytest.fixture(scope="module")
+def prequantized_int8(ckpt_untied, tmp_path_factory):
+    return quant.write_quantized_folder(ckpt_untied, tmp_path_factory.mktemp("q") / "int8", "int8")
+
+
+def test_merged_adapters_change_the_fused_weight_in_place(ckpt_untied, adapters):
+    engine = fresh(ckpt_untied)
+    model = engine.model
+    attn = model.decoder.layers[0].self_attn
+    base = assert_same_as_plain(engine)
+    fusion, fused = attn.fusion, attn.fusion.weight.clone()
+    engine.set_adapters([str(adapters["a"]), str(adapters["b"])])
+    assert attn.fusion is fusion and not torch.equal(fusion.weight, fused)  # merged into the same memory
+    assert shares_one_storage(member_tensors(attn, "weight"))
+    with_adapters = assert_same_as_plain(engine)
+    assert with_adapters != base
+    engine.set_adapters([])
+    assert torch.equal(attn.fusion.weight, fused) and assert_same_as_plain(engine) == base
+
+
+def test_requantized_adapter_layers_are_fused_again(ckpt_untied, adapters):
+    engine = fresh(ckpt_untied, variant="int8", adapters=[str(adapters["a"])])
+    model = engine.model
+    attn = model.decoder.layers[0].self_attn
+    assert model.decoder.fused_groups() == (4, 4)
+    with_a = assert_same_as_plain(engine)
+    old = weakref.ref(attn.fusion.layer)
+    engine.set_adapters([])  # q_proj re-quantized from the kept float weight: a new module
+    assert old() is None and model.decoder.fused_groups() == (4, 4)
+    assert shares_one_storage(member_tensors(attn, "weight"))
+    assert assert_same_as_plain(engine) == ids_on_clips(fresh(ckpt_untied, variant="int8"), engine)
+    engine.set_adapters([str(adapters["a"])])
+    assert assert_same_as_plain(engine) == with_a
+
+
+def test_unmerged_adapters_run_member_by_member_and_take_no_graph(prequantized_int8, adapters):
+    engine = fresh(prequantized_int8, adapters=[str(adapters["a"]), str(adapters["b"]) + ":0.5"])
+    model = engine.model
+    attn = model.decoder.layers[0].self_attn
+    assert isinstance(attn.q_proj, LoraLinear)
+    assert not attn.fusion.fused and model.decoder.layers[0].mlp.fusion.fused  # q/k/v apart, gate/up fused
+    assert model.decoder.fused_groups() == (2, 4)
+    assert generate_mod._graph_mode(model) is None
+    assert_same_as_plain(engine)
+    engine.set_adapters([])
+    assert model.decoder.fused_groups() == (4, 4) and shares_one_storage(member_tensors(attn, "weight"))
+    assert assert_same_as_plain(engine) == assert_same_as_plain(fresh(prequantized_int8))
+
+
+def test_moving_or_casting_the_model_plans_the_fusion_again(ckpt_untied):
+    engine = fresh(ckpt_untied)
+    model = engine.model
+    before = assert_same_as_plain(engine)
+    assert model.cache is not None
+    model.to("cpu")  # what a GPU failure does, here from the CPU to itself
+    assert model.cache is None and model.decoder.layers[0].self_attn.fusion is None
+    assert assert_same_as_plain(engine) == before
+    model.to(torch.bfloat16)
+    assert model.cache is None
+    bf16 = fresh(ckpt_untied, dtype="bf16")
+    assert assert_same_as_plain(engine) == ids_on_clips(bf16)
+    attn = model.decoder.layers[1].self_attn
+    assert attn.fusion.weight.dtype == torch.bfloat16 and shares_one_storage(member_tensors(attn, "weight"))
+
+
+def test_quantizing_a_fused_model_frees_its_float_weights(ckpt_untied):
+    model = load_model(
+        ckpt_untied, AsrConfig.from_file(ckpt_untied / "config.json"), torch.device("cpu"), torch.float32
+    )
+    model.sync_weights()
+    fused = [weakref.ref(g.fusion.weight) for g in groups(model)]
+    quant.quantize_model(model, "int4")
+    assert all(ref() is None for ref in fused)
+    assert model.decoder.fused_groups() == (4, 4) and len(model.decoder.fused_layers()) == 4
+
+
+def test_a_group_that_cannot_fuse_any_more_lets_go_of_the_replaced_rows(ckpt_untied):
+    engine = fresh(ckpt_untied, variant="int8")
+    model = engine.model
+    attn = model.decoder.layers[1].self_attn
+    old = weakref.ref(attn.fusion.layer.weight)
+    w = torch.randn(attn.q_proj.out_features, attn.q_proj.in_features) * 0.1
+    quant.replace_linear(model, "decoder.layers.1.self_attn.q_proj", "int4", w)  # int4 beside int8: no fusion
+    assert_same_as_plain(engine)
+    assert not attn.fusion.fused and old() is None
+    assert owns_its_storage(attn.k_proj.weight) and owns_its_storage(attn.v_proj.weight)
+
+
+def test_a_model_folder_can_be_written_from_fused_weights(ckpt_untied, tmp_path):
+    import json
+
+    from dictation.asr.checkpoint import checkpoint_name
+    from dictation.asr.weights import write_model_folder
+
+    model = fresh(ckpt_untied).model
+    cfg = model.cfg
+    tensors = {checkpoint_name(n, cfg.layout): t for n, t in model.state_dict().items()}
+    raw = json.loads((ckpt_untied / "config.json").read_text())
+    out = write_model_folder(ckpt_untied, tmp_path / "copy", raw, tensors, {"format": "pt"})
+    copy = load_model(out, cfg, torch.device("cpu"), torch.float32)
+    for name, value in copy.state_dict().items():
+        assert torch.equal(value, model.state_dict()[name]), name
+
+
+# the real models' fused shapes: (in, [q, k, v]) and (in, [gate, up])
+FUSED_SHAPES = {
+    "0.6B-qkv": (1024, [2048, 1024, 1024]),
+    "0.6B-mlp": (1024, [3072, 3072]),
+    "1.7B-qkv": (2048, [2048, 1024, 1024]),
+    "1.7B-mlp": (2048, [6144, 6144]),
+}
+
+
+def fused_layers_for(kind: str, in_f: int, outs: list[int], device="cpu"):
+    g = torch.Generator().manual_seed(in_f + len(outs))
+    weights = [torch.randn(o, in_f, generator=g) / in_f**0.5 for o in outs]
+    members = [Int8Linear.from_weight(w) if kind == "int8" else Int4Linear.from_weight(w) for w in weights]
+    members = [m.to(device) for m in members]
+    separate = [m.dequantize() for m in members]
+    return quant.fuse_rows(members), members, torch.cat(separate)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", list(FUSED_SHAPES))
+def test_packed_kernels_hold_for_the_fused_shapes(monkeypatch, kind, dtype, shape):
+    monkeypatch.setattr(quant, "_KERNEL_OK", {})
+    in_f, outs = FUSED_SHAPES[shape]
+    fused, members, reference = fused_layers_for(kind, in_f, outs)
+    assert torch.equal(fused.dequantize(), reference)
+    cpu = torch.device("cpu")
+    assert fused._kernel_fits(cpu, dtype) and quant._kernel_available(kind, cpu, dtype)
+    for rows in (1, 5):
+        x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to(dtype)
+        got = fused._kernel(x, dtype).float()
+        expected = x.float() @ reference.T
+        bound = quant._PROBE_TOLERANCE[dtype] * float(expected.abs().max())  # the probe's own check
+        assert float((got - expected).abs().max()) <= bound
+        apart = torch.cat([m._kernel(x, dtype).float() for m in members], dim=-1)
+        torch.testing.assert_close(got, apart, rtol=0, atol=bound)
+
+
+# --- ids on the device, read every few steps ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("every", [2, 3, 8])
+def test_reading_ids_every_few_steps_gives_the_same_ids_and_stop(ckpt_untied, ckpt_stops, monkeypatch, every):
+    for folder in (ckpt_untied, ckpt_stops):
+        engine = fresh(folder)
+        embeds = prompt_embeds(engine, synth_audio(4.0, seed=6))
+        ref = plain_run(engine, embeds, max_new_tokens=30)
+        cases = [dict(max_new_tokens=b) for b in (0, 1, 2, 5, 8, 9, 30)]
+        if ref.token_ids[3:]:  # an "EOS" inside a check interval
+            cases.append(dict(max_new_tokens=30, eos_ids={ref.token_ids[3]}))
+        for case in cases:
+            want = plain_run(engine, embeds, **case)
+            monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", every)
+            got = decode(engine, embeds, **case)
+            monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", 1)
+            assert (got.token_ids, got.stopped_on_eos) == (want.token_ids, want.stopped_on_eos), case
+
+
+def test_should_stop_keeps_its_meaning(ckpt_stops, monkeypatch):
+    engine = fresh(ckpt_stops)
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=6))
+    for every in (1, 8):
+        monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", every)
+        for k in (1, 2, 3, 50):
+            got = decode(engine, embeds, should_stop=stop_after(k))
+            ref = plain_run(engine, embeds)
+            assert got.token_ids == ref.token_ids[:k] and got.stopped_on_eos == (
+                ref.stopped_on_eos and k > len(ref.token_ids)
+            )
+
+
+def test_the_host_reads_the_ids_once_per_check_not_per_token(ckpt_untied, monkeypatch):
+    engine = fresh(ckpt_untied)
+    embeds = prompt_embeds(engine, synth_audio(3.0, seed=4))
+    reads, items = [], []
+    real_read, real_item = generate_mod._read, torch.Tensor.item
+    monkeypatch.setattr(generate_mod, "_read", lambda *a: reads.append(1) or real_read(*a))
+    for every, expected in ((8, math.ceil(30 / 8)), (1, 30)):
+        monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", every)
+        reads.clear()
+        monkeypatch.setattr(torch.Tensor, "item", lambda self: items.append(1) or real_item(self))
+        got = decode(engine, embeds, max_new_tokens=30)
+        monkeypatch.setattr(torch.Tensor, "item", real_item)
+        assert len(got.token_ids) == 30 and len(reads) == expected and not items
+
+
+def test_drafts_still_verify_with_delayed_reads(ckpt_stops, monkeypatch):
+    engine = fresh(ckpt_stops)
+    embeds = prompt_embeds(engine, synth_audio(6.0, seed=3))
+    ref = plain_run(engine, embeds)
+    monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", 4)
+    for draft in (ref.token_ids, ref.token_ids[:2], ref.token_ids[:1] + [5, 6, 7], [9] * 5, []):
+        got = decode(engine, embeds, draft=draft)
+        assert (got.token_ids, got.stopped_on_eos) == (ref.token_ids, ref.stopped_on_eos)
+
+
+# --- the static-shape step (what the CUDA graph captures), uncaptured ---------------------------------
+
+
+@pytest.fixture
+def static_step(monkeypatch):
+    """Decode with the static-shape step. Its attention spans the whole cache under a mask: the same
+    maths as the plain step's over the filled part, summed in another order, so the ids are identical
+    where logits are exact to float32 rounding; quantized layers then compute in float32 too (in bf16
+    the rounding of their inputs magnifies that difference into near-tie flips)."""
+    monkeypatch.setattr(generate_mod, "STATIC_STEP_UNCAPTURED", True)
+    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
+
+
+@pytest.mark.parametrize(
+    ("ckpt", "variant"),
+    [("ckpt_untied", "fp32"), ("ckpt_tied", "fp32"), ("ckpt_stops", "fp32"), ("ckpt_untied", "int8"),
+     ("ckpt_untied", "int4")],
+)  # fmt: skip
+def test_the_static_step_gives_the_plain_ids(request, static_step, ckpt, variant):
+    engine = fresh(request.getfixturevalue(ckpt), variant=variant)
+    assert_same_as_plain(engine)
+    graph = engine.model.decode_graph
+    assert isinstance(graph, DecodeGraph) and not graph.captured and graph.cache is engine.model.cache
+
+
+def test_static_step_logits_and_cache_writes_equal_the_plain_step(ckpt_untied):
+    engine = fresh(ckpt_untied)
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    ref = plain_run(engine, embeds).token_ids[:10]
+    p = embeds.shape[1]
+    with torch.inference_mode():
+        model.prefill(embeds, MAX_NEW)
+        plain = [model.step(torch.tensor([t]), p + i) for i, t in enumerate(ref)]
+        keys = model.cache.keys[..., p : p + len(ref), :].clone()
+        model.prefill(embeds, MAX_NEW)
+        static = [model.static_step(torch.tensor([t]), torch.tensor([p + i])) for i, t in enumerate(ref)]
+        written = model.cache.keys[..., p : p + len(ref), :]
+        assert torch.equal(written[0, ..., 0, :], keys[0, ..., 0, :])  # layer 0's first: the same maths
+        torch.testing.assert_close(written, keys, rtol=0, atol=1e-5 * float(keys.abs().max()))
+    for got, want in zip(static, plain, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+        assert got.argmax() == want.argmax()
+
+
+def test_the_static_step_follows_the_cache_as_it_grows(ckpt_untied, static_step, monkeypatch):
+    monkeypatch.setattr(model_mod, "DECODE_RESERVE", 3)
+    monkeypatch.setattr(model_mod, "CACHE_ROUND", 4)
+    engine = fresh(ckpt_untied)
+    model = engine.model
+    built = []
+    real_init = DecodeGraph.__init__
+    monkeypatch.setattr(DecodeGraph, "__init__", lambda self, *a, **k: built.append(1) or real_init(self, *a, **k))
+    for seconds, seed in CLIPS[:2]:
+        embeds = prompt_embeds(engine, synth_audio(seconds, seed=seed))
+        ref = plain_run(engine, embeds, max_new_tokens=30)
+        model.release_cache()  # start small again: the plain run grew it
+        built.clear()
+        got = decode(engine, embeds, max_new_tokens=30)
+        assert got.token_ids == ref.token_ids and len(got.token_ids) == 30
+        assert len(built) >= 7  # a new step for every growth (3 positions at a time)
+        assert model.decode_graph.cache is model.cache and model.cache.max_len < embeds.shape[1] + 30 + 8
+
+
+def test_the_static_step_is_rebuilt_when_weights_change(ckpt_untied, adapters, static_step):
+    engine = fresh(ckpt_untied, variant="int8", adapters=[str(adapters["a"])])
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    ref = plain_run(engine, embeds).token_ids
+    assert decode(engine, embeds).token_ids == ref
+    first = model.decode_graph
+    assert decode(engine, embeds).token_ids == ref and model.decode_graph is first  # reused
+    engine.set_adapters([])  # re-quantized q_proj layers
+    got = decode(engine, embeds).token_ids
+    assert model.decode_graph is not first and first.cache is None  # the old one was released
+    assert got == plain_run(engine, embeds).token_ids != ref
+    second = model.decode_graph
+    model.to("cpu")
+    assert model.decode_graph is None and second.cache is None
+    assert decode(engine, embeds).token_ids == got
+
+
+def test_a_float_model_keeps_its_static_step_through_merged_adapters(ckpt_untied, adapters, static_step):
+    engine = fresh(ckpt_untied)
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    base = decode(engine, embeds).token_ids
+    graph = model.decode_graph
+    engine.set_adapters([str(adapters["b"])])  # merged in place: same addresses, new values
+    got = decode(engine, embeds).token_ids
+    assert model.decode_graph is graph
+    assert got == plain_run(engine, embeds).token_ids != base
+
+
+def test_weights_key_sees_module_swaps_and_kernel_layouts(ckpt_untied):
+    model = fresh(ckpt_untied, variant="int4").model
+    key = model.weights_key()
+    assert model.weights_key() == key
+    o_proj = model.decoder.layers[0].self_attn.o_proj
+    o_proj.clear_cache()
+    assert model.weights_key() != key
+    key = model.weights_key()
+    model.decoder.layers[0].mlp.down_proj = nn.Linear(128, 64, bias=False).requires_grad_(False)
+    assert model.weights_key() != key

@@ -1,0 +1,196 @@
+"""The captured CUDA-graph decode step (issue 6) on a GPU (CI has none; the CPU side: test_fast_paths.py).
+
+Three ways to decode: ``graph`` (the default on CUDA), ``static`` (the same static-shape step run
+eagerly, uncaptured) and ``plain`` (the plain step, projections apart). ``graph`` must give exactly
+the ids of ``static`` in every dtype: the same kernels on the same shapes, replayed. Against ``plain``
+the ids are identical in fp32; in bf16 the static step's attention over the whole masked cache sums
+in another order than the plain step's over the filled part, so only the first ids are compared.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+import dictation.asr.generate as generate_mod
+import dictation.asr.model as model_mod
+from dictation.asr import AsrEngine, EngineOptions, quant
+from dictation.asr.features import LogMel
+from dictation.asr.generate import DecodeGraph
+from tests.asr.test_fast_paths import (
+    CLIPS,
+    FUSED_SHAPES,
+    decode,
+    fused_layers_for,
+    prompt_embeds,
+    stop_after,
+)
+from tests.asr.test_variants import write_adapter
+from tests.oracle import synth_audio
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32():
+    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def cuda_engine(folder, **options) -> AsrEngine:
+    options.setdefault("dtype", "bf16")
+    engine = AsrEngine(EngineOptions(model=str(folder), device="cuda", **options))
+    engine.prepare()
+    return engine
+
+
+@contextmanager
+def mode(engine: AsrEngine, how: str):
+    saved = generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP_UNCAPTURED
+    generate_mod.USE_CUDA_GRAPH = how == "graph"
+    generate_mod.STATIC_STEP_UNCAPTURED = how == "static"
+    engine.model.decoder.set_fusion(how != "plain")
+    try:
+        yield
+    finally:
+        engine.model.decoder.set_fusion(True)
+        generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP_UNCAPTURED = saved
+
+
+def run(engine: AsrEngine, embeds: torch.Tensor, how: str, **kw):
+    with mode(engine, how):
+        return decode(engine, embeds, **kw)
+
+
+def check_clips(engine: AsrEngine, exact_plain: bool, clips=CLIPS, **kw) -> list[list[int]]:
+    out = []
+    for seconds, seed in clips:
+        embeds = prompt_embeds(engine, synth_audio(seconds, seed=seed))
+        graph = run(engine, embeds, "graph", **kw)
+        captured = engine.model.decode_graph
+        assert isinstance(captured, DecodeGraph) and captured.graph is not None  # really captured
+        static = run(engine, embeds, "static", **kw)
+        plain = run(engine, embeds, "plain", **kw)
+        assert (graph.token_ids, graph.stopped_on_eos) == (static.token_ids, static.stopped_on_eos)
+        if exact_plain:
+            assert (graph.token_ids, graph.stopped_on_eos) == (plain.token_ids, plain.stopped_on_eos)
+        else:
+            assert graph.token_ids[:4] == plain.token_ids[:4]
+        out.append(graph.token_ids)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("variant", "dtype"), [("fp32", "fp32"), ("bf16", "bf16"), ("int8", "bf16"), ("int4", "bf16"), ("int8", "fp32")]
+)
+def test_the_captured_step_gives_the_ids_of_the_uncaptured_one(ckpt_untied, variant, dtype):
+    engine = cuda_engine(ckpt_untied, variant=variant, dtype=dtype)
+    check_clips(engine, exact_plain=dtype == "fp32")
+
+
+def test_reading_every_few_steps_on_cuda_keeps_ids_and_stop(ckpt_stops, monkeypatch):
+    engine = cuda_engine(ckpt_stops, dtype="fp32")
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=6))
+    ref = run(engine, embeds, "plain", max_new_tokens=30)
+    monkeypatch.setattr(generate_mod, "EOS_CHECK_EVERY", 1)
+    per_token = run(engine, embeds, "graph", max_new_tokens=30)
+    monkeypatch.setattr(generate_mod, "EOS_CHECK_EVERY", 8)
+    for budget in (1, 2, 5, 9, 30):
+        got = run(engine, embeds, "graph", max_new_tokens=budget)
+        want = per_token.token_ids[:budget]
+        assert got.token_ids == want and got.stopped_on_eos == (per_token.stopped_on_eos and budget > len(want))
+    assert per_token.token_ids == ref.token_ids and per_token.stopped_on_eos == ref.stopped_on_eos
+    got = run(engine, embeds, "graph", should_stop=stop_after(2))
+    assert got.token_ids == ref.token_ids[:2]
+
+
+def test_the_graph_is_captured_again_when_the_cache_grows(ckpt_untied, monkeypatch):
+    monkeypatch.setattr(model_mod, "DECODE_RESERVE", 3)
+    monkeypatch.setattr(model_mod, "CACHE_ROUND", 4)
+    engine = cuda_engine(ckpt_untied)
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    static = run(engine, embeds, "static", max_new_tokens=30)
+    model.release_cache()
+    captures = []
+    real = DecodeGraph._capture
+    monkeypatch.setattr(DecodeGraph, "_capture", lambda self, m: captures.append(1) or real(self, m))
+    graph = run(engine, embeds, "graph", max_new_tokens=30)
+    assert graph.token_ids == static.token_ids and len(graph.token_ids) == 30
+    assert len(captures) >= 7 and model.decode_graph.cache is model.cache
+
+
+def test_the_graph_follows_adapter_changes(ckpt_untied, tmp_path):
+    a = write_adapter(tmp_path / "a", seed=1)
+    engine = cuda_engine(ckpt_untied, variant="int8", adapters=[str(a)])
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    with_a = run(engine, embeds, "graph").token_ids
+    first = model.decode_graph
+    assert run(engine, embeds, "graph").token_ids == with_a and model.decode_graph is first  # reused
+    engine.set_adapters([])  # re-quantized layers: new addresses
+    without = run(engine, embeds, "graph").token_ids
+    assert model.decode_graph is not first and first.graph is None  # captured again, the old one released
+    assert without == run(engine, embeds, "static").token_ids != with_a
+    engine.set_adapters([str(a)])
+    assert run(engine, embeds, "graph").token_ids == with_a == run(engine, embeds, "static").token_ids
+
+
+def test_unmerged_adapters_decode_without_a_graph(ckpt_untied, tmp_path):
+    a = write_adapter(tmp_path / "a", seed=1)
+    folder = quant.write_quantized_folder(ckpt_untied, tmp_path / "int8", "int8")
+    engine = cuda_engine(folder, adapters=[str(a)])
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    got = run(engine, embeds, "graph")
+    assert engine.model.decode_graph is None
+    assert got.token_ids == run(engine, embeds, "plain").token_ids
+
+
+def test_moving_the_model_to_the_cpu_drops_the_graph_and_its_memory(ckpt_untied):
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    engine = cuda_engine(ckpt_untied, dtype="fp32")
+    model = engine.model
+    audio = synth_audio(4.0, seed=2)
+    on_gpu = run(engine, prompt_embeds(engine, audio), "graph").token_ids
+    graph = model.decode_graph
+    model.to("cpu")  # what a GPU failure does
+    assert model.decode_graph is None and model.cache is None and graph.graph is None
+    engine._mel = LogMel(model.cfg.audio.num_mel_bins, torch.device("cpu"))
+    on_cpu = run(engine, prompt_embeds(engine, audio), "graph")  # no graph on the CPU: the plain step
+    assert on_cpu.token_ids == on_gpu and model.decode_graph is None
+    del graph
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_allocated() - before < 1 << 20
+
+
+def test_releasing_the_cache_releases_the_graph(ckpt_untied):
+    engine = cuda_engine(ckpt_untied)
+    model = engine.model
+    run(engine, prompt_embeds(engine, synth_audio(3.0, seed=1)), "graph")
+    graph = model.decode_graph
+    model.release_cache()
+    assert model.decode_graph is None and graph.graph is None and graph.cache is None
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("shape", list(FUSED_SHAPES))
+def test_packed_kernels_hold_for_the_fused_shapes_on_cuda(monkeypatch, kind, shape):
+    monkeypatch.setattr(quant, "_KERNEL_OK", {})
+    in_f, outs = FUSED_SHAPES[shape]
+    fused, members, reference = fused_layers_for(kind, in_f, outs, device="cuda")
+    cuda, dtype = torch.device("cuda"), torch.bfloat16
+    assert fused._kernel_fits(cuda, dtype) and quant._kernel_available(kind, cuda, dtype)
+    for rows in (1, 5):
+        x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to("cuda", dtype)
+        got = fused._kernel(x, dtype).float()
+        expected = x.float() @ reference.T
+        bound = quant._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
+        assert float((got - expected).abs().max()) <= bound
