@@ -22,6 +22,7 @@ not while unmerged adapters (``LoraLinear``) run.
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
 from collections.abc import Callable, Collection, Sequence
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 import torch
 
 from dictation.asr.model import AsrModel
+
+log = logging.getLogger(__name__)
 
 # Draft tokens checked per forward pass: bounds the attention memory of a long draft on a long
 # prompt, and the compute wasted when the draft goes wrong early.
@@ -193,6 +196,7 @@ def _decode(
             graph = None  # the grown cache gets its own capture
         if graph is None and use_graph:
             graph = _graph_for(model, out[n - 1 : n], position, capture=use_graph == "capture")
+            use_graph = use_graph if graph is not None else None
         if graph is not None:
             graph.replay(out[n : n + 1])
         else:
@@ -213,15 +217,16 @@ def _read(out: torch.Tensor, checked: int, n: int, ids: list[int], eos: Collecti
 
 def _graph_mode(model: AsrModel) -> str | None:
     """ "capture" (a CUDA graph), "eager" (the static step uncaptured) or None (the plain step)."""
-    if model.decoder.has_unmerged_adapters():
+    if model.decoder.has_unmerged_adapters() or model.graph_failed:
         return None
     if USE_CUDA_GRAPH and model.device.type == "cuda":
         return "capture"
     return "eager" if STATIC_STEP_UNCAPTURED else None
 
 
-def _graph_for(model: AsrModel, token: torch.Tensor, position: int, *, capture: bool) -> DecodeGraph:
-    """The model's captured step for its current cache and weights, captured now if there is none."""
+def _graph_for(model: AsrModel, token: torch.Tensor, position: int, *, capture: bool) -> DecodeGraph | None:
+    """The model's captured step for its current cache and weights, captured now if there is none.
+    None if capturing failed: the model then decodes with the plain step (logged once)."""
     graph = model.decode_graph
     if (
         graph is None
@@ -232,7 +237,14 @@ def _graph_for(model: AsrModel, token: torch.Tensor, position: int, *, capture: 
         model.decode_graph = None
         if graph is not None:
             graph.close()
-        graph = model.decode_graph = DecodeGraph(model, token, position, capture=capture)
+        try:
+            graph = model.decode_graph = DecodeGraph(model, token, position, capture=capture)
+        except RuntimeError as exc:
+            # The warm-up computed this very step, so the cache holds nothing wrong; the plain step
+            # takes over for this model (a fresh load tries again).
+            log.warning("capturing the decode step as a CUDA graph failed (%s); decoding without it", exc)
+            model.graph_failed = True
+            return None
     else:
         graph.load(token, position)
     return graph

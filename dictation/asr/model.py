@@ -33,6 +33,7 @@ class AsrModel(nn.Module):
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         # The captured CUDA-graph decode step (generate.DecodeGraph) for this cache; released with it.
         self.decode_graph = None
+        self.graph_failed = False  # capturing failed once: decode without a graph from then on
 
     @property
     def output_weight(self) -> torch.Tensor:

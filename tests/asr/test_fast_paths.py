@@ -479,3 +479,22 @@ def test_weights_key_sees_module_swaps_and_kernel_layouts(ckpt_untied):
     key = model.weights_key()
     model.decoder.layers[0].mlp.down_proj = nn.Linear(128, 64, bias=False).requires_grad_(False)
     assert model.weights_key() != key
+
+
+def test_a_failed_capture_is_logged_and_the_plain_step_takes_over(ckpt_untied, monkeypatch, caplog):
+    engine = fresh(ckpt_untied)
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    ref = plain_run(engine, embeds).token_ids
+    tries = []
+
+    def broken_capture(self, model):
+        tries.append(1)
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(DecodeGraph, "_capture", broken_capture)
+    monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: None if m.graph_failed else "capture")
+    assert decode(engine, embeds).token_ids == ref
+    assert decode(engine, embeds).token_ids == ref
+    assert tries == [1] and model.graph_failed and model.decode_graph is None
+    assert "capturing the decode step as a CUDA graph failed" in caplog.text
