@@ -217,11 +217,15 @@ def _read(out: torch.Tensor, checked: int, n: int, ids: list[int], eos: Collecti
 
 def _graph_mode(model: AsrModel) -> str | None:
     """ "capture" (a CUDA graph), "eager" (the static step uncaptured) or None (the plain step)."""
-    if model.decoder.has_unmerged_adapters() or model.graph_failed:
-        return None
     if USE_CUDA_GRAPH and model.device.type == "cuda":
-        return "capture"
-    return "eager" if STATIC_STEP_UNCAPTURED else None
+        mode = "capture"
+    elif STATIC_STEP_UNCAPTURED:
+        mode = "eager"
+    else:
+        return None  # before the scan for adapters: it costs about a millisecond
+    if model.graph_failed or model.decoder.has_unmerged_adapters():
+        return None
+    return mode
 
 
 def _graph_for(model: AsrModel, token: torch.Tensor, position: int, *, capture: bool) -> DecodeGraph | None:
