@@ -197,9 +197,9 @@ def print_summary(results: list[dict[str, Any]], meta: dict[str, Any], out: Call
         out(
             "release→text: ours fed the clip in 100-ms chunks as it played (completed 8-s windows encoded and "
             f"prefilled meanwhile: 'work during speech'), then finish() timed; {their}'+ draft 85% right': the "
-            "final ids with the last 15% wrong, what a preview 1 s before the end gives on real speech; the bench "
-            "clip's loudest frame comes late, so every streamed window is redone at release (worst case); "
-            "'+ first window loudest' is the best case. All ids equal a whole-clip transcribe."
+            "final ids with the last 15% wrong, what a preview 1 s before the end gives on real speech; windows "
+            "encoded before the clip's loudest frame are redone at release when its floor changes them ('windows "
+            "redone'); '+ first window loudest' is the case where none is. All ids equal a whole-clip transcribe."
         )
     if meta.get("official_missing"):
         out(f"official implementation: not measured ({meta['official_missing']})")

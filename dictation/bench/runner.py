@@ -333,8 +333,8 @@ class OursBench:
           what a preview 1 s before the end gives on real speech, where the words already spoken
           keep their text;
         * ``release_best_ms``: the same 85% draft on this clip with its first second made the loudest
-          (no window has to be redone at release; the bench clip's loudest frame comes late, which
-          forces every streamed window to be redone: the worst case).
+          (no window has to be redone at release; on the bench clip the windows encoded before its
+          loudest frame are redone when the final floor changes them: ``windows_redone``).
 
         Every path's ids are checked to equal a whole-clip ``transcribe`` with the same budget."""
         engine = self.engine
