@@ -235,28 +235,8 @@ class StreamingTranscription:
         the prompt already in the cache: only the prompt tail and the decoding cost anything. A draft
         for :meth:`finish`; close to, not always equal to, ``transcribe`` of that audio (its windows
         use the running floor). None when nothing is streamed (no window yet, or a fallback)."""
-        engine = self._engine
-        with self._lock:
-            if self._state != "open" or not self._streaming or not self._raw:
-                return None
-            with engine._lock, torch.inference_mode():
-                if not self._model_current():
-                    return None
-                model, prompt = self._model, self._prompt
-                start = self._fill_cache()
-                tail = model.decoder.embed_tokens(torch.tensor(self._tail_ids, device=model.device)).unsqueeze(0)
-                samples = len(self._raw) * self._window_frames * HOP_LENGTH
-                # Decoding writes only after the streamed prompt: the cache stays this stream's, and
-                # the next window overwrites those positions before anything attends to them.
-                gen = greedy(
-                    model,
-                    tail,
-                    max_new_tokens=engine._budget(samples, self._max_new_tokens),
-                    eos_ids=prompt.special.eos,
-                    should_stop=lambda: self._cancelled,
-                    start=start,
-                )
-                return gen.token_ids
+        preview = self._preview(None, None, windows_only=True)
+        return preview.token_ids if preview is not None else None
 
     def preview(
         self, *, draft_ids: Sequence[int] | None = None, should_stop: Callable[[], bool] | None = None
@@ -272,6 +252,12 @@ class StreamingTranscription:
         ``should_stop``: polled between tokens; when it returns True the preview ends early
         (``complete`` False). None when there is nothing to preview: no audio yet, the stream fell
         back to a whole-clip transcribe, or it is closed."""
+        return self._preview(draft_ids, should_stop, windows_only=False)
+
+    def _preview(
+        self, draft_ids: Sequence[int] | None, should_stop: Callable[[], bool] | None, *, windows_only: bool
+    ) -> Preview | None:
+        """:meth:`preview`; ``windows_only``: of the completed windows alone (:meth:`partial`)."""
         engine = self._engine
         t0 = time.perf_counter()
 
@@ -281,9 +267,9 @@ class StreamingTranscription:
         with self._lock:
             if self._state != "open" or not self._streaming:
                 return None
-            n = self._n
-            total = n_frames(n)
             tail_start = len(self._raw) * self._window_frames
+            n = tail_start * HOP_LENGTH if windows_only else self._n
+            total = tail_start if windows_only else n_frames(n)
             if total <= tail_start and not self._raw:
                 return None
             with engine._lock, torch.inference_mode():

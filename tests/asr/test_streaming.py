@@ -39,6 +39,20 @@ def loud_at_the_end(seconds: float, seed: int) -> np.ndarray:
     return audio
 
 
+def encoder_calls(engine, monkeypatch) -> list[int]:
+    """From now on, the frame count of every audio-encoder call is appended to the returned list."""
+    tower = engine.model.audio_tower
+    calls: list[int] = []
+    real = tower.forward
+
+    def spy(features, clip_frames=None):
+        calls.append(features.shape[-1])
+        return real(features, clip_frames)
+
+    monkeypatch.setattr(tower, "forward", spy)
+    return calls
+
+
 @pytest.fixture
 def engine(ckpt_untied, engine_factory):
     return engine_factory(ckpt_untied)
@@ -158,15 +172,7 @@ def test_nothing_is_redone_when_the_first_window_is_the_loudest(engine):
 def test_only_the_last_window_is_encoded_at_finish(engine, monkeypatch):
     audio = synth_audio(17.0, seed=6)
     stream = engine.stream(max_new_tokens=MAX_NEW)
-    tower = engine.model.audio_tower
-    calls = []
-    real = tower.forward
-
-    def spy(features, clip_frames=None):
-        calls.append(features.shape[-1])
-        return real(features, clip_frames)
-
-    monkeypatch.setattr(tower, "forward", spy)
+    calls = encoder_calls(engine, monkeypatch)
     feed_randomly(stream, audio, seed=3)
     assert calls == [800, 800]  # two windows during the recording
     calls.clear()
@@ -373,15 +379,7 @@ def test_preview_encodes_only_the_partial_window(engine, monkeypatch):
     audio = synth_audio(11.0, seed=33)
     stream = engine.stream(max_new_tokens=MAX_NEW)
     stream.feed(audio)
-    tower = engine.model.audio_tower
-    calls = []
-    real = tower.forward
-
-    def spy(features, clip_frames=None):
-        calls.append(features.shape[-1])
-        return real(features, clip_frames)
-
-    monkeypatch.setattr(tower, "forward", spy)
+    calls = encoder_calls(engine, monkeypatch)
     assert stream.preview() is not None
     assert calls == [300]  # frames 800..1099: the 3 s after the streamed window
 
