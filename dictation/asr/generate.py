@@ -7,17 +7,21 @@ longest prefix the model would have produced itself is kept, plus the model's ow
 decoding goes on from there. Greedy verification is lossless: the ids are those of plain greedy
 decoding whatever the draft (up to float rounding of the batched pass, as with chunked prefill).
 
-No host sync per token (issue 6): the ids stay on the device, each step's argmax feeding the next,
-and the host reads them every ``EOS_CHECK_EVERY`` steps (every step on the CPU, where reading costs
-nothing) and cuts the output at the first EOS: the same ids and ``stopped_on_eos`` as checking each
-token, at the price of at most ``EOS_CHECK_EVERY - 1`` wasted steps after an EOS (they write cache
-positions past the output, which nothing reads).
+No host sync per token (issue 6): the ids stay on the device, each step's argmax feeding the next.
+On CUDA each id is copied to pinned host memory as soon as its step is queued, and the host checks
+it for EOS one step later (``READ_LAG``), while the next step already runs: the GPU never waits for
+the host, and one step is wasted after an EOS (it writes a cache position past the output, which
+nothing reads). The CPU reads every id at once (it costs nothing there); other accelerators read
+every ``READ_EVERY`` steps. Either way the ids, ``stopped_on_eos`` and ``should_stop`` behave as if
+each token were checked before the next step.
 
-CUDA graph (issue 6): on CUDA the one-token step (``AsrModel.static_step``: device position, k/v
-written by index, attention over the whole static cache under a mask) is captured once per cache
+The decode step on CUDA (issue 6): always ``AsrModel.static_step`` (device position, k/v written by
+index, attention over the whole static cache under a mask), captured once per cache as a CUDA graph
 and replayed per token (:class:`DecodeGraph`); captured again when the cache grows or the weights
-change (``AsrModel.weights_key``), dropped with the cache. Not on the CPU or MPS, and
-not while unmerged adapters (``LoraLinear``) run.
+change (``AsrModel.weights_key``), dropped with the cache. Where it cannot be captured (unmerged
+adapters, a failed capture, a first replay that disagrees with the same step run eagerly) the same
+step runs eagerly, so a captured and an uncaptured decode are the same kernels and give the same ids
+in every dtype. The CPU and MPS use the plain step (faster there).
 """
 
 from __future__ import annotations
@@ -37,15 +41,17 @@ log = logging.getLogger(__name__)
 # Draft tokens checked per forward pass: bounds the attention memory of a long draft on a long
 # prompt, and the compute wasted when the draft goes wrong early.
 VERIFY_CHUNK = 256
-# Steps between host reads of the generated ids on an accelerator (the CPU reads every step).
-EOS_CHECK_EVERY = 8
-# False: never capture the decode step (the eager step runs instead).
+# Steps between host reads of the generated ids, by device type (others: the default).
+READ_EVERY = {"cpu": 1, "cuda": 1}
+READ_EVERY_DEFAULT = 8
+# Steps the device runs ahead of the host's read of an id, by device type (others: 0). CUDA reads
+# through pinned memory and events; elsewhere a lag only delays the reads (how the CPU tests check it).
+READ_LAG = {"cuda": 1}
+# False: never capture the decode step (the static step then runs eagerly on CUDA).
 USE_CUDA_GRAPH = True
-# True: where no graph is captured, decode with the same static-shape step run eagerly instead of
-# the plain step (tests exercise the graph's step and bookkeeping on the CPU this way).
-STATIC_STEP_UNCAPTURED = False
-# Steps between host reads of the generated ids on the CPU (tests raise it to exercise the cut at EOS).
-CPU_EOS_CHECK_EVERY = 1
+# Which one-token step decodes. None: the static-shape step on CUDA, the plain step elsewhere.
+# True: the static step everywhere (the CPU tests); False: the plain step everywhere.
+STATIC_STEP: bool | None = None
 # Eager runs of the step on the capture stream before capturing (lazy kernel set-up, workspaces).
 GRAPH_WARMUP = 2
 
@@ -171,23 +177,25 @@ def _decode(
     """Plain greedy decoding from ``token`` (the next output id, unchecked, at ``position``): appends
     to ``ids`` up to the first EOS or the budget; True if it stopped on an EOS.
 
-    The outputs collect in a device buffer; the host reads them every ``check_every`` steps. Where
-    the per-token check would have stopped at an EOS, the steps run after it are discarded: the ids,
-    ``stopped_on_eos`` and every ``should_stop`` answer that counts are those of a per-token loop."""
+    The outputs collect in a device buffer; the host reads them ``lag`` steps late, ``every`` at a
+    time (:class:`_Reader`). Where the per-token check would have stopped at an EOS, the steps run
+    after it are discarded: the ids, ``stopped_on_eos`` and every ``should_stop`` answer that counts
+    are those of a per-token loop."""
     remaining = max_new_tokens - len(ids)
     if remaining <= 0:
         return False
-    device = model.device
-    check_every = CPU_EOS_CHECK_EVERY if device.type == "cpu" else EOS_CHECK_EVERY
-    out = torch.empty(remaining, dtype=torch.long, device=device)
+    out = torch.empty(remaining, dtype=torch.long, device=model.device)
     out[:1].copy_(token.view(1))
+    reader = _Reader(out)
+    reader.queued(0)
     use_graph, graph = _graph_mode(model), None
     n, checked = 1, 0  # out[:n] are outputs; out[:checked] have been read into ids
     while True:
-        if n == remaining or n - checked >= check_every:
-            if _read(out, checked, n, ids, eos):
+        ready = n if n == remaining else n - reader.lag
+        if n == remaining or ready - checked >= reader.every:
+            if reader.read(checked, ready, ids, eos):
                 return True
-            checked = n
+            checked = ready
             if n == remaining:
                 return False
         if should_stop is not None and should_stop():
@@ -196,41 +204,71 @@ def _decode(
             graph = None  # the grown cache gets its own capture
         if graph is None and use_graph:
             graph = _graph_for(model, out[n - 1 : n], position, capture=use_graph == "capture")
-            use_graph = use_graph if graph is not None else None
         if graph is not None:
             graph.replay(out[n : n + 1])
         else:
             torch.argmax(model.step(out[n - 1 : n], position), dim=-1, keepdim=True, out=out[n : n + 1])
+        reader.queued(n)
         position += 1
         n += 1
-    return _read(out, checked, n, ids, eos)
+    return reader.read(checked, n, ids, eos)
 
 
-def _read(out: torch.Tensor, checked: int, n: int, ids: list[int], eos: Collection[int]) -> bool:
-    """Append ``out[checked:n]`` to ``ids`` up to its first EOS; True if there was one (one host sync)."""
-    for tid in out[checked:n].tolist():
-        if tid in eos:
-            return True
-        ids.append(tid)
-    return False
+class _Reader:
+    """Hands the generated ids in the device buffer ``out`` to the host, ``every`` at a time and ``lag``
+    steps after they were queued (``READ_EVERY``, ``READ_LAG``). On CUDA with a lag, each id is copied
+    to pinned memory right after its step, and a read waits only for the events of the steps it
+    reads, not for the step queued after them."""
+
+    def __init__(self, out: torch.Tensor) -> None:
+        kind = out.device.type
+        self.out = out
+        self.every = READ_EVERY.get(kind, READ_EVERY_DEFAULT)
+        self.lag = READ_LAG.get(kind, 0)
+        self.host: torch.Tensor | None = None
+        self.events: list = []
+        if kind == "cuda" and self.lag:
+            self.host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            self.events = [None] * out.shape[0]
+
+    def queued(self, i: int) -> None:
+        """``out[i]`` is written by the work queued last: start its copy to the host."""
+        if self.host is not None:
+            self.host[i : i + 1].copy_(self.out[i : i + 1], non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self.events[i] = event
+
+    def read(self, start: int, stop: int, ids: list[int], eos: Collection[int]) -> bool:
+        """Append ``out[start:stop]`` to ``ids`` up to its first EOS; True if there was one."""
+        if stop <= start:
+            return False
+        if self.host is not None:
+            self.events[stop - 1].synchronize()  # the steps before it ran on the same stream
+            values = self.host[start:stop].tolist()
+        else:
+            values = self.out[start:stop].tolist()
+        for tid in values:
+            if tid in eos:
+                return True
+            ids.append(tid)
+        return False
 
 
 def _graph_mode(model: AsrModel) -> str | None:
     """ "capture" (a CUDA graph), "eager" (the static step uncaptured) or None (the plain step)."""
-    if USE_CUDA_GRAPH and model.device.type == "cuda":
-        mode = "capture"
-    elif STATIC_STEP_UNCAPTURED:
-        mode = "eager"
-    else:
+    cuda = model.device.type == "cuda"
+    if not (cuda if STATIC_STEP is None else STATIC_STEP):
         return None  # before the scan for adapters: it costs about a millisecond
-    if model.graph_failed or model.decoder.has_unmerged_adapters():
-        return None
-    return mode
+    if USE_CUDA_GRAPH and cuda and not model.graph_failed and not model.decoder.has_unmerged_adapters():
+        return "capture"
+    return "eager"
 
 
-def _graph_for(model: AsrModel, token: torch.Tensor, position: int, *, capture: bool) -> DecodeGraph | None:
-    """The model's captured step for its current cache and weights, captured now if there is none.
-    None if capturing failed: the model then decodes with the plain step (logged once)."""
+def _graph_for(model: AsrModel, token: torch.Tensor, position: int, *, capture: bool) -> DecodeGraph:
+    """The model's static step for its current cache and weights, captured now if ``capture`` and
+    there is none. If capturing fails (logged once), the same step runs uncaptured from then on."""
+    capture = capture and not model.graph_failed
     graph = model.decode_graph
     if (
         graph is None
@@ -242,13 +280,15 @@ def _graph_for(model: AsrModel, token: torch.Tensor, position: int, *, capture: 
         if graph is not None:
             graph.close()
         try:
-            graph = model.decode_graph = DecodeGraph(model, token, position, capture=capture)
+            graph = DecodeGraph(model, token, position, capture=capture)
         except RuntimeError as exc:
-            # The warm-up computed this very step, so the cache holds nothing wrong; the plain step
-            # takes over for this model (a fresh load tries again).
+            if not capture:
+                raise
+            # The warm-up computed this very step, so the cache holds nothing wrong.
             log.warning("capturing the decode step as a CUDA graph failed (%s); decoding without it", exc)
             model.graph_failed = True
-            return None
+            graph = DecodeGraph(model, token, position, capture=False)
+        model.decode_graph = graph
     else:
         graph.load(token, position)
     return graph
@@ -265,8 +305,12 @@ class DecodeGraph:
     weights and the quantized layers' kernel layouts: it is valid for ``cache`` and while
     ``AsrModel.weights_key()`` is what it was at capture.
 
+    The first replay computes the warm-up's step again; its logits must equal the warm-up's bit for
+    bit. If they do not, the graph is dropped (logged; ``AsrModel.graph_failed``), the step is run
+    again eagerly (rewriting its k/v) and every later one runs eagerly too.
+
     ``capture=False``: the same buffers and bookkeeping, the step run eagerly at each replay (any
-    device; how the CPU tests check everything but the capture itself)."""
+    device; the fallback on CUDA, and how the CPU tests check everything but the capture itself)."""
 
     def __init__(self, model: AsrModel, token: torch.Tensor, position: int, *, capture: bool = True) -> None:
         device = model.device
@@ -275,6 +319,8 @@ class DecodeGraph:
         self.token = token.detach().clone().view(1)
         self.position = torch.full((1,), position, dtype=torch.long, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.logits: torch.Tensor | None = None  # the last step's (the graph's output buffer)
+        self.expected: torch.Tensor | None = None  # the warm-up's logits, until the first replay
         self._model = weakref.ref(model)
         self.weights: tuple | None = None  # AsrModel.weights_key() once the kernel layouts exist
         if capture:
@@ -282,8 +328,8 @@ class DecodeGraph:
             self.weights = model.weights_key()  # the warm-up built them
 
     def _step(self, model: AsrModel) -> None:
-        nxt = model.static_step(self.token, self.position).argmax(-1, keepdim=True)
-        self.token.copy_(nxt)
+        self.logits = model.static_step(self.token, self.position)
+        self.token.copy_(self.logits.argmax(-1, keepdim=True))
         self.position.add_(1)
 
     def _capture(self, model: AsrModel) -> None:
@@ -292,7 +338,7 @@ class DecodeGraph:
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             for _ in range(GRAPH_WARMUP):
-                model.static_step(self.token, self.position)
+                self.expected = model.static_step(self.token, self.position)
         torch.cuda.current_stream(device).wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         # thread_local: the app's other threads may touch CUDA (memory queries) while this captures.
@@ -306,17 +352,33 @@ class DecodeGraph:
 
     def replay(self, out: torch.Tensor) -> None:
         """One step; the next id lands in ``out [1]`` (and stays in ``token`` for the next replay)."""
+        model = self._model()
         if self.graph is not None:
+            fed = self.token.clone() if self.expected is not None else None
             self.graph.replay()
+            if fed is not None:
+                self._check_first_replay(model, fed)
         else:
-            model = self._model()
             self._step(model)
             if self.weights is None:
                 self.weights = model.weights_key()
         out.copy_(self.token)
+
+    def _check_first_replay(self, model: AsrModel, fed: torch.Tensor) -> None:
+        expected, self.expected = self.expected, None
+        if torch.equal(self.logits, expected):  # one host sync per capture
+            return
+        log.warning("the captured decode step disagreed with the same step run eagerly; decoding without it")
+        model.graph_failed = True
+        self.graph.reset()
+        self.graph, self.captured = None, False
+        self.token.copy_(fed)
+        self.position.sub_(1)
+        self._step(model)  # the same step again, eagerly: the right id, and the right k/v in the cache
 
     def close(self) -> None:
         if self.graph is not None:
             self.graph.reset()
             self.graph = None
         self.cache = None
+        self.logits = self.expected = None

@@ -1,10 +1,10 @@
 """The decode-step levers of issue 6 give exactly the ids of the plain path (CPU; CUDA: test_fast_paths_cuda.py).
 
 - fused q/k/v and gate/up projections (decoder.py), through adapters, quantization and moves;
-- ids kept on the device and read every few steps (generate.py), cut at the first EOS;
+- ids kept on the device and read every few steps or a few steps late (generate.py), cut at the first EOS;
 - the static-shape one-token step a CUDA graph captures, here run uncaptured.
 
-The plain path: ``set_fusion(False)``, ids read every step, the plain ``AsrModel.step``.
+The plain path: ``set_fusion(False)``, each id read right after its step, the plain ``AsrModel.step``.
 """
 
 from __future__ import annotations
@@ -58,16 +58,20 @@ def decode(engine: AsrEngine, embeds: torch.Tensor, max_new_tokens: int = MAX_NE
 
 @contextmanager
 def plain_path(engine: AsrEngine):
-    """Every lever off: separate projections, the plain step, ids read after every step."""
+    """Every lever off: separate projections, the plain step, each id read right after its step."""
     decoder = engine.model.decoder
-    saved = generate_mod.STATIC_STEP_UNCAPTURED, generate_mod.CPU_EOS_CHECK_EVERY
-    generate_mod.STATIC_STEP_UNCAPTURED, generate_mod.CPU_EOS_CHECK_EVERY = False, 1
+    saved = generate_mod.STATIC_STEP, dict(generate_mod.READ_EVERY), dict(generate_mod.READ_LAG)
+    generate_mod.STATIC_STEP = False
+    generate_mod.READ_EVERY["cpu"], generate_mod.READ_LAG["cpu"] = 1, 0
     decoder.set_fusion(False)
     try:
         yield
     finally:
         decoder.set_fusion(True)
-        generate_mod.STATIC_STEP_UNCAPTURED, generate_mod.CPU_EOS_CHECK_EVERY = saved
+        generate_mod.STATIC_STEP = saved[0]
+        for table, before in ((generate_mod.READ_EVERY, saved[1]), (generate_mod.READ_LAG, saved[2])):
+            table.clear()
+            table.update(before)
 
 
 def plain_run(engine: AsrEngine, embeds: torch.Tensor, **kw):
@@ -317,62 +321,73 @@ def test_packed_kernels_hold_for_the_fused_shapes(monkeypatch, kind, dtype, shap
         torch.testing.assert_close(got, apart, rtol=0, atol=bound)
 
 
-# --- ids on the device, read every few steps ---------------------------------------------------------
+# --- ids on the device, read every few steps or a few steps late -----------------------------------
 
 
-@pytest.mark.parametrize("every", [2, 3, 8])
-def test_reading_ids_every_few_steps_gives_the_same_ids_and_stop(ckpt_untied, ckpt_stops, monkeypatch, every):
+def reading(monkeypatch, every: int, lag: int = 0) -> None:
+    """The CPU reads the ids ``every`` steps, ``lag`` steps after their step (CUDA's way: lag 1)."""
+    monkeypatch.setitem(generate_mod.READ_EVERY, "cpu", every)
+    monkeypatch.setitem(generate_mod.READ_LAG, "cpu", lag)
+
+
+@pytest.mark.parametrize(("every", "lag"), [(2, 0), (3, 0), (8, 0), (1, 1), (1, 2), (3, 2)])
+def test_reading_ids_late_or_every_few_steps_gives_the_same_ids_and_stop(
+    ckpt_untied, ckpt_stops, monkeypatch, every, lag
+):
     for folder in (ckpt_untied, ckpt_stops):
         engine = fresh(folder)
         embeds = prompt_embeds(engine, synth_audio(4.0, seed=6))
         ref = plain_run(engine, embeds, max_new_tokens=30)
-        cases = [dict(max_new_tokens=b) for b in (0, 1, 2, 5, 8, 9, 30)]
+        cases = [dict(max_new_tokens=b) for b in (0, 1, 2, 3, 5, 8, 9, 30)]
         if ref.token_ids[3:]:  # an "EOS" inside a check interval
             cases.append(dict(max_new_tokens=30, eos_ids={ref.token_ids[3]}))
+            cases.append(dict(max_new_tokens=30, eos_ids={ref.token_ids[0]}))  # the first id
         for case in cases:
             want = plain_run(engine, embeds, **case)
-            monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", every)
+            reading(monkeypatch, every, lag)
             got = decode(engine, embeds, **case)
-            monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", 1)
+            reading(monkeypatch, 1, 0)
             assert (got.token_ids, got.stopped_on_eos) == (want.token_ids, want.stopped_on_eos), case
 
 
-def test_should_stop_keeps_its_meaning(ckpt_stops, monkeypatch):
+@pytest.mark.parametrize(("every", "lag"), [(1, 0), (8, 0), (1, 1), (2, 3)])
+def test_should_stop_keeps_its_meaning(ckpt_stops, monkeypatch, every, lag):
     engine = fresh(ckpt_stops)
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=6))
-    for every in (1, 8):
-        monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", every)
-        for k in (1, 2, 3, 50):
-            got = decode(engine, embeds, should_stop=stop_after(k))
-            ref = plain_run(engine, embeds)
-            assert got.token_ids == ref.token_ids[:k] and got.stopped_on_eos == (
-                ref.stopped_on_eos and k > len(ref.token_ids)
-            )
+    ref = plain_run(engine, embeds)
+    reading(monkeypatch, every, lag)
+    for k in (1, 2, 3, 50):
+        got = decode(engine, embeds, should_stop=stop_after(k))
+        assert got.token_ids == ref.token_ids[:k] and got.stopped_on_eos == (
+            ref.stopped_on_eos and k > len(ref.token_ids)
+        )
 
 
-def test_the_host_reads_the_ids_once_per_check_not_per_token(ckpt_untied, monkeypatch):
+@pytest.mark.parametrize(("every", "lag", "expected"), [(8, 0, math.ceil(30 / 8)), (1, 0, 30), (1, 1, 29), (4, 1, 8)])
+def test_the_host_reads_the_ids_once_per_check_not_per_token(ckpt_untied, monkeypatch, every, lag, expected):
     engine = fresh(ckpt_untied)
     embeds = prompt_embeds(engine, synth_audio(3.0, seed=4))
     reads, items = [], []
-    real_read, real_item = generate_mod._read, torch.Tensor.item
-    monkeypatch.setattr(generate_mod, "_read", lambda *a: reads.append(1) or real_read(*a))
-    for every, expected in ((8, math.ceil(30 / 8)), (1, 30)):
-        monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", every)
-        reads.clear()
-        monkeypatch.setattr(torch.Tensor, "item", lambda self: items.append(1) or real_item(self))
-        got = decode(engine, embeds, max_new_tokens=30)
-        monkeypatch.setattr(torch.Tensor, "item", real_item)
-        assert len(got.token_ids) == 30 and len(reads) == expected and not items
+    real_read, real_item = generate_mod._Reader.read, torch.Tensor.item
+    monkeypatch.setattr(generate_mod._Reader, "read", lambda self, *a: reads.append(a[:2]) or real_read(self, *a))
+    reading(monkeypatch, every, lag)
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: items.append(1) or real_item(self))
+    got = decode(engine, embeds, max_new_tokens=30)
+    monkeypatch.setattr(torch.Tensor, "item", real_item)
+    assert len(got.token_ids) == 30 and len(reads) == expected and not items
+    # Each read starts where the last one ended; all but the last (the budget) trail by ``lag`` steps.
+    assert [start for start, _ in reads] == [0] + [stop for _, stop in reads[:-1]] and reads[-1][1] == 30
 
 
 def test_drafts_still_verify_with_delayed_reads(ckpt_stops, monkeypatch):
     engine = fresh(ckpt_stops)
     embeds = prompt_embeds(engine, synth_audio(6.0, seed=3))
     ref = plain_run(engine, embeds)
-    monkeypatch.setattr(generate_mod, "CPU_EOS_CHECK_EVERY", 4)
-    for draft in (ref.token_ids, ref.token_ids[:2], ref.token_ids[:1] + [5, 6, 7], [9] * 5, []):
-        got = decode(engine, embeds, draft=draft)
-        assert (got.token_ids, got.stopped_on_eos) == (ref.token_ids, ref.stopped_on_eos)
+    for every, lag in ((4, 0), (1, 1)):
+        reading(monkeypatch, every, lag)
+        for draft in (ref.token_ids, ref.token_ids[:2], ref.token_ids[:1] + [5, 6, 7], [9] * 5, []):
+            got = decode(engine, embeds, draft=draft)
+            assert (got.token_ids, got.stopped_on_eos) == (ref.token_ids, ref.stopped_on_eos)
 
 
 # --- the static-shape step (what the CUDA graph captures), uncaptured ---------------------------------
@@ -384,7 +399,7 @@ def static_step(monkeypatch):
     maths as the plain step's over the filled part, summed in another order, so the ids are identical
     where logits are exact to float32 rounding; quantized layers then compute in float32 too (in bf16
     the rounding of their inputs magnifies that difference into near-tie flips)."""
-    monkeypatch.setattr(generate_mod, "STATIC_STEP_UNCAPTURED", True)
+    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
     monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
 
 
@@ -481,7 +496,7 @@ def test_weights_key_sees_module_swaps_and_kernel_layouts(ckpt_untied):
     assert model.weights_key() != key
 
 
-def test_a_failed_capture_is_logged_and_the_plain_step_takes_over(ckpt_untied, monkeypatch, caplog):
+def test_a_failed_capture_is_logged_and_the_same_step_runs_uncaptured(ckpt_untied, monkeypatch, caplog):
     engine = fresh(ckpt_untied)
     model = engine.model
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
@@ -493,8 +508,94 @@ def test_a_failed_capture_is_logged_and_the_plain_step_takes_over(ckpt_untied, m
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(DecodeGraph, "_capture", broken_capture)
-    monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: None if m.graph_failed else "capture")
+    monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: "capture")  # what CUDA asks for
     assert decode(engine, embeds).token_ids == ref
     assert decode(engine, embeds).token_ids == ref
-    assert tries == [1] and model.graph_failed and model.decode_graph is None
+    assert tries == [1] and model.graph_failed
+    assert isinstance(model.decode_graph, DecodeGraph) and not model.decode_graph.captured
     assert "capturing the decode step as a CUDA graph failed" in caplog.text
+
+
+class FakeGraph:
+    """Stands in for a captured ``torch.cuda.CUDAGraph`` on the CPU: a replay runs the step eagerly,
+    or (``wrong``) with the token off by one, as a capture that recorded a stale input would."""
+
+    def __init__(self, owner: DecodeGraph, model, wrong: bool) -> None:
+        self.owner, self.model, self.wrong, self.replays, self.was_reset = owner, model, wrong, 0, False
+
+    def replay(self) -> None:
+        self.replays += 1
+        if self.wrong:
+            self.owner.token.add_(1)
+        self.owner._step(self.model)
+
+    def reset(self) -> None:
+        self.was_reset = True
+
+
+def fake_capture(monkeypatch, wrong: bool) -> list[FakeGraph]:
+    made = []
+
+    def capture(self, model):  # the real one's contract: the warm-up's logits, then the graph
+        self.expected = model.static_step(self.token, self.position)
+        self.graph = FakeGraph(self, model, wrong)
+        made.append(self.graph)
+
+    monkeypatch.setattr(DecodeGraph, "_capture", capture)
+    monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: None if m.graph_failed else "capture")
+    return made
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_a_graph_whose_first_replay_agrees_with_the_warm_up_is_kept(ckpt_untied, monkeypatch, variant):
+    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)  # see the static_step fixture
+    engine = fresh(ckpt_untied, variant=variant)
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    ref = plain_run(engine, embeds)
+    made = fake_capture(monkeypatch, wrong=False)
+    assert decode(engine, embeds).token_ids == ref.token_ids
+    steps = len(ref.token_ids) - 1 + ref.stopped_on_eos  # the prefill gives the first id
+    assert len(made) == 1 and made[0].replays == steps and not made[0].was_reset
+    assert engine.model.decode_graph.graph is made[0] and not engine.model.graph_failed
+
+
+def test_a_graph_whose_first_replay_disagrees_is_dropped_and_the_step_redone(ckpt_untied, monkeypatch, caplog):
+    engine = fresh(ckpt_untied)
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    ref = plain_run(engine, embeds).token_ids
+    made = fake_capture(monkeypatch, wrong=True)
+    # The wrong replay wrote a wrong id and wrong k/v: both are redone, so every later id is right.
+    assert decode(engine, embeds).token_ids == ref
+    assert len(made) == 1 and made[0].replays == 1 and made[0].was_reset
+    assert model.graph_failed and model.decode_graph.graph is None and not model.decode_graph.captured
+    assert "disagreed with the same step run eagerly" in caplog.text
+    assert decode(engine, embeds).token_ids == ref and len(made) == 1  # no second capture
+
+
+class _Decoder:
+    def __init__(self, unmerged: bool) -> None:
+        self.unmerged = unmerged
+
+    def has_unmerged_adapters(self) -> bool:
+        return self.unmerged
+
+
+class _Model:
+    def __init__(self, device: str, failed: bool = False, unmerged: bool = False) -> None:
+        self.device, self.graph_failed, self.decoder = torch.device(device), failed, _Decoder(unmerged)
+
+
+def test_cuda_always_decodes_with_the_static_step_captured_or_not(monkeypatch):
+    """So that a graph and its fallbacks are the same kernels: the same ids in bf16 too."""
+    mode = generate_mod._graph_mode
+    assert mode(_Model("cuda")) == "capture"
+    assert mode(_Model("cuda", failed=True)) == "eager"
+    assert mode(_Model("cuda", unmerged=True)) == "eager"
+    assert mode(_Model("cpu")) is None and mode(_Model("mps")) is None
+    monkeypatch.setattr(generate_mod, "USE_CUDA_GRAPH", False)
+    assert mode(_Model("cuda")) == "eager"
+    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
+    assert mode(_Model("cpu")) == "eager" and mode(_Model("cpu", unmerged=True)) == "eager"
+    monkeypatch.setattr(generate_mod, "STATIC_STEP", False)
+    assert mode(_Model("cuda")) is None

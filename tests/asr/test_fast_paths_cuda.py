@@ -1,10 +1,11 @@
 """The captured CUDA-graph decode step (issue 6) on a GPU (CI has none; the CPU side: test_fast_paths.py).
 
 Three ways to decode: ``graph`` (the default on CUDA), ``static`` (the same static-shape step run
-eagerly, uncaptured) and ``plain`` (the plain step, projections apart). ``graph`` must give exactly
-the ids of ``static`` in every dtype: the same kernels on the same shapes, replayed. Against ``plain``
-the ids are identical in fp32; in bf16 the static step's attention over the whole masked cache sums
-in another order than the plain step's over the filled part, so only the first ids are compared.
+eagerly: CUDA's path wherever no graph is captured) and ``plain`` (the plain step, projections apart,
+which CUDA no longer uses). ``graph`` must give exactly the ids of ``static`` in every dtype: the same
+kernels on the same shapes, replayed. Against ``plain`` the ids are identical in fp32; in bf16 the
+static step's attention over the whole masked cache sums in another order than the plain step's over
+the filled part, so only the first ids are compared.
 """
 
 from __future__ import annotations
@@ -53,15 +54,15 @@ def cuda_engine(folder, **options) -> AsrEngine:
 
 @contextmanager
 def mode(engine: AsrEngine, how: str):
-    saved = generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP_UNCAPTURED
+    saved = generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP
     generate_mod.USE_CUDA_GRAPH = how == "graph"
-    generate_mod.STATIC_STEP_UNCAPTURED = how == "static"
+    generate_mod.STATIC_STEP = False if how == "plain" else None
     engine.model.decoder.set_fusion(how != "plain")
     try:
         yield
     finally:
         engine.model.decoder.set_fusion(True)
-        generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP_UNCAPTURED = saved
+        generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP = saved
 
 
 def run(engine: AsrEngine, embeds: torch.Tensor, how: str, **kw):
@@ -75,7 +76,8 @@ def check_clips(engine: AsrEngine, exact_plain: bool, clips=CLIPS, **kw) -> list
         embeds = prompt_embeds(engine, synth_audio(seconds, seed=seed))
         graph = run(engine, embeds, "graph", **kw)
         captured = engine.model.decode_graph
-        assert isinstance(captured, DecodeGraph) and captured.graph is not None  # really captured
+        # Really captured, and its first replay reproduced the warm-up's logits bit for bit.
+        assert isinstance(captured, DecodeGraph) and captured.graph is not None and not engine.model.graph_failed
         static = run(engine, embeds, "static", **kw)
         plain = run(engine, embeds, "plain", **kw)
         assert (graph.token_ids, graph.stopped_on_eos) == (static.token_ids, static.stopped_on_eos)
@@ -95,20 +97,33 @@ def test_the_captured_step_gives_the_ids_of_the_uncaptured_one(ckpt_untied, vari
     check_clips(engine, exact_plain=dtype == "fp32")
 
 
-def test_reading_every_few_steps_on_cuda_keeps_ids_and_stop(ckpt_stops, monkeypatch):
+def test_reading_ids_a_step_late_on_cuda_keeps_ids_and_stop(ckpt_stops, monkeypatch):
     engine = cuda_engine(ckpt_stops, dtype="fp32")
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=6))
     ref = run(engine, embeds, "plain", max_new_tokens=30)
-    monkeypatch.setattr(generate_mod, "EOS_CHECK_EVERY", 1)
+    monkeypatch.setitem(generate_mod.READ_LAG, "cuda", 0)
     per_token = run(engine, embeds, "graph", max_new_tokens=30)
-    monkeypatch.setattr(generate_mod, "EOS_CHECK_EVERY", 8)
-    for budget in (1, 2, 5, 9, 30):
-        got = run(engine, embeds, "graph", max_new_tokens=budget)
-        want = per_token.token_ids[:budget]
-        assert got.token_ids == want and got.stopped_on_eos == (per_token.stopped_on_eos and budget > len(want))
     assert per_token.token_ids == ref.token_ids and per_token.stopped_on_eos == ref.stopped_on_eos
-    got = run(engine, embeds, "graph", should_stop=stop_after(2))
-    assert got.token_ids == ref.token_ids[:2]
+    for every, lag in ((1, 1), (8, 0), (3, 2)):
+        monkeypatch.setitem(generate_mod.READ_EVERY, "cuda", every)
+        monkeypatch.setitem(generate_mod.READ_LAG, "cuda", lag)
+        for budget in (1, 2, 5, 9, 30):
+            got = run(engine, embeds, "graph", max_new_tokens=budget)
+            want = per_token.token_ids[:budget]
+            assert got.token_ids == want and got.stopped_on_eos == (per_token.stopped_on_eos and budget > len(want))
+        got = run(engine, embeds, "graph", should_stop=stop_after(2))
+        assert got.token_ids == ref.token_ids[:2]
+
+
+def test_cuda_reads_through_pinned_memory_and_events():
+    out = torch.arange(6, device="cuda")
+    reader = generate_mod._Reader(out)
+    assert reader.lag == 1 and reader.host is not None and reader.host.is_pinned()
+    for i in range(6):
+        reader.queued(i)
+    ids = []
+    assert not reader.read(0, 4, ids, eos={9}) and ids == [0, 1, 2, 3]
+    assert reader.read(4, 6, ids, eos={5}) and ids == [0, 1, 2, 3, 4]
 
 
 def test_the_graph_is_captured_again_when_the_cache_grows(ckpt_untied, monkeypatch):
@@ -143,14 +158,32 @@ def test_the_graph_follows_adapter_changes(ckpt_untied, tmp_path):
     assert run(engine, embeds, "graph").token_ids == with_a == run(engine, embeds, "static").token_ids
 
 
-def test_unmerged_adapters_decode_without_a_graph(ckpt_untied, tmp_path):
+def test_unmerged_adapters_decode_with_the_same_step_uncaptured(ckpt_untied, tmp_path):
     a = write_adapter(tmp_path / "a", seed=1)
     folder = quant.write_quantized_folder(ckpt_untied, tmp_path / "int8", "int8")
     engine = cuda_engine(folder, adapters=[str(a)])
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
     got = run(engine, embeds, "graph")
-    assert engine.model.decode_graph is None
-    assert got.token_ids == run(engine, embeds, "plain").token_ids
+    graph = engine.model.decode_graph
+    assert isinstance(graph, DecodeGraph) and not graph.captured and graph.graph is None
+    assert got.token_ids == run(engine, embeds, "static").token_ids
+    assert got.token_ids[:4] == run(engine, embeds, "plain").token_ids[:4]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_a_failed_capture_decodes_the_same_ids_uncaptured(ckpt_untied, monkeypatch, dtype):
+    engine = cuda_engine(ckpt_untied, dtype=dtype)
+    embeds = prompt_embeds(engine, synth_audio(6.5, seed=3))
+    want = run(engine, embeds, "graph")
+    engine.model.release_cache()
+
+    def broken(self, model):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(DecodeGraph, "_capture", broken)
+    got = run(engine, embeds, "graph")
+    assert engine.model.graph_failed and not engine.model.decode_graph.captured
+    assert (got.token_ids, got.stopped_on_eos) == (want.token_ids, want.stopped_on_eos)
 
 
 def test_moving_the_model_to_the_cpu_drops_the_graph_and_its_memory(ckpt_untied):
