@@ -418,19 +418,11 @@ class OursBench:
 
     def kernel_cache_bytes(self) -> int:
         """Bytes the quantized layers hold besides their weights: kernel layouts and cast scales, built
-        on first use (e.g. the int4 kernels' packed copy of the weights)."""
-        from dictation.asr.quant import QUANT_MODULES
+        on first use (e.g. the int4 kernels' packed copy of the weights), the fused q/k/v and gate/up
+        layers' included."""
+        from dictation.asr.quant import kernel_cache_bytes
 
-        seen: set[int] = set()
-        total = 0
-        for module in self.engine.model.modules():
-            if isinstance(module, QUANT_MODULES):
-                for tensors in module._cache.values():
-                    for t in tensors:
-                        if id(t) not in seen:
-                            seen.add(id(t))
-                            total += t.numel() * t.element_size()
-        return total
+        return kernel_cache_bytes(self.engine.model)
 
     def unload(self) -> None:
         if self.engine is not None:
