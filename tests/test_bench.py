@@ -189,3 +189,30 @@ def test_release_to_text_streams_the_clip_and_checks_the_ids(workdir, capsys):
     # --no-release leaves it out
     code = bench_main([*args, "--warmup", "0", "--impl", "ours", "--no-prequantized", "--no-release"])
     assert code == 0 and "release→text" not in capsys.readouterr().out
+
+
+def test_kernel_layouts_include_the_fused_projections(variants_run, workdir):
+    """The int4 kernels' packed copies of q/k/v and gate/up live in the fused layers, not submodules."""
+    import numpy as np
+    import torch
+
+    from dictation.asr import quant
+    from dictation.bench.runner import OursBench
+
+    (folder,) = [p for p in workdir.iterdir() if p.is_dir() and p.name.endswith("tiny-random")]
+    bench = OursBench(folder, torch.device("cpu"), "int4", "fp32", 128)
+    bench.load()
+    bench.run(np.random.default_rng(0).standard_normal(16000).astype(np.float32) * 0.1, 4)
+    model = bench.engine.model
+    submodules_only = sum(
+        t.numel() * t.element_size()
+        for m in model.modules()
+        if isinstance(m, quant.QUANT_MODULES)
+        for tensors in m._cache.values()
+        for t in tensors
+    )
+    fused = sum(
+        t.numel() * t.element_size() for f in model.decoder.fused_layers() for v in f._cache.values() for t in v
+    )
+    assert fused > 0 and bench.kernel_cache_bytes() == quant.kernel_cache_bytes(model) == submodules_only + fused
+    bench.unload()
