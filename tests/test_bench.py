@@ -89,6 +89,14 @@ def test_table_prints_every_variant_and_the_random_weights_caveat(variants_run):
         assert row in text
     assert "teacher-forced top-1" in text and "first-logit cosine" in text
     assert "only a sanity check" in text
+    # The real-time factor is the end-to-end time over the clip's length, per variant and clip.
+    res = variants_run[0]["results"][0]
+    for clip in res["clips"]:
+        block = text.split(f"{clip['seconds']:>5g}s  ")[1]
+        line = next(ln for ln in block.splitlines() if ln.strip().startswith("real-time factor"))
+        cells = [float(c) for c in line.split()[2:]]
+        want = [clip["ours"][v]["e2e_ms"] / (1000 * clip["seconds"]) for v in res["ours"]]
+        assert cells == [round(w, 3) for w in want]
     assert "official" not in text.split("Qwen3-ASR-tiny")[1]  # --impl ours: no official column
 
 

@@ -107,6 +107,9 @@ def print_size_table(res: dict[str, Any], meta: dict[str, Any], out: Callable[[s
         for stage in STAGE_LABELS:
             values = [s[stage] for s in stats]
             lines.append((STAGE_LABELS[stage], values, lambda v, st=stage: _digits(st, v), ratios.get(stage, "")))
+        # Seconds of compute per second of audio, end to end (< 1: faster than real time).
+        rtf = [s["e2e_ms"] / (1000 * seconds) if s.get("e2e_ms") is not None else None for s in stats]
+        lines.append(("real-time factor", rtf, 3, ""))
         peaks = [
             s["peak_over_baseline_bytes"] / GIB if s["peak_over_baseline_bytes"] is not None else None for s in stats
         ]
