@@ -52,6 +52,26 @@ def _stamp(module: nn.Module) -> tuple:
     return getattr(module, "version", 0), tuple(t.data_ptr() if t is not None else 0 for t in tensors)
 
 
+def _adjacent_rows(members: Sequence[nn.Module]) -> torch.Tensor | None:
+    """The members' weights as one ``[sum(out), in]`` tensor without copying, if they already are
+    consecutive row blocks of one storage that holds nothing else (``TextDecoder.allocate_fused``)."""
+    weights = [m.weight for m in members]
+    storage = weights[0].untyped_storage()
+    offset = 0
+    for w in weights:
+        if (
+            w.untyped_storage().data_ptr() != storage.data_ptr()
+            or w.storage_offset() != offset
+            or not w.is_contiguous()
+        ):
+            return None
+        offset += w.numel()
+    if offset * weights[0].element_size() != storage.nbytes():
+        return None
+    rows = sum(w.shape[0] for w in weights)
+    return weights[0].detach().as_strided((rows, weights[0].shape[1]), (weights[0].shape[1], 1), 0)
+
+
 class Fusion:
     """How one group of projections runs: ``weight`` (float, ``[sum(out), in]``) or ``layer`` (a
     fused quantized layer) for one matmul, neither for the members one by one."""
@@ -64,7 +84,9 @@ class Fusion:
         self.layer: nn.Module | None = None
         if enabled and _float_fusable(members):
             with torch.inference_mode(False), torch.no_grad():
-                self.weight = torch.cat([m.weight for m in members])
+                self.weight = _adjacent_rows(members)  # loaded in place (TextDecoder.allocate_fused)
+                if self.weight is None:
+                    self.weight = torch.cat([m.weight for m in members])
                 start = 0
                 for m in members:
                     m.weight.data = self.weight[start : start + m.out_features]
@@ -275,7 +297,12 @@ class TextDecoder(nn.Module):
     def __init__(self, cfg: TextDecoderConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # Given its table, nn.Embedding skips its own init: on the meta device (loading) normal_ runs
+        # a Python reference kernel whose first use imports torch._dynamo (about 1 s of every load).
+        table = torch.empty(cfg.vocab_size, cfg.hidden_size)
+        if table.device.type != "meta":
+            nn.init.normal_(table)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=table)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         # Bumped whenever a fusion is planned again: what a captured decode step read may be gone.
@@ -313,6 +340,25 @@ class TextDecoder(nn.Module):
         if changed:
             self.weights_epoch += 1
         return changed
+
+    def allocate_fused(self) -> None:
+        """Give each group of plain float projections one uninitialised ``[sum(out), in]`` tensor and
+        make the members' weights its row views, so that loading writes straight into the fused
+        layout: the fusion then adopts it instead of concatenating (no copy, no transient second
+        copy of most of the decoder). Called by ``weights.load_model`` before it fills the weights."""
+        for group in self._groups():
+            members = group._members()
+            if not (group.fuse and _float_fusable(members)) or _adjacent_rows(members) is not None:
+                continue
+            first = members[0].weight
+            with torch.inference_mode(False), torch.no_grad():
+                whole = torch.empty(
+                    sum(m.out_features for m in members), first.shape[1], dtype=first.dtype, device=first.device
+                )
+                start = 0
+                for m in members:
+                    m.weight.data = whole[start : start + m.out_features]
+                    start += m.out_features
 
     def fused_layers(self) -> list[nn.Module]:
         """The fused quantized layers, which are not submodules (for memory accounting)."""

@@ -99,8 +99,13 @@ class AudioEncoder(nn.Module):
         self.ln_post = nn.LayerNorm(cfg.d_model)
         self.proj1 = nn.Linear(cfg.d_model, cfg.d_model)
         self.proj2 = nn.Linear(cfg.d_model, cfg.output_dim)
-        # Only conv_out_len(chunk) rows are ever used; not part of the checkpoint.
-        self.register_buffer("positions", self._position_table(), persistent=False)
+        # Only conv_out_len(chunk) rows are ever used; not part of the checkpoint. On the meta device
+        # (loading) it stays empty until reset_buffers: computing it there would run torch's Python
+        # meta kernels, whose first use imports torch._dynamo (about 1 s of every load).
+        rows = conv_out_len(cfg.chunk_frames)
+        self.register_buffer("positions", torch.empty(rows, cfg.d_model), persistent=False)
+        if self.positions.device.type != "meta":
+            self.reset_buffers()
 
     def _position_table(self, device: torch.device | None = None) -> torch.Tensor:
         rows = conv_out_len(self.cfg.chunk_frames)

@@ -92,6 +92,7 @@ def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.
             quantized.update(f"{name}.{buf}" for buf, _ in model.get_submodule(name).named_buffers())
     model = model.to(dtype).to_empty(device=device)
     model.eval().requires_grad_(False)
+    model.decoder.allocate_fused()  # q/k/v and gate/up load straight into their fused tensors
     expected = {name: tensor for name, tensor in model.state_dict().items()}
     wanted, ignored = match_tensors(files, cfg, expected, tied=model.lm_head is None)
     variant = cfg.quantization["variant"] if cfg.quantization else ""

@@ -144,3 +144,41 @@ def test_hf_layout_config_is_detected(ckpt_root):
     thinker = AsrConfig.from_file(cached_checkpoint(ckpt_root) / "config.json")
     assert cfg.layout == "hf" and thinker.layout == "thinker"
     assert (cfg.audio, cfg.text, cfg.special) == (thinker.audio, thinker.text, thinker.special)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_fused_projections_load_in_place(ckpt_untied, dtype):
+    """q/k/v and gate/up are read straight into their fused tensors: planning the fusion copies nothing,
+    and the values are the checkpoint's."""
+    from dictation.asr.checkpoint import checkpoint_name
+    from dictation.asr.weights import load_model, resolve_dtype
+
+    cfg = AsrConfig.from_dict(json.loads((ckpt_untied / "config.json").read_text()))
+    device = torch.device("cpu")
+    model = load_model(ckpt_untied, cfg, device, resolve_dtype(dtype, device))
+    mlp = model.decoder.layers[1].mlp
+    before = mlp.gate_proj.weight.data_ptr()
+    assert mlp.up_proj.weight.data_ptr() == before + mlp.gate_proj.weight.nbytes  # adjacent rows
+    assert model.sync_weights()  # the fusions are planned now...
+    assert mlp.fusion.weight.data_ptr() == before == mlp.gate_proj.weight.data_ptr()  # ...over that storage
+    stored = load_file(str(ckpt_untied / "model.safetensors"))
+    for name in ("layers.1.mlp.up_proj.weight", "layers.0.self_attn.k_proj.weight"):
+        want = stored[checkpoint_name(f"decoder.{name}", cfg.layout)].to(model.dtype)
+        assert torch.equal(model.get_parameter(f"decoder.{name}"), want)
+    sizes = mlp.fusion.sizes
+    assert torch.equal(mlp.fusion.weight[sizes[0] :], model.get_parameter("decoder.layers.1.mlp.up_proj.weight"))
+
+
+def test_loading_does_not_import_torch_dynamo(ckpt_untied):
+    """Building the model on the meta device must not run torch's Python meta kernels, whose first use
+    imports torch._dynamo: about a second of every app start."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from dictation.asr import AsrEngine, EngineOptions; "
+        f"e = AsrEngine(EngineOptions(model={str(ckpt_untied)!r}, device='cpu', dtype='fp32')); e.prepare(); "
+        "print('torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stderr
