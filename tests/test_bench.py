@@ -224,3 +224,28 @@ def test_kernel_layouts_include_the_fused_projections(variants_run, workdir):
     )
     assert fused > 0 and bench.kernel_cache_bytes() == quant.kernel_cache_bytes(model) == submodules_only + fused
     bench.unload()
+
+
+def test_loads_are_timed_from_a_warm_page_cache(tmp_path, monkeypatch):
+    """Every contender's timed load comes after the checkpoint's files were read once."""
+    import torch
+
+    from dictation.bench import runner
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 3000)
+    (tmp_path / "sub" / "vocab.json").write_bytes(b"y" * 500)
+    assert runner.warm_page_cache(tmp_path) == 3500
+    events = []
+    real = runner.warm_page_cache
+    monkeypatch.setattr(runner, "warm_page_cache", lambda folder: events.append(("warm", folder)) or real(folder))
+
+    class Contender:
+        folder, label, weight_bytes = tmp_path, "fake", 1
+
+        def load(self):
+            events.append(("load", self.folder))
+            return 0.5
+
+    assert runner._load(Contender(), torch.device("cpu"))["load_s"] == 0.5
+    assert events == [("warm", tmp_path), ("load", tmp_path)]
