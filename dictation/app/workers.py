@@ -129,11 +129,26 @@ class EngineWorker(QObject):
             gpu_failure = is_cuda_failure(exc, str(options.device))
             if previous is not None and not gpu_failure and self._reload(previous):
                 self.kept_previous.emit(_message(exc), self._engine.model_label)
+                self._warm_up()
                 return
             self.load_failed.emit(_message(exc), gpu_failure)
             return
         self._engine, self._options = engine, options
         self.loaded.emit(engine.model_label, time.perf_counter() - t0)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """A short pass right after a load, so the first dictation does not pay for one-time set-up
+        (``AsrEngine.warm_up``). It runs after ``loaded``: recording can start meanwhile, and the
+        take's work queues behind it on this thread. A failure only logs: dictation reports its own."""
+        engine = self._engine
+        warm_up = getattr(engine, "warm_up", None)
+        if warm_up is None:
+            return
+        try:
+            log.info("warm-up pass took %.2f s", warm_up())
+        except Exception:
+            log.warning("the warm-up pass failed", exc_info=True)
 
     def _reload(self, options: Any) -> bool:
         """Load the model that worked before a failed switch; True if it is back."""
@@ -170,6 +185,7 @@ class EngineWorker(QObject):
             return True
         self._options = options
         self.loaded.emit(engine.model_label, time.perf_counter() - t0)
+        self._warm_up()  # re-quantized layers build their kernel layouts, CUDA captures its step again
         return True
 
     @Slot()

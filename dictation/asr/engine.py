@@ -112,6 +112,7 @@ def finish_pass(
     stage_timings: dict[str, float],
     *,
     n_prompt: int,
+    quiet: bool = False,
 ) -> _Pass:
     """Decode and parse a pass's generated ids and gather its timings (``t0``: when the pass began;
     ``stage_timings``: what came before decoding, e.g. mel and encoder seconds)."""
@@ -130,9 +131,16 @@ def finish_pass(
         timings["draft_accepted"] = float(gen.draft_accepted)
         timings["draft_passes"] = float(gen.draft_passes)
     truncated = not gen.stopped_on_eos and len(gen.token_ids) >= budget
-    if truncated:
+    if truncated and not quiet:
         log.warning("transcription hit the %d-token budget before the model finished", budget)
     return _Pass(gen.token_ids, raw, language, text, truncated, timings, gen.first_logits)
+
+
+# The pass AsrEngine.warm_up runs after loading: this much quiet noise and this many generated
+# tokens, with a KV cache of this many positions (the prompt and token budget of ~40 s of audio).
+WARM_UP_SECONDS = 1.0
+WARM_UP_TOKENS = 4
+WARM_UP_CACHE = 1024
 
 
 def _auto_budget(seconds: float) -> int:
@@ -289,6 +297,21 @@ class AsrEngine:
             label += " · " + " + ".join(self._adapters.labels)
         return label
 
+    def warm_up(self) -> float:
+        """One short pass over quiet noise, its output discarded, so that the first dictation does
+        not pay for one-time set-up: kernel selection and loading, the int4 kernels' packed layouts,
+        the CUDA graph capture, and a KV cache of ``WARM_UP_CACHE`` positions (utterances up to about
+        40 s fit without growing it, so the captured decode step is kept). Returns its seconds."""
+        with self._lock:
+            self.prepare()
+            t0 = time.perf_counter()
+            self._model.ensure_capacity(WARM_UP_CACHE)
+            rng = np.random.default_rng(0)
+            noise = (1e-3 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(np.float32)
+            self._run_pass(noise, None, "", WARM_UP_TOKENS, quiet=True)
+            sync_device(self._model.device)
+            return time.perf_counter() - t0
+
     def unload(self) -> None:
         """Drop the model and its caches; GPU memory is returned to the driver."""
         with self._lock:
@@ -398,8 +421,9 @@ class AsrEngine:
         max_new_tokens: int | None,
         keep_first_logits: bool = False,
         draft_ids: Sequence[int] | None = None,
+        quiet: bool = False,
     ) -> _Pass:
-        """One model pass over at most 20 minutes of audio."""
+        """One model pass over at most 20 minutes of audio (``quiet``: no warning at the budget)."""
         with self._lock, torch.inference_mode():
             self.prepare()
             model, prompt, mel = self._model, self._prompt, self._mel
@@ -425,7 +449,15 @@ class AsrEngine:
                 draft=draft_ids,
             )
             return finish_pass(
-                gen, prompt, forced, budget, draft_ids, t0, {"mel_s": t1 - t0, "encoder_s": t2 - t1}, n_prompt=len(ids)
+                gen,
+                prompt,
+                forced,
+                budget,
+                draft_ids,
+                t0,
+                {"mel_s": t1 - t0, "encoder_s": t2 - t1},
+                n_prompt=len(ids),
+                quiet=quiet,
             )
 
     def _budget(self, n_samples: int, max_new_tokens: int | None) -> int:

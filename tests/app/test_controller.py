@@ -398,3 +398,48 @@ def test_a_gpu_failure_during_a_dictation_moves_the_model_to_the_cpu_and_keeps_t
     r.dictate(speech(seed=8))  # the next dictation runs on the CPU directly
     qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
     assert devices == ["cuda", "cpu"]
+
+
+def test_the_model_is_warmed_up_after_each_load_and_a_failed_warm_up_changes_nothing(rig, qtbot, tmp_path, caplog):
+    """A short pass right after loading (and after an adapter swap), so the first dictation does not
+    pay for one-time set-up; if it fails, the model stays loaded and dictation still works."""
+    from dictation.asr import AsrEngine
+    from dictation.config.settings import Adapter
+    from tests.asr.test_variants import write_adapter
+
+    events = []
+
+    class Watched(AsrEngine):
+        fail = False
+
+        def warm_up(self):
+            events.append(("warm_up", self.model_label))
+            if Watched.fail:
+                raise RuntimeError("CUDA error: out of memory")
+            return super().warm_up()
+
+        def transcribe(self, samples, *args, **kwargs):
+            events.append(("transcribe", self.model_label))
+            return super().transcribe(samples, *args, **kwargs)
+
+    r = rig(engine_factory=Watched)
+    r.start()
+    r.wait_status(Status.IDLE)
+    qtbot.waitUntil(lambda: len(events) == 1, timeout=20_000)
+    assert events[0][0] == "warm_up"
+    r.dictate(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    assert [e for e, _ in events] == ["warm_up", "transcribe"]
+
+    Watched.fail = True  # adapters swapped in place: warmed again, and a failure only logs
+    adapter = write_adapter(tmp_path / "medical", seed=4)
+    s = r.c.settings
+    assert r.c.apply_settings(s.replace(engine=s.engine.replace(adapters=(Adapter(path=str(adapter)),)))) == []
+    qtbot.waitUntil(lambda: len(events) == 3, timeout=20_000)
+    assert events[2][0] == "warm_up" and "medical" in events[2][1]
+    assert "the warm-up pass failed" in caplog.text
+    r.wait_status(Status.IDLE)
+    delivered = len(r.chain.delivered)
+    r.dictate(speech(seed=7))
+    qtbot.waitUntil(lambda: len(r.chain.delivered) > delivered, timeout=20_000)
+    assert events[-1][0] == "transcribe" and r.c.status is Status.IDLE

@@ -128,3 +128,19 @@ def test_twenty_minutes_in_one_pass_and_longer_in_two(ckpt_untied, engine_factor
     assert two.chunks == 2 and len(two.token_ids) == 6
     one = engine.transcribe(audio[: 1200 * 16000], max_new_tokens=3)
     assert one.chunks == 1 and one.timings["prompt_tokens"] == 1200 * 13 + 15
+
+
+def test_warm_up_sizes_the_cache_and_changes_no_result(ckpt_untied, caplog):
+    audio = synth_audio(3.0, seed=5)
+    want = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu")).transcribe(audio)
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu"))
+    caplog.clear()
+    seconds = engine.warm_up()  # loads first if needed
+    assert engine.is_loaded and seconds > 0
+    cache = engine.model.cache
+    assert cache is not None and cache.max_len >= engine_mod.WARM_UP_CACHE
+    assert "budget" not in caplog.text  # four tokens of noise: no warning for the user's log
+    got = engine.transcribe(audio)
+    assert (got.token_ids, got.text) == (want.token_ids, want.text)
+    long = engine.transcribe(synth_audio(30.0, seed=6))
+    assert engine.model.cache is cache and long.audio_seconds == 30.0  # fits: not grown

@@ -227,3 +227,15 @@ def test_packed_kernels_hold_for_the_fused_shapes_on_cuda(monkeypatch, kind, sha
         expected = x.float() @ reference.T
         bound = quant._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
         assert float((got - expected).abs().max()) <= bound
+
+
+def test_the_warm_up_captures_the_step_the_first_dictation_replays(ckpt_untied, monkeypatch):
+    engine = cuda_engine(ckpt_untied)
+    engine.warm_up()
+    graph = engine.model.decode_graph
+    assert isinstance(graph, DecodeGraph) and graph.graph is not None
+    captures = []
+    real = DecodeGraph._capture
+    monkeypatch.setattr(DecodeGraph, "_capture", lambda self, m: captures.append(1) or real(self, m))
+    engine.transcribe(synth_audio(10.0, seed=4), max_new_tokens=16)
+    assert captures == [] and engine.model.decode_graph is graph
