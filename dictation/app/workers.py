@@ -97,6 +97,7 @@ class EngineWorker(QObject):
     transcribe_failed = Signal(int, str)
     preview_ready = Signal(int, str)  # job id, a live preview of what was heard so far
     _work_requested = Signal()  # queued to itself: feed what arrived, then maybe preview
+    _warm_up_requested = Signal()  # queued to itself after a load: runs after what was already asked
 
     def __init__(self, engine_factory: Callable[[Any], Any] | None = None) -> None:
         super().__init__()
@@ -107,6 +108,7 @@ class EngineWorker(QObject):
         self._work_posted = False
         self._interrupted_upto = 0  # takes with ids up to this one were released or cancelled
         self._work_requested.connect(self._work, Qt.ConnectionType.QueuedConnection)
+        self._warm_up_requested.connect(self._warm_up, Qt.ConnectionType.QueuedConnection)
 
     @Slot(object)
     def load(self, options: Any) -> None:
@@ -129,21 +131,27 @@ class EngineWorker(QObject):
             gpu_failure = is_cuda_failure(exc, str(options.device))
             if previous is not None and not gpu_failure and self._reload(previous):
                 self.kept_previous.emit(_message(exc), self._engine.model_label)
-                self._warm_up()
+                self._warm_up_requested.emit()
                 return
             self.load_failed.emit(_message(exc), gpu_failure)
             return
         self._engine, self._options = engine, options
         self.loaded.emit(engine.model_label, time.perf_counter() - t0)
-        self._warm_up()
+        self._warm_up_requested.emit()
 
+    @Slot()
     def _warm_up(self) -> None:
         """A short pass right after a load, so the first dictation does not pay for one-time set-up
-        (``AsrEngine.warm_up``). It runs after ``loaded``: recording can start meanwhile, and the
-        take's work queues behind it on this thread. A failure only logs: dictation reports its own."""
+        (``AsrEngine.warm_up``). Queued: whatever was asked before it (a take begun by the press
+        that caused the load) comes first, and with a take under way it is skipped, since that take
+        pays the set-up anyway and must not wait for the warm-up's own pass. A failure only logs:
+        dictation reports its own."""
         engine = self._engine
         warm_up = getattr(engine, "warm_up", None)
-        if warm_up is None:
+        if warm_up is None or not engine.is_loaded:
+            return
+        if self._takes:
+            log.info("warm-up skipped: a take is under way")
             return
         try:
             log.info("warm-up pass took %.2f s", warm_up())
@@ -185,7 +193,7 @@ class EngineWorker(QObject):
             return True
         self._options = options
         self.loaded.emit(engine.model_label, time.perf_counter() - t0)
-        self._warm_up()  # re-quantized layers build their kernel layouts, CUDA captures its step again
+        self._warm_up_requested.emit()  # re-quantized layers build kernel layouts, CUDA captures again
         return True
 
     @Slot()

@@ -443,3 +443,35 @@ def test_the_model_is_warmed_up_after_each_load_and_a_failed_warm_up_changes_not
     r.dictate(speech(seed=7))
     qtbot.waitUntil(lambda: len(r.chain.delivered) > delivered, timeout=20_000)
     assert events[-1][0] == "transcribe" and r.c.status is Status.IDLE
+
+
+def test_the_warm_up_waits_behind_a_take_begun_before_it_and_then_is_skipped(qtbot, ckpt_untied, caplog):
+    """A press that caused the load: the take pays the set-up itself and must not queue behind the
+    warm-up's own pass."""
+    import logging
+
+    from dictation.app.workers import EngineWorker
+    from dictation.asr import AsrEngine, EngineOptions
+
+    warmed = []
+
+    class Watched(AsrEngine):
+        def warm_up(self):
+            warmed.append(1)
+            return super().warm_up()
+
+    caplog.set_level(logging.INFO, logger="dictation.app.workers")
+    options = EngineOptions(model=str(ckpt_untied), device="cpu")
+    worker = EngineWorker(Watched)
+    loaded = []
+    worker.loaded.connect(lambda label, seconds: loaded.append(label))
+    worker.load(options)  # nothing under way: warmed once its queued turn comes
+    assert loaded and warmed == []
+    qtbot.waitUntil(lambda: warmed == [1], timeout=20_000)
+
+    worker = EngineWorker(Watched)
+    worker.begin_take(1, None, "", False)
+    worker.load(options)
+    qtbot.wait(200)
+    assert warmed == [1] and "warm-up skipped: a take is under way" in caplog.text
+    worker.cancel_take(1)
