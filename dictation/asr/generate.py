@@ -52,6 +52,8 @@ USE_CUDA_GRAPH = True
 # Which one-token step decodes. None: the static-shape step on CUDA, the plain step elsewhere.
 # True: the static step everywhere (the CPU tests); False: the plain step everywhere.
 STATIC_STEP: bool | None = None
+# Set once the warning that pinned memory is unavailable has been logged.
+_PIN_WARNED = False
 # Eager runs of the step on the capture stream before capturing (lazy kernel set-up, workspaces).
 GRAPH_WARMUP = 2
 
@@ -228,8 +230,16 @@ class _Reader:
         self.host: torch.Tensor | None = None
         self.events: list = []
         if kind == "cuda" and self.lag:
-            self.host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
-            self.events = [None] * out.shape[0]
+            try:
+                self.host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            except RuntimeError as exc:  # no pinned memory (some sandboxes): read in place, each step
+                global _PIN_WARNED
+                if not _PIN_WARNED:
+                    _PIN_WARNED = True
+                    log.warning("no pinned host memory (%s); reading each generated id with a sync", exc)
+                self.lag = 0
+            else:
+                self.events = [None] * out.shape[0]
 
     def queued(self, i: int) -> None:
         """``out[i]`` is written by the work queued last: start its copy to the host."""

@@ -599,3 +599,23 @@ def test_cuda_always_decodes_with_the_static_step_captured_or_not(monkeypatch):
     assert mode(_Model("cpu")) == "eager" and mode(_Model("cpu", unmerged=True)) == "eager"
     monkeypatch.setattr(generate_mod, "STATIC_STEP", False)
     assert mode(_Model("cuda")) is None
+
+
+def test_without_pinned_memory_cuda_reads_each_id_in_place(monkeypatch, caplog):
+    """Pinning can fail (no allocator, a sandbox): decoding then reads in place rather than failing."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(generate_mod, "_PIN_WARNED", False)
+    real_empty = torch.empty
+
+    def no_pinning(*args, pin_memory=False, **kwargs):
+        if pin_memory:
+            raise RuntimeError("pin_memory=True requires a CUDA or other accelerator backend")
+        return real_empty(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", no_pinning)
+    out = SimpleNamespace(device=torch.device("cuda"), shape=(4,), dtype=torch.long)
+    for _ in range(2):
+        reader = generate_mod._Reader(out)
+        assert reader.lag == 0 and reader.every == 1 and reader.host is None
+    assert caplog.text.count("no pinned host memory") == 1
