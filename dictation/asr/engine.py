@@ -139,7 +139,7 @@ def finish_pass(
 # The pass AsrEngine.warm_up runs after loading: this much quiet noise and this many generated
 # tokens, with a KV cache of this many positions (the prompt and token budget of ~40 s of audio).
 WARM_UP_SECONDS = 1.0
-WARM_UP_TOKENS = 4
+WARM_UP_TOKENS = 2  # the prefill gives the first, one decode step (captured on CUDA) the second
 WARM_UP_CACHE = 1024
 
 
