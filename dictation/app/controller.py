@@ -151,6 +151,7 @@ class AppController(QObject):
     _unload = Signal()
     _transcribe = Signal(int, object, object, str)
     _begin_take = Signal(int, object, str, bool)  # job id, language, context, live preview
+    _warm_up = Signal()  # a loaded model's warm-up pass (EngineWorker.warm_up)
     _finish_take = Signal(int, object, object, str)  # job id, SavedTake, language, context
     _cancel_take = Signal(int)
     _audio_configure = Signal(object)
@@ -266,6 +267,7 @@ class AppController(QObject):
         e.transcribed.connect(self._on_transcribed)
         e.transcribe_failed.connect(self._on_transcribe_failed)
         self._begin_take.connect(e.begin_take)
+        self._warm_up.connect(e.warm_up)
         self._finish_take.connect(e.finish_take)
         self._cancel_take.connect(e.cancel_take)
         e.preview_ready.connect(self._on_preview)
@@ -526,6 +528,10 @@ class AppController(QObject):
         self.model_progress.emit(f"Loaded {label} in {seconds:.1f} s")
         log.info("speech model ready: %s (%.1f s)", label, seconds)
         self._dispatch(S.ModelReady())
+        if self._status is S.Status.IDLE:
+            # Not when a press started the load: that take is recorded or waiting to be transcribed,
+            # and must not queue behind the warm-up's own pass.
+            self._warm_up.emit()
 
     def _on_load_failed(self, message: str, gpu_failure: bool) -> None:
         self._model_label = ""

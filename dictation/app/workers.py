@@ -97,7 +97,6 @@ class EngineWorker(QObject):
     transcribe_failed = Signal(int, str)
     preview_ready = Signal(int, str)  # job id, a live preview of what was heard so far
     _work_requested = Signal()  # queued to itself: feed what arrived, then maybe preview
-    _warm_up_requested = Signal()  # queued to itself after a load: runs after what was already asked
 
     def __init__(self, engine_factory: Callable[[Any], Any] | None = None) -> None:
         super().__init__()
@@ -108,7 +107,7 @@ class EngineWorker(QObject):
         self._work_posted = False
         self._interrupted_upto = 0  # takes with ids up to this one were released or cancelled
         self._work_requested.connect(self._work, Qt.ConnectionType.QueuedConnection)
-        self._warm_up_requested.connect(self._warm_up, Qt.ConnectionType.QueuedConnection)
+        self._warmed = False  # the loaded engine (with its adapters) had its warm-up pass
 
     @Slot(object)
     def load(self, options: Any) -> None:
@@ -131,28 +130,26 @@ class EngineWorker(QObject):
             gpu_failure = is_cuda_failure(exc, str(options.device))
             if previous is not None and not gpu_failure and self._reload(previous):
                 self.kept_previous.emit(_message(exc), self._engine.model_label)
-                self._warm_up_requested.emit()
                 return
             self.load_failed.emit(_message(exc), gpu_failure)
             return
-        self._engine, self._options = engine, options
+        self._engine, self._options, self._warmed = engine, options, False
         self.loaded.emit(engine.model_label, time.perf_counter() - t0)
-        self._warm_up_requested.emit()
 
     @Slot()
-    def _warm_up(self) -> None:
-        """A short pass right after a load, so the first dictation does not pay for one-time set-up
-        (``AsrEngine.warm_up``). Queued: whatever was asked before it (a take begun by the press
-        that caused the load) comes first, and with a take under way it is skipped, since that take
-        pays the set-up anyway and must not wait for the warm-up's own pass. A failure only logs:
-        dictation reports its own."""
+    def warm_up(self) -> None:
+        """A short pass after a load or an adapter swap, so the first dictation does not pay for
+        one-time set-up (``AsrEngine.warm_up``). The controller asks for it when the model becomes
+        ready while nothing is being dictated; it runs once per loaded state, not while a take is
+        streamed (that take must not wait for it), and a failure only logs: dictation reports its own."""
         engine = self._engine
         warm_up = getattr(engine, "warm_up", None)
-        if warm_up is None or not engine.is_loaded:
+        if warm_up is None or not engine.is_loaded or self._warmed:
             return
         if self._takes:
             log.info("warm-up skipped: a take is under way")
             return
+        self._warmed = True
         try:
             log.info("warm-up pass took %.2f s", warm_up())
         except Exception:
@@ -168,7 +165,7 @@ class EngineWorker(QObject):
         except Exception:
             log.warning("reloading the previous model %s failed too", options.model, exc_info=True)
             return False
-        self._engine, self._options = engine, options
+        self._engine, self._options, self._warmed = engine, options, False
         return True
 
     def _swap_adapters(self, options: Any) -> bool:
@@ -192,8 +189,8 @@ class EngineWorker(QObject):
             self.loaded.emit(engine.model_label, 0.0)
             return True
         self._options = options
+        self._warmed = False  # re-quantized layers build kernel layouts, CUDA captures its step again
         self.loaded.emit(engine.model_label, time.perf_counter() - t0)
-        self._warm_up_requested.emit()  # re-quantized layers build kernel layouts, CUDA captures again
         return True
 
     @Slot()

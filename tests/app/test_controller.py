@@ -445,9 +445,7 @@ def test_the_model_is_warmed_up_after_each_load_and_a_failed_warm_up_changes_not
     assert events[-1][0] == "transcribe" and r.c.status is Status.IDLE
 
 
-def test_the_warm_up_waits_behind_a_take_begun_before_it_and_then_is_skipped(qtbot, ckpt_untied, caplog):
-    """A press that caused the load: the take pays the set-up itself and must not queue behind the
-    warm-up's own pass."""
+def test_the_worker_warms_each_loaded_state_once_and_never_under_a_streamed_take(qtbot, ckpt_untied, caplog):
     import logging
 
     from dictation.app.workers import EngineWorker
@@ -463,15 +461,44 @@ def test_the_warm_up_waits_behind_a_take_begun_before_it_and_then_is_skipped(qtb
     caplog.set_level(logging.INFO, logger="dictation.app.workers")
     options = EngineOptions(model=str(ckpt_untied), device="cpu")
     worker = EngineWorker(Watched)
-    loaded = []
-    worker.loaded.connect(lambda label, seconds: loaded.append(label))
-    worker.load(options)  # nothing under way: warmed once its queued turn comes
-    assert loaded and warmed == []
-    qtbot.waitUntil(lambda: warmed == [1], timeout=20_000)
+    worker.warm_up()  # nothing loaded: nothing to do
+    worker.load(options)
+    assert warmed == []  # loading alone does not warm: the controller asks when nothing is dictated
+    worker.warm_up()
+    worker.warm_up()
+    assert warmed == [1]  # once per loaded state
 
     worker = EngineWorker(Watched)
-    worker.begin_take(1, None, "", False)
     worker.load(options)
-    qtbot.wait(200)
+    worker.begin_take(1, None, "", False)
+    worker.warm_up()
     assert warmed == [1] and "warm-up skipped: a take is under way" in caplog.text
     worker.cancel_take(1)
+
+
+def test_a_press_that_starts_the_load_is_not_kept_waiting_by_a_warm_up(rig, qtbot):
+    from dictation.asr import AsrEngine
+
+    gate, events = threading.Event(), []
+
+    class Slow(AsrEngine):
+        def prepare(self):
+            gate.wait(30)
+            super().prepare()
+
+        def warm_up(self):
+            events.append("warm_up")
+            return super().warm_up()
+
+        def transcribe(self, samples, *args, **kwargs):
+            events.append("transcribe")
+            return super().transcribe(samples, *args, **kwargs)
+
+    r = rig(engine_factory=Slow)
+    r.start()
+    r.dictate(speech())  # pressed and released while the model loads
+    gate.set()
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    r.wait_status(Status.IDLE)
+    qtbot.wait(200)
+    assert events == ["transcribe"]
