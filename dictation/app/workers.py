@@ -143,15 +143,14 @@ class EngineWorker(QObject):
         ready while nothing is being dictated; it runs once per loaded state, not while a take is
         streamed (that take must not wait for it), and a failure only logs: dictation reports its own."""
         engine = self._engine
-        warm_up = getattr(engine, "warm_up", None)
-        if warm_up is None or not engine.is_loaded or self._warmed:
+        if engine is None or not engine.is_loaded or self._warmed:
             return
         if self._takes:
             log.info("warm-up skipped: a take is under way")
             return
         self._warmed = True
         try:
-            log.info("warm-up pass took %.2f s", warm_up())
+            log.info("warm-up pass took %.2f s", engine.warm_up())
         except Exception:
             log.warning("the warm-up pass failed", exc_info=True)
 

@@ -72,6 +72,14 @@ def _adjacent_rows(members: Sequence[nn.Module]) -> torch.Tensor | None:
     return weights[0].detach().as_strided((rows, weights[0].shape[1]), (weights[0].shape[1], 1), 0)
 
 
+def _point_rows(members: Sequence[nn.Module], whole: torch.Tensor) -> None:
+    """Make the members' weights consecutive row views of ``whole``, in order."""
+    start = 0
+    for m in members:
+        m.weight.data = whole[start : start + m.out_features]
+        start += m.out_features
+
+
 class Fusion:
     """How one group of projections runs: ``weight`` (float, ``[sum(out), in]``) or ``layer`` (a
     fused quantized layer) for one matmul, neither for the members one by one."""
@@ -87,10 +95,7 @@ class Fusion:
                 self.weight = _adjacent_rows(members)  # loaded in place (TextDecoder.allocate_fused)
                 if self.weight is None:
                     self.weight = torch.cat([m.weight for m in members])
-                start = 0
-                for m in members:
-                    m.weight.data = self.weight[start : start + m.out_features]
-                    start += m.out_features
+                _point_rows(members, self.weight)
         elif (
             enabled and isinstance(members[0], quant.QUANT_MODULES) and all(members[0].fusable_with(m) for m in members)
         ):
@@ -352,13 +357,8 @@ class TextDecoder(nn.Module):
                 continue
             first = members[0].weight
             with torch.inference_mode(False), torch.no_grad():
-                whole = torch.empty(
-                    sum(m.out_features for m in members), first.shape[1], dtype=first.dtype, device=first.device
-                )
-                start = 0
-                for m in members:
-                    m.weight.data = whole[start : start + m.out_features]
-                    start += m.out_features
+                rows = sum(m.out_features for m in members)
+                _point_rows(members, torch.empty(rows, first.shape[1], dtype=first.dtype, device=first.device))
 
     def fused_layers(self) -> list[nn.Module]:
         """The fused quantized layers, which are not submodules (for memory accounting)."""

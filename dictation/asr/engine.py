@@ -308,8 +308,7 @@ class AsrEngine:
             self._model.ensure_capacity(WARM_UP_CACHE)
             rng = np.random.default_rng(0)
             noise = (1e-3 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(np.float32)
-            self._run_pass(noise, None, "", WARM_UP_TOKENS, quiet=True)
-            sync_device(self._model.device)
+            self._run_pass(noise, None, "", WARM_UP_TOKENS, quiet=True)  # greedy syncs at its end
             return time.perf_counter() - t0
 
     def unload(self) -> None:

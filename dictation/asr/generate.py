@@ -362,13 +362,13 @@ class DecodeGraph:
 
     def replay(self, out: torch.Tensor) -> None:
         """One step; the next id lands in ``out [1]`` (and stays in ``token`` for the next replay)."""
-        model = self._model()
         if self.graph is not None:
             fed = self.token.clone() if self.expected is not None else None
             self.graph.replay()
             if fed is not None:
-                self._check_first_replay(model, fed)
+                self._check_first_replay(self._model(), fed)
         else:
+            model = self._model()
             self._step(model)
             if self.weights is None:
                 self.weights = model.weights_key()

@@ -20,6 +20,7 @@ import dictation.asr.model as model_mod
 from dictation.asr import AsrEngine, EngineOptions, quant
 from dictation.asr.features import LogMel
 from dictation.asr.generate import DecodeGraph
+from tests.asr.test_cuda import exact_fp32  # noqa: F401 (autouse: TF32 off, as fp32 identity needs)
 from tests.asr.test_fast_paths import (
     CLIPS,
     FUSED_SHAPES,
@@ -35,14 +36,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def exact_fp32():
-    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 def cuda_engine(folder, **options) -> AsrEngine:
