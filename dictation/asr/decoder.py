@@ -49,7 +49,8 @@ class RMSNorm(nn.Module):
 def _stamp(module: nn.Module) -> tuple:
     """What a fusion depends on in one member: its tensors' addresses and its quantized version."""
     tensors = [*module._parameters.values(), *module._buffers.values()]
-    return getattr(module, "version", 0), tuple(t.data_ptr() if t is not None else 0 for t in tensors)
+    # From __dict__: getattr of a missing attribute goes through nn.Module.__getattr__ and raises (slow).
+    return module.__dict__.get("version", 0), tuple(t.data_ptr() if t is not None else 0 for t in tensors)
 
 
 def _adjacent_rows(members: Sequence[nn.Module]) -> torch.Tensor | None:
@@ -368,9 +369,6 @@ class TextDecoder(nn.Module):
         """(groups fused, groups) over all layers."""
         groups = self._groups()
         return sum(1 for g in groups if g.fusion is not None and g.fusion.fused), len(groups)
-
-    def has_unmerged_adapters(self) -> bool:
-        return any(getattr(m, "unmerged_adapter", False) for m in self.modules())
 
     def _apply(self, fn, recurse: bool = True):
         self.weights_epoch += 1

@@ -190,7 +190,7 @@ def _decode(
     out[:1].copy_(token.view(1))
     reader = _Reader(out)
     reader.queued(0)
-    use_graph, graph = _graph_mode(model), None
+    (use_graph, key), graph = _graph_mode(model), None
     n, checked = 1, 0  # out[:n] are outputs; out[:checked] have been read into ids
     while True:
         ready = n if n == remaining else n - reader.lag
@@ -205,7 +205,7 @@ def _decode(
         if model.make_room(position):
             graph = None  # the grown cache gets its own capture
         if graph is None and use_graph:
-            graph = _graph_for(model, out[n - 1 : n], position, capture=use_graph == "capture")
+            graph = _graph_for(model, out[n - 1 : n], position, key, capture=use_graph == "capture")
         if graph is not None:
             graph.replay(out[n : n + 1])
         else:
@@ -265,27 +265,25 @@ class _Reader:
         return False
 
 
-def _graph_mode(model: AsrModel) -> str | None:
-    """ "capture" (a CUDA graph), "eager" (the static step uncaptured) or None (the plain step)."""
+def _graph_mode(model: AsrModel) -> tuple[str | None, tuple | None]:
+    """How this decode steps: "capture" (a CUDA graph), "eager" (the static step uncaptured) or None
+    (the plain step); with the static step, also ``AsrModel.weights_key()`` (one scan gives both)."""
     cuda = model.device.type == "cuda"
     if not (cuda if STATIC_STEP is None else STATIC_STEP):
-        return None  # before the scan for adapters: it costs about a millisecond
-    if USE_CUDA_GRAPH and cuda and not model.graph_failed and not model.decoder.has_unmerged_adapters():
-        return "capture"
-    return "eager"
+        return None, None  # before the scan: it costs about half a millisecond
+    key, unmerged = model.step_state()
+    if USE_CUDA_GRAPH and cuda and not model.graph_failed and not unmerged:
+        return "capture", key
+    return "eager", key
 
 
-def _graph_for(model: AsrModel, token: torch.Tensor, position: int, *, capture: bool) -> DecodeGraph:
-    """The model's static step for its current cache and weights, captured now if ``capture`` and
-    there is none. If capturing fails (logged once), the same step runs uncaptured from then on."""
+def _graph_for(model: AsrModel, token: torch.Tensor, position: int, key: tuple, *, capture: bool) -> DecodeGraph:
+    """The model's static step for its current cache and weights (``key``: ``model.weights_key()``),
+    captured now if ``capture`` and there is none. If capturing fails (logged once), the same step
+    runs uncaptured from then on."""
     capture = capture and not model.graph_failed
     graph = model.decode_graph
-    if (
-        graph is None
-        or graph.captured != capture
-        or graph.cache is not model.cache
-        or graph.weights != model.weights_key()
-    ):
+    if graph is None or graph.captured != capture or graph.cache is not model.cache or graph.weights != key:
         model.decode_graph = None
         if graph is not None:
             graph.close()

@@ -110,17 +110,32 @@ class AsrModel(nn.Module):
         """What a decode step reads, as addresses and versions: every decoder and head tensor, the fused
         projections and the quantized layers' kernel layouts. A captured step stays valid while this
         is unchanged (in-place changes of a weight, e.g. merged adapters, keep the addresses)."""
+        return self.step_state()[0]
+
+    def step_state(self) -> tuple[tuple, bool]:
+        """(:meth:`weights_key`, whether the decoder holds an unmerged adapter), from one walk over the
+        modules: what each CUDA decode checks before it replays a captured step (about 0.5 ms for
+        1.7B on a slow CPU; the two separate scans took 2)."""
         key: list = [self.decoder.weights_epoch, self.lm_head is None]
+        unmerged = False
+        add = key.append
         modules = [*self.decoder.modules(), *self.decoder.fused_layers()]
         if self.lm_head is not None:
             modules.append(self.lm_head)
         for module in modules:
-            key.append(getattr(module, "version", 0))
-            key += [t.data_ptr() for t in module._parameters.values() if t is not None]
-            key += [t.data_ptr() for t in module._buffers.values() if t is not None]
-            for tensors in getattr(module, "_cache", {}).values():
-                key += [t.data_ptr() for t in tensors]
-        return tuple(key)
+            # Instance attributes read from __dict__: a missing one through getattr would go to
+            # nn.Module.__getattr__ and raise, which made this walk three times slower.
+            attrs = module.__dict__
+            unmerged = unmerged or getattr(type(module), "unmerged_adapter", False)
+            add(attrs.get("version", 0))
+            for group in (attrs["_parameters"], attrs["_buffers"]):
+                for t in group.values():
+                    if t is not None:
+                        add(t.data_ptr())
+            for tensors in attrs.get("_cache", {}).values():
+                for t in tensors:
+                    add(t.data_ptr())
+        return tuple(key), bool(unmerged)
 
     @torch.inference_mode()
     def prefill(self, embeds: torch.Tensor, max_new_tokens: int, start: int = 0) -> torch.Tensor:

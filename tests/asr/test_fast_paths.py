@@ -221,10 +221,11 @@ def test_unmerged_adapters_run_member_by_member_and_take_no_graph(prequantized_i
     assert isinstance(attn.q_proj, LoraLinear)
     assert not attn.fusion.fused and model.decoder.layers[0].mlp.fusion.fused  # q/k/v apart, gate/up fused
     assert model.decoder.fused_groups() == (2, 4)
-    assert generate_mod._graph_mode(model) is None
+    assert model.step_state()[1]  # CUDA would not capture
     assert_same_as_plain(engine)
     engine.set_adapters([])
     assert model.decoder.fused_groups() == (4, 4) and shares_one_storage(member_tensors(attn, "weight"))
+    assert not model.step_state()[1]
     assert assert_same_as_plain(engine) == assert_same_as_plain(fresh(prequantized_int8))
 
 
@@ -494,6 +495,14 @@ def test_weights_key_sees_module_swaps_and_kernel_layouts(ckpt_untied):
     key = model.weights_key()
     model.decoder.layers[0].mlp.down_proj = nn.Linear(128, 64, bias=False).requires_grad_(False)
     assert model.weights_key() != key
+    assert model.step_state() == (model.weights_key(), False)
+    # A quantized layer's version alone (its layouts rebuilt in place) changes the key and re-plans
+    # the fused group it belongs to.
+    model.sync_weights()
+    key = model.weights_key()
+    model.decoder.layers[1].self_attn.q_proj.version += 1
+    assert model.weights_key() != key
+    assert model.sync_weights() and not model.sync_weights()
 
 
 def test_a_failed_capture_is_logged_and_the_same_step_runs_uncaptured(ckpt_untied, monkeypatch, caplog):
@@ -508,7 +517,7 @@ def test_a_failed_capture_is_logged_and_the_same_step_runs_uncaptured(ckpt_untie
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(DecodeGraph, "_capture", broken_capture)
-    monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: "capture")  # what CUDA asks for
+    monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: ("capture", m.weights_key()))  # what CUDA asks for
     assert decode(engine, embeds).token_ids == ref
     assert decode(engine, embeds).token_ids == ref
     assert tries == [1] and model.graph_failed
@@ -542,7 +551,9 @@ def fake_capture(monkeypatch, wrong: bool) -> list[FakeGraph]:
         made.append(self.graph)
 
     monkeypatch.setattr(DecodeGraph, "_capture", capture)
-    monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: None if m.graph_failed else "capture")
+    monkeypatch.setattr(
+        generate_mod, "_graph_mode", lambda m: (None, None) if m.graph_failed else ("capture", m.weights_key())
+    )
     return made
 
 
@@ -573,26 +584,24 @@ def test_a_graph_whose_first_replay_disagrees_is_dropped_and_the_step_redone(ckp
     assert decode(engine, embeds).token_ids == ref and len(made) == 1  # no second capture
 
 
-class _Decoder:
-    def __init__(self, unmerged: bool) -> None:
-        self.unmerged = unmerged
-
-    def has_unmerged_adapters(self) -> bool:
-        return self.unmerged
-
-
 class _Model:
     def __init__(self, device: str, failed: bool = False, unmerged: bool = False) -> None:
-        self.device, self.graph_failed, self.decoder = torch.device(device), failed, _Decoder(unmerged)
+        self.device, self.graph_failed, self.unmerged = torch.device(device), failed, unmerged
+
+    def step_state(self) -> tuple[tuple, bool]:
+        return ("key",), self.unmerged
 
 
 def test_cuda_always_decodes_with_the_static_step_captured_or_not(monkeypatch):
     """So that a graph and its fallbacks are the same kernels: the same ids in bf16 too."""
-    mode = generate_mod._graph_mode
-    assert mode(_Model("cuda")) == "capture"
+
+    def mode(model):
+        return generate_mod._graph_mode(model)[0]
+
+    assert generate_mod._graph_mode(_Model("cuda")) == ("capture", ("key",))
     assert mode(_Model("cuda", failed=True)) == "eager"
     assert mode(_Model("cuda", unmerged=True)) == "eager"
-    assert mode(_Model("cpu")) is None and mode(_Model("mps")) is None
+    assert generate_mod._graph_mode(_Model("cpu")) == (None, None) and mode(_Model("mps")) is None
     monkeypatch.setattr(generate_mod, "USE_CUDA_GRAPH", False)
     assert mode(_Model("cuda")) == "eager"
     monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
