@@ -229,6 +229,7 @@ class _Reader:
         self.lag = READ_LAG.get(kind, 0)
         self.host: torch.Tensor | None = None
         self.events: list = []
+        self.stream = None  # where the steps and the copies run: out's device's current stream
         if kind == "cuda" and self.lag:
             try:
                 self.host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
@@ -240,13 +241,16 @@ class _Reader:
                 self.lag = 0
             else:
                 self.events = [None] * out.shape[0]
+                # Named, not implied: Event.record() alone records on the *current device's* stream,
+                # which is not out's for a model on cuda:1, and its events would not wait for the copies.
+                self.stream = torch.cuda.current_stream(out.device)
 
     def queued(self, i: int) -> None:
         """``out[i]`` is written by the work queued last: start its copy to the host."""
         if self.host is not None:
             self.host[i : i + 1].copy_(self.out[i : i + 1], non_blocking=True)
             event = torch.cuda.Event()
-            event.record()
+            event.record(self.stream)
             self.events[i] = event
 
     def read(self, start: int, stop: int, ids: list[int], eos: Collection[int]) -> bool:
@@ -302,6 +306,19 @@ def _graph_for(model: AsrModel, token: torch.Tensor, position: int, key: tuple, 
     return graph
 
 
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """The one side stream per GPU that every capture warms up and captures on. One, not one per
+    capture: cuBLAS keeps a workspace (8-32 MiB) per handle and stream until the process ends, so a
+    new stream for each capture (a cache grown, adapters switched) would pile them up."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[index] = torch.cuda.Stream(torch.device("cuda", index))
+    return _CAPTURE_STREAMS[index]
+
+
 class DecodeGraph:
     """``AsrModel.static_step`` + argmax captured as one CUDA graph for one KV cache.
 
@@ -342,16 +359,31 @@ class DecodeGraph:
 
     def _capture(self, model: AsrModel) -> None:
         device = model.device
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for _ in range(GRAPH_WARMUP):
-                self.expected = model.static_step(self.token, self.position)
-        torch.cuda.current_stream(device).wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        # thread_local: the app's other threads may touch CUDA (memory queries) while this captures.
-        with torch.cuda.graph(self.graph, stream=stream, capture_error_mode="thread_local"):
-            self._step(model)
+        # torch.cuda.graph syncs and empties the cache of the current device: make it the model's.
+        with torch.cuda.device(device):
+            stream = capture_stream(device)
+            previous = torch.cuda.current_stream(device)
+            stream.wait_stream(previous)
+            with torch.cuda.stream(stream):
+                # The whole step on copies of the inputs (the argmax and the in-place updates too):
+                # nothing runs for the first time, lazily set up, inside the capture.
+                token, position = self.token.clone(), self.position.clone()
+                for _ in range(GRAPH_WARMUP):
+                    self.expected = model.static_step(self.token, self.position)
+                    token.copy_(self.expected.argmax(-1, keepdim=True))
+                    position.add_(1)
+            previous.wait_stream(stream)
+            self.graph = torch.cuda.CUDAGraph()
+            try:
+                # thread_local: the app's other threads may touch CUDA (memory queries) meanwhile.
+                with torch.cuda.graph(self.graph, stream=stream, capture_error_mode="thread_local"):
+                    self._step(model)
+            except BaseException:
+                # A capture that fails at its end leaves this thread on the capture stream: the
+                # uncaptured fallback must run where everything else does.
+                torch.cuda.set_stream(previous)
+                self.graph = None
+                raise
 
     def load(self, token: torch.Tensor, position: int) -> None:
         """Set the next replay's input: ``token [1]`` (device) fed at ``position``."""

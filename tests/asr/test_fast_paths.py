@@ -628,3 +628,125 @@ def test_without_pinned_memory_cuda_reads_each_id_in_place(monkeypatch, caplog):
         reader = generate_mod._Reader(out)
         assert reader.lag == 0 and reader.every == 1 and reader.host is None
     assert caplog.text.count("no pinned host memory") == 1
+
+
+class _OnSecondGpu:
+    """A CPU tensor that says it lives on cuda:1 (what _Reader reads of its buffer)."""
+
+    def __init__(self, values: torch.Tensor) -> None:
+        self.values, self.shape, self.dtype = values, values.shape, values.dtype
+        self.device = torch.device("cuda", 1)
+
+    def __getitem__(self, index):
+        return self.values[index]
+
+
+class _FakeCuda:
+    """The few torch.cuda calls of the reader and the capture, recorded on the CPU."""
+
+    def __init__(self, monkeypatch, fail_capture: bool = False) -> None:
+        self.recorded_on: list = []
+        self.streams_set: list = []
+        self.fail_capture = fail_capture
+        self.current_streams: dict = {}
+        cuda = self
+
+        class Event:
+            def record(self, stream=None):
+                cuda.recorded_on.append(stream)
+
+            def synchronize(self):
+                pass
+
+        @contextmanager
+        def graph(cuda_graph, stream=None, capture_error_mode="global"):
+            yield
+            if cuda.fail_capture:  # capture_end raising, as an invalidated capture does
+                raise RuntimeError("operation not permitted when stream is capturing")
+
+        @contextmanager
+        def nothing(*args, **kwargs):
+            yield
+
+        class Stream:
+            def __init__(self, device=None):
+                self.device = device
+
+            def wait_stream(self, other):
+                pass
+
+        real_empty = torch.empty
+        monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: real_empty(*a, **k))
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+
+        def current_stream(device=None):
+            return cuda.current_streams.setdefault(device, Stream(device))
+
+        monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "device", nothing)
+        monkeypatch.setattr(torch.cuda, "stream", nothing)
+        monkeypatch.setattr(torch.cuda, "graph", graph)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+        monkeypatch.setattr(torch.cuda, "set_stream", self.streams_set.append)
+        monkeypatch.setattr(generate_mod, "_CAPTURE_STREAMS", {})
+
+
+def test_read_events_are_recorded_on_the_stream_of_the_buffers_gpu(monkeypatch):
+    """Event.record() with no stream records on the current device's stream: for a model on cuda:1 the
+    events would not follow its copies, and the host would read ids before they arrive."""
+    fake = _FakeCuda(monkeypatch)
+    out = _OnSecondGpu(torch.tensor([5, 6, 7, 8]))
+    reader = generate_mod._Reader(out)
+    assert reader.host is not None and reader.lag == 1
+    for i in range(4):
+        reader.queued(i)
+    assert fake.recorded_on == [torch.cuda.current_stream(torch.device("cuda", 1))] * 4
+    assert fake.recorded_on[0].device == torch.device("cuda", 1)
+    ids: list[int] = []
+    assert not reader.read(0, 4, ids, eos={99}) and ids == [5, 6, 7, 8]
+
+
+def test_every_capture_on_a_gpu_uses_that_gpus_one_capture_stream(monkeypatch):
+    """A new stream per capture would leave a cuBLAS workspace behind for each."""
+    _FakeCuda(monkeypatch)
+    first = generate_mod.capture_stream(torch.device("cuda"))
+    assert generate_mod.capture_stream(torch.device("cuda", 0)) is first
+    second = generate_mod.capture_stream(torch.device("cuda", 1))
+    assert second is not first and generate_mod.capture_stream(torch.device("cuda", 1)) is second
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_capture_warms_up_the_whole_step_and_a_failure_restores_the_stream(ckpt_untied, monkeypatch, caplog, fails):
+    engine = fresh(ckpt_untied)
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    ref = plain_run(engine, embeds).token_ids
+    fake = _FakeCuda(monkeypatch, fail_capture=fails)
+    argmaxes, captured = [], []
+    real_argmax, real_step = torch.Tensor.argmax, DecodeGraph._step
+    monkeypatch.setattr(torch.Tensor, "argmax", lambda t, *a, **k: argmaxes.append(1) or real_argmax(t, *a, **k))
+
+    def step(self, m):  # what the capture records: its inputs must still be the step that is due
+        captured.append((len(argmaxes), self.token.tolist(), self.position.tolist()))
+        real_step(self, m)
+
+    monkeypatch.setattr(DecodeGraph, "_step", step)
+    decode(engine, embeds, max_new_tokens=1)  # fills the cache up to the prompt
+    position = embeds.shape[1]
+    argmaxes.clear()
+    try:
+        DecodeGraph(model, torch.tensor([ref[0]]), position, capture=True)
+    except RuntimeError:
+        assert fails
+        assert fake.streams_set == [torch.cuda.current_stream(model.device)]  # back where it was
+    else:
+        assert not fails and fake.streams_set == []
+    # The warm-ups ran the argmax too, on copies of the inputs.
+    assert captured == [(generate_mod.GRAPH_WARMUP, [ref[0]], [position])]
+    if fails:  # the same step uncaptured: the plain ids
+        monkeypatch.setattr(DecodeGraph, "_step", real_step)
+        monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: ("capture", m.weights_key()))
+        assert decode(engine, embeds).token_ids == ref and model.graph_failed
+        assert "capturing the decode step as a CUDA graph failed" in caplog.text
