@@ -26,6 +26,11 @@ Kernels (picked per call by device, dtype and number of rows, see ``KERNEL_MAX_R
 ``w = (q - 8) * scale + zero``, so the kernel's zero is ``zeros + 8 * scales`` (the group midpoint).
 Each kernel is checked once per (device, dtype) against dequantize + matmul on a small problem; one
 that is missing falls back to dequantize + ``F.linear``, one that gives wrong numbers raises.
+
+int8 on CUDA has three candidates (:func:`cuda_int8_path`): torch's kernel (2.9 and later), our Triton
+kernel (triton_gemv.py) and dequantize + matmul. Each that runs and answers right is timed once per
+process on a decoder-sized layer, and the fastest decodes (none of them has been measured on a GPU
+by us: the choice is made on the GPU that runs it).
 """
 
 from __future__ import annotations
@@ -64,6 +69,12 @@ KERNEL_MAX_ROWS_DEFAULT = 32
 CPU_BF16_COMPUTE: bool | None = None
 
 _PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 2e-2}  # x max |reference|
+# int8 on CUDA: None = the fastest correct one of CUDA_INT8_PATHS, timed once per (GPU, dtype); a
+# name forces that path ("dequantize" always works; "torch" and "triton" fall back to it if unusable).
+CUDA_INT8_PATH: str | None = None
+CUDA_INT8_PATHS = ("triton", "torch", "dequantize")
+# The layer the candidates are timed on: one row through a [4096, 2048] weight (1.7B's q/k/v).
+CUDA_INT8_TIMING_SHAPE = (4096, 2048)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
@@ -153,29 +164,98 @@ def _kernel_available(kind: str, device: torch.device, dtype: torch.dtype) -> bo
     return _KERNEL_OK[key]
 
 
-def _probe(kind: str, device: torch.device, dtype: torch.dtype) -> bool:
+def _probe(kind: str, device: torch.device, dtype: torch.dtype, path: str = "torch") -> bool:
+    """``path``: for int8, which kernel ("torch": torch's; "triton": ours, rows <= its MAX_ROWS)."""
     gen = torch.Generator().manual_seed(1234)
     weight = torch.randn(64, 256, generator=gen) / 16
-    x = torch.randn(5, 256, generator=gen)
+    x = torch.randn(5 if path == "torch" else 3, 256, generator=gen)
     module = Int8Linear.from_weight(weight) if kind == "int8" else Int4Linear.from_weight(weight, group_size=128)
     module = module.to(device)
+    run = module._triton_kernel if path == "triton" else module._torch_kernel
     with torch.inference_mode(False), torch.no_grad():
         xs = x.to(device=device, dtype=dtype)
         reference = xs.float() @ module.dequantize().T
         try:
-            got = torch.cat([module._kernel(xs[:1], dtype), module._kernel(xs, dtype)])
-        except (RuntimeError, NotImplementedError, TypeError, AttributeError) as exc:
-            log.info("%s kernel unavailable on %s for %s (%s); using dequantize + matmul", kind, device, dtype, exc)
+            got = torch.cat([run(xs[:1], dtype), run(xs, dtype)])
+        except Exception as exc:  # missing op, unsupported dtype or GPU, a Triton that cannot compile
+            what = "Triton int8" if path == "triton" else kind
+            log.info("%s kernel unavailable on %s for %s (%s); using dequantize + matmul", what, device, dtype, exc)
             return False
         expected = torch.cat([reference[:1], reference])
         err = float((got.float() - expected).abs().max())
         bound = _PROBE_TOLERANCE.get(dtype, 2e-2) * float(expected.abs().max())
     if not err <= bound:  # also catches NaN
-        raise RuntimeError(
-            f"the {kind} weight-only kernel on {device} ({dtype}) gives wrong results (max error {err:.3g}, "
-            f"allowed {bound:.3g}); set dictation.asr.quant.USE_KERNELS = False to avoid it"
+        message = (
+            f"the {kind} weight-only kernel{' (Triton)' if path == 'triton' else ''} on {device} ({dtype}) gives "
+            f"wrong results (max error {err:.3g}, allowed {bound:.3g})"
         )
+        if path == "triton":  # ours, and one of several candidates: leave it out rather than fail
+            log.warning("%s; not using it", message)
+            return False
+        raise RuntimeError(f"{message}; set dictation.asr.quant.USE_KERNELS = False to avoid it")
     return True
+
+
+_CUDA_INT8: dict[tuple, str] = {}
+
+
+def cuda_int8_path(device: torch.device, dtype: torch.dtype) -> str:
+    """How int8 layers on ``device`` (CUDA) multiply one to a few rows in ``dtype``: "triton",
+    "torch" or "dequantize" (see the module docstring). Decided at the first call per (GPU, dtype),
+    which the warm-up makes (it syncs the GPU, so it must not happen inside a graph capture)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, dtype, CUDA_INT8_PATH)
+    if key not in _CUDA_INT8:
+        _CUDA_INT8[key] = _choose_cuda_int8(torch.device("cuda", index), dtype)
+    return _CUDA_INT8[key]
+
+
+def _choose_cuda_int8(device: torch.device, dtype: torch.dtype) -> str:
+    from dictation.asr import triton_gemv
+
+    usable = ["dequantize"]
+    if USE_KERNELS and _kernel_available("int8", device, dtype):
+        usable.append("torch")
+    if USE_KERNELS and triton_gemv.available() and _probe("int8", device, dtype, path="triton"):
+        usable.append("triton")
+    if CUDA_INT8_PATH is not None:
+        chosen = CUDA_INT8_PATH if CUDA_INT8_PATH in usable else "dequantize"
+        log.info("int8 on %s (%s): %s (CUDA_INT8_PATH=%s)", device, dtype, chosen, CUDA_INT8_PATH)
+        return chosen
+    if len(usable) == 1:
+        return usable[0]
+    times = {path: _time_int8(path, device, dtype) for path in usable}
+    chosen = min(times, key=times.get)
+    log.info(
+        "int8 on %s (%s), one row through %s: %s; using %s",
+        device,
+        dtype,
+        "x".join(map(str, CUDA_INT8_TIMING_SHAPE)),
+        ", ".join(f"{p} {t * 1e3:.1f} us" for p, t in times.items()),
+        chosen,
+    )
+    return chosen
+
+
+def _time_int8(path: str, device: torch.device, dtype: torch.dtype, repeats: int = 50) -> float:
+    """Milliseconds per call of one int8 path on a decoder-sized layer (CUDA events, after warm-up
+    calls that also let triton.autotune pick its blocks for this shape)."""
+    out_f, in_f = CUDA_INT8_TIMING_SHAPE
+    gen = torch.Generator().manual_seed(0)
+    layer = Int8Linear.from_weight(torch.randn(out_f, in_f, generator=gen) / 32).to(device)
+    x = torch.randn(1, in_f, generator=gen).to(device, dtype)
+    run = {"triton": layer._triton_kernel, "torch": layer._torch_kernel}.get(path)
+    with torch.inference_mode(), torch.cuda.device(device):
+        call = (lambda: run(x, dtype)) if run is not None else (lambda: layer._fallback(x))
+        for _ in range(5):
+            call()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            call()
+        end.record()
+        end.synchronize()
+    return start.elapsed_time(end) / repeats
 
 
 # --- modules ----------------------------------------------------------------------------------------------
@@ -240,6 +320,10 @@ class _QuantLinear(nn.Module):
     def _kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         raise NotImplementedError
 
+    def _torch_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """torch's packed kernel (what :func:`_probe` checks); ``_kernel`` may pick another."""
+        return self._kernel(x2d, dtype)
+
     def _plan(self, x: torch.Tensor, rows: int) -> tuple[torch.dtype, bool]:
         """(compute dtype, use the kernel) for this call."""
         device, dtype = x.device, x.dtype
@@ -252,9 +336,12 @@ class _QuantLinear(nn.Module):
             USE_KERNELS
             and rows <= limit
             and self._kernel_fits(device, dtype)
-            and _kernel_available(self.kind, device, dtype)
+            and self._kernel_ready(device, dtype, rows)
         )
         return dtype, use
+
+    def _kernel_ready(self, device: torch.device, dtype: torch.dtype, rows: int) -> bool:
+        return _kernel_available(self.kind, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -324,8 +411,26 @@ class Int8Linear(_QuantLinear):
         # torch's CPU bf16 kernel crashes or gives garbage when in_features is not a multiple of 16.
         return self.in_features % 32 == 0 and self.out_features % 16 == 0
 
+    def _kernel_ready(self, device: torch.device, dtype: torch.dtype, rows: int) -> bool:
+        if device.type != "cuda":
+            return _kernel_available(self.kind, device, dtype)
+        from dictation.asr.triton_gemv import MAX_ROWS
+
+        path = cuda_int8_path(device, dtype)
+        return path == "torch" or (path == "triton" and rows <= MAX_ROWS)
+
     def _kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if x2d.device.type == "cuda" and cuda_int8_path(x2d.device, dtype) == "triton":
+            return self._triton_kernel(x2d, dtype)
+        return self._torch_kernel(x2d, dtype)
+
+    def _torch_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return torch._weight_int8pack_mm(x2d, self.weight, self._scales_for(dtype))
+
+    def _triton_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        from dictation.asr.triton_gemv import int8_matmul
+
+        return int8_matmul(x2d, self.weight, self.weight_scale)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias=False, int8 per-channel"

@@ -560,6 +560,12 @@ def _close(bench: Any, result: dict[str, Any], device: torch.device) -> None:
         result["dtype"] = bench.dtype_name
         result["decode_weight_bytes"] = bench.decode_weight_bytes
         result["kernel_cache_bytes"] = bench.kernel_cache_bytes() if bench.variant not in FLOAT_VARIANTS else None
+        if bench.variant == "int8" and device.type == "cuda":
+            from dictation.asr.quant import cuda_int8_path
+
+            path = cuda_int8_path(device, bench.engine.model.dtype)
+            result["int8_path"] = path
+            bench.notes.append(f"int8: one-row products through the {path} path (the fastest that ran on this GPU)")
     result["notes"] = bench.notes
     bench.unload()
     free_memory(device)

@@ -241,3 +241,40 @@ def test_the_warm_up_captures_the_step_the_first_dictation_replays(ckpt_untied, 
     monkeypatch.setattr(DecodeGraph, "_capture", lambda self, m: captures.append(1) or real(self, m))
     engine.transcribe(synth_audio(10.0, seed=4), max_new_tokens=16)
     assert captures == [] and engine.model.decode_graph is graph
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", list(FUSED_SHAPES))
+def test_the_triton_int8_kernel_holds_for_the_fused_shapes_on_cuda(shape, dtype):
+    pytest.importorskip("triton", reason="torch's CUDA wheels bring triton on Linux only")
+    from dictation.asr.triton_gemv import CONFIGS, MAX_ROWS, int8_matmul
+
+    in_f, outs = FUSED_SHAPES[shape]
+    fused, _, reference = fused_layers_for("int8", in_f, outs, device="cuda")
+    for rows in (1, MAX_ROWS):
+        x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to("cuda", dtype)
+        expected = x.float() @ reference.T
+        bound = quant._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
+        for block in (None, *CONFIGS):  # autotuned, then each candidate
+            got = int8_matmul(x, fused.weight, fused.weight_scale, block=block)
+            assert got.dtype == dtype and float((got.float() - expected).abs().max()) <= bound
+
+
+@pytest.mark.parametrize("path", ["triton", "torch", "dequantize"])
+def test_every_cuda_int8_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckpt_untied, monkeypatch, path):
+    monkeypatch.setattr(quant, "CUDA_INT8_PATH", path)
+    chosen = quant.cuda_int8_path(torch.device("cuda"), torch.bfloat16)
+    if chosen != path:
+        pytest.skip(f"the {path} int8 path is not usable with torch {torch.__version__} here (fell back to {chosen})")
+    engine = cuda_engine(ckpt_untied, variant="int8")
+    check_clips(engine, exact_plain=False)
+
+
+def test_the_int8_path_is_timed_once_and_logged(monkeypatch, caplog):
+    caplog.set_level("INFO", logger="dictation.asr.quant")
+    monkeypatch.setattr(quant, "_CUDA_INT8", {})
+    chosen = quant.cuda_int8_path(torch.device("cuda"), torch.bfloat16)
+    assert chosen in quant.CUDA_INT8_PATHS
+    assert quant.cuda_int8_path(torch.device("cuda"), torch.bfloat16) == chosen
+    if "one row through 4096x2048" in caplog.text:  # more than one path was usable: all were timed
+        assert f"using {chosen}" in caplog.text
