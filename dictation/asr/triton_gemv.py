@@ -31,7 +31,7 @@ MAX_ROWS = 4
 
 
 # (BLOCK_N, BLOCK_K, num_warps) that triton.autotune tries on the GPU.
-CONFIGS = ((8, 512, 4), (16, 256, 4), (32, 256, 8), (64, 128, 8))
+CONFIGS = ((4, 1024, 4), (8, 512, 4), (16, 256, 4), (32, 256, 8), (64, 128, 8))
 
 
 @functools.cache
