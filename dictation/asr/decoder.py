@@ -31,6 +31,9 @@ from dictation.asr.rope import apply_rope
 
 # False: every projection runs on its own (the plain path the fused one is tested against).
 FUSE_PROJECTIONS = True
+# Masked attention (later prefill chunks, extend, draft checks) with GQA folded into rows instead of
+# enable_gqa: None = on CUDA only (see Attention._folded_attention); True / False force it.
+FOLD_MASKED_GQA: bool | None = None
 
 
 class RMSNorm(nn.Module):
@@ -237,10 +240,24 @@ class Attention(_Projections):
             # A later prefill chunk: causal within the chunk, everything before it visible.
             q_pos = torch.arange(start, start + s, device=x.device)[:, None]
             mask = torch.arange(start + s, device=x.device)[None, :] <= q_pos
+            if FOLD_MASKED_GQA if FOLD_MASKED_GQA is not None else x.is_cuda:
+                return self.o_proj(self._folded_attention(q, keys, values, mask))
         o = F.scaled_dot_product_attention(
             q, keys, values, attn_mask=mask, is_causal=(s > 1 and start == 0), enable_gqa=True
         )
         return self.o_proj(o.transpose(1, 2).reshape(1, s, self.n_heads * self.head_dim))
+
+    def _folded_attention(self, q, keys, values, mask) -> torch.Tensor:
+        """Masked attention with the query heads of each kv head folded into its rows, as in
+        :meth:`forward_static`: no ``enable_gqa``, which CUDA's memory-efficient kernel refuses (and
+        flash refuses any mask), so that the math kernel with its full score matrix and repeated
+        k/v does not take every later prefill chunk, extend and draft check. ``q [1, heads, s, hd]``,
+        ``mask [s, L]`` → ``[1, s, heads * hd]``."""
+        s = q.shape[2]
+        group = self.n_heads // self.n_kv_heads
+        q = q.reshape(1, self.n_kv_heads, group * s, self.head_dim)  # row g * s + i: head kv*group+g, token i
+        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask.repeat(group, 1))
+        return o.view(1, self.n_heads, s, self.head_dim).transpose(1, 2).reshape(1, s, self.n_heads * self.head_dim)
 
     def forward_static(
         self,

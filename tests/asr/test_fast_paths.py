@@ -750,3 +750,29 @@ def test_the_capture_warms_up_the_whole_step_and_a_failure_restores_the_stream(c
         monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: ("capture", m.weights_key()))
         assert decode(engine, embeds).token_ids == ref and model.graph_failed
         assert "capturing the decode step as a CUDA graph failed" in caplog.text
+
+
+def test_masked_attention_with_gqa_folded_into_rows_equals_enable_gqa(ckpt_stops, monkeypatch):
+    """What CUDA runs for later prefill chunks, extend and draft checks (decoder.FOLD_MASKED_GQA)."""
+    import dictation.asr.decoder as decoder_mod
+
+    engine = fresh(ckpt_stops)
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(6.0, seed=3))
+    ref = plain_run(engine, embeds)
+    monkeypatch.setattr(model_mod, "PREFILL_CHUNK", 7)  # every chunk after the first is masked
+    outputs, used = {}, []
+    real = decoder_mod.Attention._folded_attention
+    monkeypatch.setattr(decoder_mod.Attention, "_folded_attention", lambda self, *a: used.append(1) or real(self, *a))
+    for fold in (False, True):
+        monkeypatch.setattr(decoder_mod, "FOLD_MASKED_GQA", fold)
+        used.clear()
+        engine._kv_owner = None
+        logits = model.prefill(embeds, MAX_NEW)
+        drafted = decode(engine, embeds, draft=ref.token_ids[:3] + [5, 6, 7])
+        checked = model.forward_tokens(torch.tensor(ref.token_ids[:6]), embeds.shape[1])
+        assert bool(used) == fold
+        outputs[fold] = logits, checked, (drafted.token_ids, drafted.stopped_on_eos)
+    for plain, folded in zip(outputs[False][:2], outputs[True][:2], strict=True):
+        torch.testing.assert_close(folded, plain, atol=1e-5 * float(plain.abs().max()), rtol=0)
+    assert outputs[True][2] == outputs[False][2] == (ref.token_ids, ref.stopped_on_eos)

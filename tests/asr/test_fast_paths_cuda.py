@@ -278,3 +278,19 @@ def test_the_int8_path_is_timed_once_and_logged(monkeypatch, caplog):
     assert quant.cuda_int8_path(torch.device("cuda"), torch.bfloat16) == chosen
     if "one row through 4096x2048" in caplog.text:  # more than one path was usable: all were timed
         assert f"using {chosen}" in caplog.text
+
+
+def test_folded_masked_attention_on_cuda_equals_enable_gqa(ckpt_untied, monkeypatch):
+    import dictation.asr.decoder as decoder_mod
+
+    engine = cuda_engine(ckpt_untied, dtype="fp32")
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(6.0, seed=3))
+    monkeypatch.setattr(model_mod, "PREFILL_CHUNK", 7)  # every chunk after the first is masked
+    got = {}
+    for fold in (False, True):
+        monkeypatch.setattr(decoder_mod, "FOLD_MASKED_GQA", fold)
+        engine._kv_owner = None
+        got[fold] = model.prefill(embeds, 8).float().cpu(), run(engine, embeds, "static").token_ids
+    torch.testing.assert_close(got[True][0], got[False][0], atol=1e-4 * float(got[False][0].abs().max()), rtol=0)
+    assert got[True][1] == got[False][1]
