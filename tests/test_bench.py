@@ -249,3 +249,32 @@ def test_loads_are_timed_from_a_warm_page_cache(tmp_path, monkeypatch):
 
     assert runner._load(Contender(), torch.device("cpu"))["load_s"] == 0.5
     assert events == [("warm", tmp_path), ("load", tmp_path)]
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA GH200 480GB", "GH200 96GB HBM3"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA GeForce RTX 3090 Ti", "RTX 3090 Ti"),
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA A10", "A10"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA GeForce GTX 1080", None),
+    ],
+)
+def test_the_bandwidth_floor_knows_the_gpu_by_its_reported_name(name, label):
+    """The more specific names must win (GH200 is not an H200, an A100 not an A10, an L40S not an L4)."""
+    from dictation.bench.runner import gpu_bandwidth
+
+    found = gpu_bandwidth(name)
+    assert (found[0] if found else None) == label

@@ -38,14 +38,28 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 FLOAT_VARIANTS = ("bf16", "fp16", "fp32")
 
-# Peak memory bandwidth by GPU name, bytes/s (vendor figures). First match wins.
+# Peak memory bandwidth by GPU name, bytes/s (vendor figures). First match wins: the more specific
+# name comes first (GH200 before H200, A100 before A10, L40S and L40 before L4).
 GPU_BANDWIDTH: tuple[tuple[tuple[str, ...], str, float], ...] = (
+    (("gh200", "144g"), "GH200 144GB HBM3e", 4.9e12),
+    (("gh200",), "GH200 96GB HBM3", 4.0e12),
     (("h200",), "H200", 4.8e12),
+    (("h100", "nvl"), "H100 NVL", 3.9e12),
     (("h100", "pcie"), "H100 PCIe", 2.0e12),
     (("h100", "sxm"), "H100 SXM", 3.35e12),
     (("h100", "hbm3"), "H100 SXM", 3.35e12),  # the SXM part reports itself as "NVIDIA H100 80GB HBM3"
     (("a100", "80gb"), "A100 80GB", 2.0e12),
+    (("a100",), "A100 40GB", 1.555e12),
+    (("5090",), "RTX 5090", 1.792e12),
     (("4090",), "RTX 4090", 1.0e12),
+    (("3090", "ti"), "RTX 3090 Ti", 1.008e12),
+    (("3090",), "RTX 3090", 0.936e12),
+    (("l40s",), "L40S", 0.864e12),
+    (("l40",), "L40", 0.864e12),
+    (("l4",), "L4", 0.3e12),
+    (("a10g",), "A10G", 0.6e12),
+    (("a10",), "A10", 0.6e12),
+    (("tesla t4",), "T4", 0.32e12),
 )
 
 RANDOM_AGREEMENT_NOTE = (
