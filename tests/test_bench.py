@@ -278,3 +278,29 @@ def test_the_bandwidth_floor_knows_the_gpu_by_its_reported_name(name, label):
 
     found = gpu_bandwidth(name)
     assert (found[0] if found else None) == label
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_a_streamed_text_that_differs_stops_fp32_and_is_counted_otherwise(workdir, monkeypatch, variant):
+    """fp32 streaming must equal the whole clip; bf16 and quantized rounding depends on the chunking."""
+    from dictation.asr.streaming import StreamingTranscription
+
+    real = StreamingTranscription.finish
+
+    def off_by_one(self, *args, **kwargs):
+        got = real(self, *args, **kwargs)
+        got.token_ids = [*got.token_ids[:-1], got.token_ids[-1] + 1]
+        return got
+
+    monkeypatch.setattr(StreamingTranscription, "finish", off_by_one)
+    out = workdir / f"differs-{variant}.json"
+    args = ["--sizes", "tiny", "--device", "cpu", "--seconds", "9", "--tokens", "4", "--repeats", "1", "--warmup", "0"]
+    args += ["--impl", "ours", "--no-prequantized", "--variants", variant, "--workdir", str(workdir)]
+    args += ["--json", str(out)]
+    if variant == "fp32":
+        with pytest.raises(RuntimeError, match="streamed transcript differs"):
+            bench_main(args)
+        return
+    assert bench_main(args) == 0
+    release = json.loads(out.read_text(encoding="utf-8"))["results"][0]["clips"][0]["ours"][variant]["release"]
+    assert release["streamed_same_ids"] == 0.0 and release["release_ms"] > 0

@@ -127,6 +127,7 @@ def print_size_table(res: dict[str, Any], meta: dict[str, Any], out: Callable[[s
                 ("speech_work_ms", "work during speech (ms)", 1),
                 ("windows_redone", "windows redone at release", 0),
                 ("preview_accepted", "preview ids accepted", 0),
+                ("streamed_same_ids", "streamed ids = whole clip", 2),
             ):
                 lines.append((label, [r[key] if r else None for r in releases], digits, ""))
         lines.append((mem_label, peaks, 2, ratios.get("peak_over_baseline_bytes", "")))

@@ -350,8 +350,13 @@ class OursBench:
           (no window has to be redone at release; on the bench clip the windows encoded before its
           loudest frame are redone when the final floor changes them: ``windows_redone``).
 
-        Every path's ids are checked to equal a whole-clip ``transcribe`` with the same budget."""
+        Every path's ids are compared with a whole-clip ``transcribe`` with the same budget. In fp32
+        they must be equal (the run stops with an error otherwise). In bf16 and the quantized variants
+        the prefill's rounding depends on how the prompt was split into chunks (and on the CPU which
+        int8/int4 kernel a chunk's row count picks), so a near tie can go the other way:
+        ``streamed_same_ids`` is the share of runs whose ids were equal."""
         engine = self.engine
+        exact = self.variant == "fp32"
         chunk = SAMPLE_RATE // 10
         loud_start = audio * 0.5
         loud_start[:SAMPLE_RATE] = synth_audio(1.0, seed=AUDIO_SEED + 1) * 1.8
@@ -366,7 +371,7 @@ class OursBench:
             keep = int(0.85 * len(ids))
             return ids[:keep] + [(t + 1) % vocab for t in ids[keep:]]
 
-        def one(clip: np.ndarray, mode: str) -> tuple[float, float, float, float]:
+        def one(clip: np.ndarray, mode: str) -> tuple[float, float, float, float, bool]:
             stream = engine.stream(max_new_tokens=n_tokens)
             preview_at = max(0, len(clip) - SAMPLE_RATE)
             draft: list[int] | None = None
@@ -389,7 +394,8 @@ class OursBench:
             got = stream.finish(draft_ids=draft)
             sync(self.device)
             elapsed = time.perf_counter() - t0
-            if got.token_ids != wanted[best]:
+            same = got.token_ids == wanted[best]
+            if exact and not same:
                 raise RuntimeError("the streamed transcript differs from the whole clip's")
             t = got.timings
             return (
@@ -397,9 +403,10 @@ class OursBench:
                 (t["feed_s"] + work) * 1e3,
                 t.get("draft_accepted", 0.0),
                 t.get("reencoded_windows", 0.0),
+                same,
             )
 
-        runs: dict[str, list[tuple[float, float, float, float]]] = {}
+        runs: dict[str, list[tuple[float, float, float, float, bool]]] = {}
         for key, clip, mode in (
             ("release_ms", audio, "none"),
             ("release_preview_ms", audio, "preview"),
@@ -411,6 +418,8 @@ class OursBench:
         out["speech_work_ms"] = statistics.median(r[1] for r in runs["release_ms"])
         out["preview_accepted"] = statistics.median(r[2] for r in runs["release_preview_ms"])
         out["windows_redone"] = runs["release_ms"][0][3]
+        every = [r[4] for values in runs.values() for r in values]
+        out["streamed_same_ids"] = sum(every) / len(every)
         return out
 
     def teacher_forced(self, audio: np.ndarray, tokens: list[int]) -> tuple[list[int], torch.Tensor]:
