@@ -203,7 +203,9 @@ def print_summary(results: list[dict[str, Any]], meta: dict[str, Any], out: Call
             f"prefilled meanwhile: 'work during speech'), then finish() timed; {their}'+ draft 85% right': the "
             "final ids with the last 15% wrong, what a preview 1 s before the end gives on real speech; windows "
             "encoded before the clip's loudest frame are redone at release when its floor changes them ('windows "
-            "redone'); '+ first window loudest' is the case where none is. All ids equal a whole-clip transcribe."
+            "redone'); '+ first window loudest' is the case where none is. In fp32 every path's ids equal a "
+            "whole-clip transcribe; in bf16 and int8/int4 the rounding depends on the chunking ('streamed ids = "
+            "whole clip': the share of runs where they did)."
         )
     if meta.get("official_missing"):
         out(f"official implementation: not measured ({meta['official_missing']})")
