@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -70,6 +71,38 @@ def test_the_kernel_matches_the_exact_product_for_every_block_size_and_dtype(int
 def test_the_probe_accepts_it_and_autotune_gets_every_block_size(interpreted):
     assert interpreted["probe"] == {"fp32": True, "bf16": True, "fp16": True}
     assert interpreted["configs"] == len(triton_gemv.CONFIGS)
+
+
+def compile_for(capability: int, dtype: str, block: tuple[int, int, int], aligned: bool):
+    """The kernel compiled ahead of time by Triton's real compiler (to PTX and a cubin with the ptxas
+    Triton ships), no GPU needed. ``aligned``: every pointer, size and stride divisible by 16, as the
+    decoder's layers are; at run time Triton's JIT sees that and specializes the same way."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    block_n, block_k, warps = block
+    pointers = {"x_ptr": f"*{dtype}", "w_ptr": "*i8", "scale_ptr": "*fp32", "y_ptr": f"*{dtype}"}
+    ints = dict.fromkeys(("N", "K", "stride_x", "stride_w", "stride_y"), "i32")
+    signature = {**pointers, **ints, "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers) + len(ints))} if aligned else None
+    constexprs = {"BLOCK_N": block_n, "BLOCK_K": block_k}
+    source = ASTSource(fn=triton_gemv.raw_kernel(), signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
+
+
+@pytest.mark.parametrize("capability", [80, 89, 90])  # A100 / RTX 30 (86 is the same code), RTX 40, H100
+def test_the_kernel_compiles_for_real_gpus_and_reads_weights_in_vectors(capability):
+    """The interpreter accepts more than the compiler does; and one-byte loads would make the kernel
+    slow however it is tuned. On aligned layers every global load is a vector or a word, none a byte."""
+    for dtype in ("bf16", "fp16"):
+        for block in triton_gemv.CONFIGS:
+            kernel = compile_for(capability, dtype, block, aligned=True)
+            assert kernel.asm.get("cubin"), f"no cubin for sm_{capability}"
+            loads = re.findall(r"ld\.global(?:\.\w+)*", kernel.asm["ptx"])
+            assert loads and not [op for op in loads if op.endswith(".b8")], (dtype, block, loads)
+            assert any(".v4." in op for op in loads), (dtype, block, loads)
+    assert compile_for(capability, "bf16", triton_gemv.CONFIGS[0], aligned=False).asm.get("cubin")  # odd sizes
 
 
 def test_misfit_inputs_are_refused_with_their_shapes():
