@@ -49,8 +49,9 @@ class RMSNorm(nn.Module):
         return self.weight * y.to(x.dtype)
 
 
-def _stamp(module: nn.Module) -> tuple:
-    """What a fusion depends on in one member: its tensors' addresses and its quantized version."""
+def stamp(module: nn.Module) -> tuple:
+    """What a fusion (and a captured decode step, ``AsrModel.weights_key``) depends on in one module:
+    its tensors' addresses and its quantized version."""
     tensors = [*module._parameters.values(), *module._buffers.values()]
     # From __dict__: getattr of a missing attribute goes through nn.Module.__getattr__ and raises (slow).
     return module.__dict__.get("version", 0), tuple(t.data_ptr() if t is not None else 0 for t in tensors)
@@ -106,7 +107,7 @@ class Fusion:
             self.layer = quant.fuse_rows(members)
         else:
             _unshare(members)
-        self.stamps = tuple(_stamp(m) for m in members)
+        self.stamps = tuple(stamp(m) for m in members)
 
     @property
     def fused(self) -> bool:
@@ -119,7 +120,7 @@ class Fusion:
         return (
             enabled == self.enabled
             and self.same_members(members)
-            and all(_stamp(m) == s for m, s in zip(members, self.stamps, strict=True))
+            and all(stamp(m) == s for m, s in zip(members, self.stamps, strict=True))
         )
 
     def run(self, x: torch.Tensor, members: Sequence[nn.Module]) -> Sequence[torch.Tensor]:
