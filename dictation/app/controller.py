@@ -172,7 +172,7 @@ class AppController(QObject):
         self._s = services
         self._settings = settings if settings is not None else services.store.load()
         self._clock = services.clock
-        model_state = S.ModelState.LOADING if self._settings.engine.model else S.ModelState.FAILED
+        model_state = S.ModelState.LOADING if self._settings.engine.model else S.ModelState.NOT_CHOSEN
         self.session = S.DictationSession(session_settings(self._settings), model_state=model_state)
         self._status = self.session.status
         self._queue: collections.deque[Any] = collections.deque()
@@ -360,6 +360,8 @@ class AppController(QObject):
         if command not in actions:
             return {"ok": False, "message": f"unknown command {command!r}; known: {', '.join(actions)}"}
         actions[command]()
+        if command in ("toggle", "start") and self.session.model_state is S.ModelState.NOT_CHOSEN:
+            return {"ok": False, "message": S.NO_MODEL_MESSAGE}  # refused: the command says so too
         return {
             "ok": True,
             "status": self._status.value,
@@ -576,7 +578,7 @@ class AppController(QObject):
             self._dispatch(S.ModelUnloaded())
         elif not self._settings.engine.model:
             self.model_progress.emit(NO_MODEL_MESSAGE)
-            self._dispatch(S.ModelFailed("no speech model is chosen"))
+            self._dispatch(S.ModelNotChosen())
 
     def _restart_idle_timer(self) -> None:
         minutes = self._settings.engine.idle_unload_minutes
@@ -683,7 +685,7 @@ class AppController(QObject):
             if self._settings.engine.model:
                 self._load.emit(engine_options(self._settings))
             else:
-                self._queue.append(S.ModelFailed("no speech model is chosen"))
+                self._queue.append(S.ModelNotChosen())
         elif isinstance(action, S.Transcribe):
             job = self._jobs.setdefault(action.job_id, _Job())
             job.transcribe_wanted = True
@@ -702,6 +704,8 @@ class AppController(QObject):
                 self._sounds.play(action.kind.value)
         elif isinstance(action, S.Notify):
             self._notify(action.level.value, action.message)
+        elif isinstance(action, S.ShowModelChoice):
+            self.show_settings_requested.emit("model")
         elif isinstance(action, S.SetStatus):
             self._status = action.status
             if action.status is not S.Status.RECORDING:

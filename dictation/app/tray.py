@@ -44,11 +44,19 @@ STATUS_TEXT = {
     Status.ERROR: "Speech model unavailable",
 }
 VARIANTS = (("auto", "Automatic precision"), ("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
+NO_MODEL_TEXT = "Choose a speech model"
 _LEVEL_ICON = {
     "info": QSystemTrayIcon.MessageIcon.Information,
     "warning": QSystemTrayIcon.MessageIcon.Warning,
     "error": QSystemTrayIcon.MessageIcon.Critical,
 }
+
+
+def status_text(controller: AppController) -> str:
+    """The status in words; the error of a new user who has no model yet says what to do."""
+    if controller.status is Status.ERROR and not controller.settings.engine.model:
+        return NO_MODEL_TEXT
+    return STATUS_TEXT[controller.status]
 
 
 def elide(text: str, width: int = 48) -> str:
@@ -206,7 +214,9 @@ class Tray(QObject):
     def tooltip(self) -> str:
         c = self.controller
         s = c.settings
-        status = STATUS_TEXT[c.status]
+        status = status_text(c)
+        if status == NO_MODEL_TEXT:
+            status += " (Settings → Model)"
         model = c.model_label or (s.engine.model or "none chosen")
         mode = {"push_to_talk": "hold", "toggle": "press to start/stop", "hybrid": "hold or tap"}[s.hotkeys.mode]
         hotkey = f"{s.hotkeys.hotkey} ({mode})" + (" — paused" if c.hotkeys_paused else "")
@@ -226,9 +236,9 @@ class Tray(QObject):
             self.tray.setToolTip(tip)
         if self.window is not None:
             self.window.icon_label.setPixmap(status_icon(status).pixmap(24, 24))
-            self.window.status_label.setText(STATUS_TEXT[status])
+            self.window.status_label.setText(status_text(self.controller))
             self.window.status_label.setToolTip(tip)
-            self.window.setWindowTitle(f"Dictation — {STATUS_TEXT[status]}")
+            self.window.setWindowTitle(f"Dictation — {status_text(self.controller)}")
 
     def notify(self, level: str, message: str) -> None:
         if self.tray is not None and QSystemTrayIcon.supportsMessages():
