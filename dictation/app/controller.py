@@ -145,6 +145,7 @@ class AppController(QObject):
     hotkeys_paused_changed = Signal(bool)
     input_level_changed = Signal(float)  # 0..1 while recording, for the overlay
     preview_changed = Signal(str)  # live preview of the take being recorded ("" clears it); never typed
+    retranscribed = Signal(int, str)  # history entry id, "" when its text was replaced, else why not
 
     # queued calls into the worker threads
     _load = Signal(object)
@@ -413,10 +414,14 @@ class AppController(QObject):
         log.info("global hotkeys %s", "paused" if paused else "resumed")
         self.hotkeys_paused_changed.emit(paused)
 
-    def copy_entry(self, entry_id: int) -> None:
+    def copy_entry(self, entry_id: int) -> bool:
+        """Put the entry's text on the clipboard; True if the clipboard now holds it."""
         entry = self.history.get(entry_id)
-        if entry is not None:
-            QGuiApplication.clipboard().setText(entry.text)
+        if entry is None:
+            return False
+        clipboard = QGuiApplication.clipboard()
+        clipboard.setText(entry.text)
+        return clipboard.text() == entry.text
 
     def retype_entry(self, entry_id: int) -> None:
         entry = self.history.get(entry_id)
@@ -434,15 +439,17 @@ class AppController(QObject):
 
         entry = self.history.get(entry_id)
         if entry is None or entry.audio_path is None:
-            self._notify("warning", "This dictation has no saved recording to transcribe again.")
+            self._refuse_retranscribe(entry_id, "warning", "This dictation has no saved recording to transcribe again.")
             return
         if self.session.model_state is not S.ModelState.READY:
-            self._notify("warning", "The speech model is not loaded; try again once it is ready.")
+            self._refuse_retranscribe(
+                entry_id, "warning", "The speech model is not loaded; try again once it is ready."
+            )
             return
         try:
             samples = load_audio_16k(entry.audio_path)
         except Exception as exc:  # a missing or damaged file: say which
-            self._notify("error", f"Cannot read {entry.audio_path}: {exc}")
+            self._refuse_retranscribe(entry_id, "error", f"Cannot read {entry.audio_path}: {exc}")
             return
         streamed = bool((entry.timings or {}).get(STREAMED_KEY))
         if self._settings.recording.trim_silence:  # as the first time, so the results compare
@@ -455,6 +462,10 @@ class AppController(QObject):
         self._retranscribe[request] = (entry_id, streamed)
         language, context = self._language_context()
         self._transcribe.emit(request, samples, language, context)
+
+    def _refuse_retranscribe(self, entry_id: int, level: str, message: str) -> None:
+        self._notify(level, message)
+        self.retranscribed.emit(entry_id, message)
 
     def start_download(self, repo_id: str) -> None:
         self._download.emit(repo_id)
@@ -809,13 +820,16 @@ class AppController(QObject):
         job = self._jobs.get(request_id)
         if job is not None:
             job.transcript = transcript
-        log.info("transcribed job %d: %d characters (%s)", request_id, len(transcript.text), transcript.language)
+        language = transcript.language or "not named by the model"
+        log.info("transcribed job %d: %d characters, language %s", request_id, len(transcript.text), language)
         self._dispatch(S.TranscriptionDone(request_id, transcript.text, transcript.language or None))
 
     def _on_transcribe_failed(self, request_id: int, message: str) -> None:
         if request_id >= RETRANSCRIBE_BASE:
-            self._retranscribe.pop(request_id, None)
+            request = self._retranscribe.pop(request_id, None)
             self._notify("error", f"Re-transcription failed: {message}")
+            if request is not None:
+                self.retranscribed.emit(request[0], f"Re-transcription failed: {message}")
             return
         self._dispatch(S.TranscriptionFailed(request_id, f"Transcription failed: {message}"))
         job = self._jobs.pop(request_id, None)
@@ -836,6 +850,7 @@ class AppController(QObject):
             timings=_timings(transcript, streamed),
         )
         self.history_changed.emit()
+        self.retranscribed.emit(entry_id, "")
         self._notify("info", f"Transcribed again: {text.strip()[:80] or '(no speech)'}")
 
     def _deliver_text(self, action: S.DeliverText) -> None:

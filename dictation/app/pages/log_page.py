@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from PySide6.QtCore import QUrl
-from PySide6.QtGui import QDesktopServices, QFontDatabase
+from PySide6.QtGui import QDesktopServices, QFontDatabase, QTextOption
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QWidget
 
 from dictation.app.pages import SettingsPage
@@ -59,7 +59,9 @@ class LogPage(SettingsPage):
         self.add_widget(bar)
         self.view = QPlainTextEdit()
         self.view.setReadOnly(True)
-        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        # Long lines (paths, tracebacks) wrap at the view's width, inside a word where they must.
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.view.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.view.setMaximumBlockCount(MAX_LINES)
         self.view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.view.setMinimumHeight(360)
