@@ -45,6 +45,7 @@ STATUS_TEXT = {
 }
 VARIANTS = (("auto", "Automatic precision"), ("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
 NO_MODEL_TEXT = "Choose a speech model"
+PAUSED_TEXT = "Ready (hotkeys paused)"
 _LEVEL_ICON = {
     "info": QSystemTrayIcon.MessageIcon.Information,
     "warning": QSystemTrayIcon.MessageIcon.Warning,
@@ -56,6 +57,8 @@ def status_text(controller: AppController) -> str:
     """The status in words; the error of a new user who has no model yet says what to do."""
     if controller.status is Status.ERROR and not controller.settings.engine.model:
         return NO_MODEL_TEXT
+    if controller.status is Status.IDLE and controller.hotkeys_paused:
+        return PAUSED_TEXT
     return STATUS_TEXT[controller.status]
 
 
@@ -190,7 +193,7 @@ class Tray(QObject):
         self.tray: QSystemTrayIcon | None = None
         self.window: StatusWindow | None = None
         if not force_window and QSystemTrayIcon.isSystemTrayAvailable():
-            self.tray = QSystemTrayIcon(status_icon(controller.status), self)
+            self.tray = QSystemTrayIcon(status_icon(controller.status, paused=controller.hotkeys_paused), self)
             self.tray.setContextMenu(self.menu)
             self.tray.activated.connect(self._activated)
             self.tray.show()
@@ -231,11 +234,12 @@ class Tray(QObject):
     def refresh(self, *_: object) -> None:
         status = self.controller.status
         tip = self.tooltip()
+        shown = status_icon(status, paused=self.controller.hotkeys_paused)
         if self.tray is not None:
-            self.tray.setIcon(status_icon(status))
+            self.tray.setIcon(shown)
             self.tray.setToolTip(tip)
         if self.window is not None:
-            self.window.icon_label.setPixmap(status_icon(status).pixmap(24, 24))
+            self.window.icon_label.setPixmap(shown.pixmap(24, 24))
             self.window.status_label.setText(status_text(self.controller))
             self.window.status_label.setToolTip(tip)
             self.window.setWindowTitle(f"Dictation — {status_text(self.controller)}")
