@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QActionGroup, QGuiApplication
@@ -110,7 +111,9 @@ class TrayMenu(QMenu):
         self.addAction("Quit").triggered.connect(c.quit_requested.emit)
 
     def _model_menu(self) -> QMenu:
-        from dictation.asr.models import KNOWN_MODELS, cached_models
+        """The models on this computer (the Hugging Face cache, then the folders chosen before), the
+        precision, and the Model page."""
+        from dictation.asr.models import KNOWN_MODELS, local_models
 
         c = self.controller
         menu = QMenu("Model", self)
@@ -118,20 +121,26 @@ class TrayMenu(QMenu):
         label = c.model_label or ("not loaded" if current else "none chosen")
         info = menu.addAction(f"In use: {label}")
         info.setEnabled(False)
-        menu.addSeparator()
-        labels = {m.repo_id: m.label for m in KNOWN_MODELS}
-        choices: list[str] = [repo for repo, _ in cached_models()]
-        if current and current not in choices:
-            choices.insert(0, current)
+        models = local_models([r.path for r in c.settings.engine.recent_models])
+        choices = [(m.spec, m.label, m.cached) for m in models]
+        if current and current not in [spec for spec, _, _ in choices]:  # gone, or not downloaded yet
+            known = {m.repo_id: m.label for m in KNOWN_MODELS}
+            folder = Path(current).is_absolute()
+            choices.insert(0, (current, known.get(current) or (Path(current).name if folder else current), not folder))
         group = QActionGroup(menu)
-        for spec in choices:
-            action = menu.addAction(labels.get(spec, spec))
-            action.setCheckable(True)
-            action.setChecked(spec == current)
-            action.setToolTip(spec)
-            group.addAction(action)
-            action.triggered.connect(lambda _=False, m=spec: self._set_engine(model=m))
+        for cached in (True, False):
+            section = [(spec, text) for spec, text, in_cache in choices if in_cache is cached]
+            if section:
+                menu.addSection("Downloaded models" if cached else "Model folders")
+            for spec, text in section:
+                action = menu.addAction(text)
+                action.setCheckable(True)
+                action.setChecked(spec == current)
+                action.setToolTip(spec)
+                group.addAction(action)
+                action.triggered.connect(lambda _=False, m=spec: self._choose_model(m))
         if not choices:
+            menu.addSeparator()
             none = menu.addAction("No models yet — download one in Settings")
             none.setEnabled(False)
         menu.addSeparator()
@@ -145,6 +154,12 @@ class TrayMenu(QMenu):
         menu.addSeparator()
         menu.addAction("Model settings…").triggered.connect(lambda: self._show_settings("model"))
         return menu
+
+    def _choose_model(self, spec: str) -> None:
+        s = self.controller.settings
+        errors = self.controller.apply_settings(s.replace(engine=s.engine.with_model(spec)))
+        for error in errors:
+            self.controller.notified.emit("error", f"Cannot switch the model: {error}")
 
     def _set_engine(self, **changes: str) -> None:
         s = self.controller.settings
