@@ -106,18 +106,55 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+QUANTIZE_DESCRIPTION = """\
+Write a copy of a Qwen3-ASR model folder whose text decoder is stored as 8-bit (int8) or 4-bit
+(int4) integers: smaller on disk and in memory, and quicker to load than choosing the int8/int4
+weights variant, which quantizes the model at every start. The audio encoder, the embeddings and
+the output head are kept as they are; the tokenizer and other files are copied. The new folder
+records its variant in config.json and is used like any model folder: choose it on the Model page
+of the settings, or pass it to `dictation transcribe --model`.
+
+example:
+  dictation quantize --model Qwen/Qwen3-ASR-1.7B --variant int8 --out ~/models/qwen3-asr-1.7b-int8
+"""
+
+
 def cmd_quantize(args: argparse.Namespace) -> int:
     from dictation.asr import AsrError
+    from dictation.asr.models import resolve_model
     from dictation.asr.quant import DEFAULT_GROUP_SIZE, write_quantized_folder
 
+    bar = _CountBar(f"quantizing to {args.variant}") if sys.stderr.isatty() else None
     try:
+        source = resolve_model(args.model)
         out = write_quantized_folder(
-            args.model, Path(args.out), args.variant, group_size=args.group_size or DEFAULT_GROUP_SIZE
+            args.model,
+            Path(args.out),
+            args.variant,
+            group_size=args.group_size or DEFAULT_GROUP_SIZE,
+            on_progress=bar.update if bar is not None else None,
         )
     except AsrError as exc:
+        if bar is not None:
+            bar.close()
         return _fail(str(exc))
-    print(out)
+    if bar is not None:
+        bar.close()
+    before, after = _weights_bytes(source), _weights_bytes(out)
+    print(f"Wrote the {args.variant} model to {out}")
+    share = f" ({after / before:.0%} of the source's {_size(before)})" if before else ""
+    print(f"  weights: {_size(after)}{share}")
+    print(f"  use it: choose this folder on the Model page, or `dictation transcribe --model {out} FILE.wav`")
     return 0
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+def _weights_bytes(folder: Path) -> int:
+    """The size of a model folder's weight files (what quantizing shrinks)."""
+    return sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".safetensors", ".gguf") and p.is_file())
 
 
 def cmd_merge_lora(args: argparse.Namespace) -> int:
@@ -213,6 +250,25 @@ def cmd_remote(args: argparse.Namespace) -> int:
     return 0
 
 
+class _CountBar:
+    """ "label [#####.....] 120/398" on stderr, for work counted in steps (tensors)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.shown = False
+
+    def update(self, done: int, total: int) -> None:
+        width = 30
+        filled = int(width * done / total) if total else 0
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+
+
 class _ProgressBar:
     """A one-line progress bar on stderr (no dependency; tqdm would be fine too)."""
 
@@ -269,9 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("model", nargs="?", default=DEFAULT_DOWNLOAD, help=f"repo id (default {DEFAULT_DOWNLOAD})")
     d.set_defaults(func=cmd_download)
 
-    q = sub.add_parser("quantize", help="write a pre-quantized model folder (int8 / int4 decoder)")
+    q = sub.add_parser(
+        "quantize",
+        help="write a pre-quantized model folder (int8 / int4 decoder)",
+        description=QUANTIZE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     q.add_argument("--model", required=True, help="source model folder or cached repo id (bf16/fp16/fp32)")
-    q.add_argument("--variant", required=True, choices=["int8", "int4"])
+    q.add_argument(
+        "--variant", required=True, choices=["int8", "int4"], help="int8: closest to the original; int4: smallest"
+    )
     q.add_argument("--group-size", type=int, default=None, help="int4 group size along the inputs (default 128)")
     q.add_argument("--out", required=True, help="new folder to write (must not exist or be empty)")
     q.set_defaults(func=cmd_quantize)

@@ -48,6 +48,7 @@ CUDA_TORCH_FIX = (
     "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128 "
     "(or the CUDA version your driver supports: https://pytorch.org/get-started/locally/)"
 )
+CPU_TORCH_URL = "https://download.pytorch.org/whl/cpu"
 YDOTOOLD_FIX = (
     "start the ydotool daemon: `systemctl --user enable --now ydotool` where the package ships that "
     "service, else add `ydotoold &` to your session's startup (it needs write access to /dev/uinput)"
@@ -845,6 +846,19 @@ def _engine(ctx: Context) -> list[Check]:
                 "https://pytorch.org/get-started/locally/"
             )
             checks.append(Check(area, "GPU", "warning", detail, fix))
+        elif build.cuda:
+            checks.append(
+                Check(
+                    area,
+                    "GPU",
+                    "warning",
+                    f"torch {build.version} is a CUDA {build.cuda} build, but this machine shows no NVIDIA GPU "
+                    f"(no nvidia-smi{', no ' + NVIDIA_PROC if ctx.linux else ''}): the model runs on the CPU "
+                    f"({cores} cores) and the CUDA libraries only take up disk space; the CPU build is as fast "
+                    "here and several GB smaller",
+                    cpu_torch_fix(ctx.linux),
+                )
+            )
         else:
             checks.append(Check(area, "GPU", "info", f"no NVIDIA GPU found: the model runs on the CPU ({cores} cores)"))
     elif driver:
@@ -872,6 +886,22 @@ def _engine(ctx: Context) -> list[Check]:
     if memory is not None:
         checks.append(memory)
     return checks
+
+
+def cpu_torch_fix(linux: bool, prefix: str | None = None) -> str:
+    """How to swap a CUDA build of torch for the CPU build in the environment at ``prefix``
+    (this one by default): through pipx where pipx made it, else pip.
+
+    On Linux PyPI's CUDA build pulls in the nvidia-* and triton packages, which a
+    ``--force-reinstall`` of the CPU build would leave behind, so they are removed too (the
+    issue that asked for this measured 5.7 GB installed against 1.3 GB for the CPU build).
+    """
+    parts = Path(prefix if prefix is not None else sys.prefix).parts
+    pip = "pipx runpip dictation" if "pipx" in parts or ".pipx" in parts else "pip"
+    if linux:
+        remove = f"{pip} uninstall -y torch triton $({pip} freeze | grep -o '^nvidia-[A-Za-z0-9_.-]*')"
+        return f"`{remove}` then `{pip} install torch --index-url {CPU_TORCH_URL}` (about 1.3 GB instead of 5.7 GB)"
+    return f"`{pip} uninstall -y torch` then `{pip} install torch --index-url {CPU_TORCH_URL}`"
 
 
 def _device_check(ctx: Context, accelerator: str, gpus: list[GpuInfo]) -> Check:

@@ -8,7 +8,8 @@ the returned actions in list order. Everything below is the contract the tray ap
 
 State (three independent parts, so that overlaps are explicit)
 --------------------------------------------------------------
-- model: `ModelState` LOADING, READY, FAILED or UNLOADED (unloaded on purpose, e.g. idle unload).
+- model: `ModelState` LOADING, READY, FAILED, UNLOADED (unloaded on purpose, e.g. idle unload) or
+  NOT_CHOSEN (no model is set: a new user who has not downloaded or picked one yet).
 - recorder: none, or one recording (its job id, start time, max-length deadline, whether the mic
   is live yet, and whether it is *held* -- stops when the hotkey is released -- or *hands-free* --
   stops on the next press / toggle / stop).
@@ -17,13 +18,13 @@ State (three independent parts, so that overlaps are explicit)
 
 So "recording while loading" and "recording while transcribing" are simply a recording plus a
 non-empty FIFO. `status` folds the three into one value for the tray, first match wins:
-RECORDING (a recording exists: the mic is live, which matters most) > ERROR (model FAILED) >
+RECORDING (a recording exists: the mic is live, which matters most) > ERROR (model FAILED or NOT_CHOSEN) >
 LOADING (model LOADING) > TRANSCRIBING (jobs pending) > IDLE (includes UNLOADED: ready to record).
 After each event whose handling changed `status`, the last action is `SetStatus(status)`.
 
 Within one list, actions come by kind: microphone (Start/Stop/DiscardCapture: the mic first, and
 the stop cue is not recorded), engine (LoadModel, Transcribe, SkipTranscription), DeliverText,
-ScheduleTick, PlaySound, Notify, SetStatus; within a kind, in job order.
+ScheduleTick, PlaySound, Notify, ShowModelChoice, SetStatus; within a kind, in job order.
 
 Job ids
 -------
@@ -100,6 +101,12 @@ Decisions
   its deadline; a `Tick` at or after the current recording's deadline stops it as a normal stop plus
   an info `Notify`. Stale ticks (early, or for a recording that already ended) are ignored, so timers
   never need cancelling. `MaxLengthReached(id)` (e.g. the recorder's buffer is full) stops it too.
+- No model chosen (`ModelNotChosen`, or a session created NOT_CHOSEN): a press, tray toggle or IPC
+  start records nothing. It answers at once with the ERROR sound, an error `Notify` (`NO_MODEL_MESSAGE`)
+  and `ShowModelChoice()` (the app opens its Model page): speaking into a take that can never be
+  transcribed helps nobody. Jobs waiting for the model are skipped as for a failure, and a recording
+  already running when the model is unset is saved and skipped at its stop. `ModelLoading` (a model was
+  chosen) leaves the state; the `ModelReady` that follows says "Speech model ready.".
 - Status ERROR reflects only the model (a condition the user must fix); microphone and
   transcription failures are one-off notifications, the status stays what the lifecycle says.
 """
@@ -121,6 +128,7 @@ class ModelState(str, Enum):
     READY = "ready"
     FAILED = "failed"
     UNLOADED = "unloaded"
+    NOT_CHOSEN = "not_chosen"
 
 
 class Status(str, Enum):
@@ -217,6 +225,11 @@ class ModelUnloaded:
 
 
 @dataclass(frozen=True)
+class ModelNotChosen:
+    """No speech model is set (the setting is empty): there is nothing to load until the user picks one."""
+
+
+@dataclass(frozen=True)
 class RecordingStarted:
     job_id: int
 
@@ -273,6 +286,7 @@ Event = (
     | ModelReady
     | ModelFailed
     | ModelUnloaded
+    | ModelNotChosen
     | RecordingStarted
     | RecordingFailed
     | RecordingLost
@@ -351,6 +365,11 @@ class ScheduleTick:
 
 
 @dataclass(frozen=True)
+class ShowModelChoice:
+    """Show the user where to choose a speech model (the settings window's Model page)."""
+
+
+@dataclass(frozen=True)
 class SetStatus:
     status: Status
 
@@ -366,6 +385,7 @@ Action = (
     | Notify
     | PlaySound
     | ScheduleTick
+    | ShowModelChoice
     | SetStatus
 )
 
@@ -381,13 +401,19 @@ _ORDER = {
     ScheduleTick: 3,
     PlaySound: 4,
     Notify: 5,
-    SetStatus: 6,
+    ShowModelChoice: 6,
+    SetStatus: 7,
 }
 
 # ---- the machine ----
 
 NO_SPEECH_MESSAGE = "No speech recognised; nothing was typed."
 WAITING_MESSAGE = "The speech model is still loading; your dictation will be typed when it is ready."
+NO_MODEL_REASON = "no speech model is chosen"
+NO_MODEL_MESSAGE = (
+    "No speech model is chosen yet, so nothing was recorded: download one or choose a model folder "
+    "on the Model page of the settings."
+)
 
 
 class _JobState(Enum):
@@ -422,7 +448,8 @@ class DictationSession:
         self.settings = settings or SessionSettings()
         self._model = ModelState(model_state)
         self._model_error: str | None = None
-        self._announce_ready = False  # a load failed; say when the model works again
+        # A load failed or no model was chosen: say when the model works.
+        self._announce_ready = self._model is ModelState.NOT_CHOSEN
         self._hotkey_down = False
         self._recording: _Recording | None = None
         self._jobs: dict[int, _Job] = {}  # the FIFO: insertion order is job order
@@ -442,7 +469,7 @@ class DictationSession:
     def status(self) -> Status:
         if self._recording is not None:
             return Status.RECORDING
-        if self._model is ModelState.FAILED:
+        if self._model in (ModelState.FAILED, ModelState.NOT_CHOSEN):
             return Status.ERROR
         if self._model is ModelState.LOADING:
             return Status.LOADING
@@ -538,6 +565,8 @@ class DictationSession:
             case ModelUnloaded():
                 self._model = ModelState.UNLOADED
                 return self._ensure_loading() if self._waiting() else []
+            case ModelNotChosen():
+                return self._model_not_chosen()
             case TranscriptionDone(job_id, text, language):
                 job = self._jobs.get(job_id)
                 if job is None or job.state in (_JobState.DONE, _JobState.FAILED):
@@ -562,6 +591,8 @@ class DictationSession:
         return self._recording is not None and self._recording.job_id == job_id
 
     def _start(self, t: float, *, hands_free: bool) -> list[Action]:
+        if self._model is ModelState.NOT_CHOSEN:
+            return [PlaySound(Sound.ERROR), Notify(Level.ERROR, NO_MODEL_MESSAGE), ShowModelChoice()]
         self._last_job_id += 1
         max_s = self.settings.max_recording_s
         deadline = None if max_s is None else t + max_s
@@ -589,8 +620,8 @@ class DictationSession:
         """Save the recording and queue it as a job (the recorder is already cleared)."""
         job_id = rec.job_id
         actions: list[Action] = [StopCapture(job_id)]
-        if self._model is ModelState.FAILED:
-            reason = f"Speech model unavailable: {self._model_error}"
+        if self._model in (ModelState.FAILED, ModelState.NOT_CHOSEN):
+            reason = self._unavailable_reason()
             return [
                 *actions,
                 SkipTranscription(job_id, reason),
@@ -629,6 +660,24 @@ class DictationSession:
             self._announce_ready = False
             actions.append(Notify(Level.INFO, "Speech model ready."))
         return actions
+
+    def _unavailable_reason(self) -> str:
+        if self._model is ModelState.NOT_CHOSEN:
+            return f"Speech model unavailable: {NO_MODEL_REASON}"
+        return f"Speech model unavailable: {self._model_error}"
+
+    def _model_not_chosen(self) -> list[Action]:
+        self._model, self._model_error = ModelState.NOT_CHOSEN, None
+        self._announce_ready = True  # once one is chosen and loaded, say so
+        skipped = self._waiting()
+        actions: list[Action] = []
+        for job_id in skipped:
+            del self._jobs[job_id]
+            actions.append(SkipTranscription(job_id, self._unavailable_reason()))
+        if skipped:
+            text = f"No speech model is chosen: {len(skipped)} recording(s) saved but not transcribed."
+            actions += [PlaySound(Sound.ERROR), Notify(Level.WARNING, text)]
+        return [*actions, *self._flush()]
 
     def _model_failed(self, message: str) -> list[Action]:
         self._model, self._model_error = ModelState.FAILED, message

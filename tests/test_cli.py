@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,3 +119,27 @@ def test_version_and_help():
     proc = run_cli("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("dictation ")
     assert "transcribe" in run_cli("--help").stdout
+
+
+def test_quantize_says_what_it_does_and_what_it_wrote(ckpt_untied, tmp_path):
+    """`quantize --help` describes the command; a run says where the folder is, its size and how to use it."""
+    help_text = run_cli("quantize", "--help").stdout
+    assert "Write a copy of a Qwen3-ASR model folder whose text decoder is stored as 8-bit" in help_text
+    assert "choose it on the Model page" in help_text and "int4: smallest" in help_text
+    out = tmp_path / "int4"
+    proc = run_cli("quantize", "--model", ckpt_untied, "--variant", "int4", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"Wrote the int4 model to {out}"
+    size = sum(p.stat().st_size for p in out.glob("*.safetensors"))
+    source = sum(p.stat().st_size for p in Path(ckpt_untied).glob("*.safetensors"))
+    shown = re.fullmatch(r"  weights: ([\d.]+) (kB|MB|GB) \((\d+)% of the source's ([\d.]+) (kB|MB|GB)\)", lines[1])
+    assert shown is not None, lines[1]
+    scale = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
+    assert float(shown[1]) * scale[shown[2]] == pytest.approx(size, rel=0.01)
+    assert float(shown[4]) * scale[shown[5]] == pytest.approx(source, rel=0.01)
+    assert int(shown[3]) == round(100 * size / source) < 100
+    assert lines[2] == (
+        f"  use it: choose this folder on the Model page, or `dictation transcribe --model {out} FILE.wav`"
+    )
+    assert proc.stderr == ""  # no progress bar when stderr is not a terminal

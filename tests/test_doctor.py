@@ -609,3 +609,44 @@ def test_doctor_command_json_and_text(tmp_path):
     for area in AREAS:
         assert f"\n{area}\n" in proc.stdout
     assert f"  ✘ Model: no model chosen yet\n      fix: {NO_MODEL_FIX}" in proc.stdout
+
+
+def test_a_cuda_torch_build_on_a_machine_without_an_nvidia_gpu(monkeypatch, tmp_path, make_path):
+    """Issue 14, item 21: PyPI's Linux wheel is the CUDA build; on a machine without NVIDIA it is
+    several GB for nothing. Faked machine: no nvidia-smi on PATH, no /proc/driver/nvidia, torch
+    says CUDA is unusable."""
+    monkeypatch.setattr(doctor, "cuda_devices", lambda env: (False, "", []))
+    cuda = TorchBuild("2.13.0+cu128", "12.8")
+    gpu = find(engine_checks(monkeypatch, tmp_path, make_path(), cuda), "Engine", "GPU")
+    assert gpu.status == "warning"
+    assert "torch 2.13.0+cu128 is a CUDA 12.8 build, but this machine shows no NVIDIA GPU" in gpu.detail
+    assert gpu.fix == doctor.cpu_torch_fix(True)
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in gpu.fix
+    assert "uninstall -y torch triton $(pip freeze | grep -o '^nvidia-" in gpu.fix  # its CUDA libraries too
+    assert find(engine_checks(monkeypatch, tmp_path, make_path(), cuda), "Engine", "Device").status == "info"
+
+    # the same build where a driver exists (it could not be used: another check says why), or where
+    # torch can use a GPU that nvidia-smi does not show (WSL): no advice to drop CUDA
+    gpu = find(engine_checks(monkeypatch, tmp_path, make_path("nvidia-smi"), cuda), "Engine", "GPU")
+    assert gpu.status == "warning" and "update the NVIDIA driver" in gpu.fix
+    monkeypatch.setattr(doctor, "cuda_devices", lambda env: (True, "", [GpuInfo(0, "NVIDIA RTX A2000", 6 * 2**30)]))
+    assert find(engine_checks(monkeypatch, tmp_path, make_path(), cuda), "Engine", "GPU").status == "ok"
+    # a ROCm build is not a CUDA build to swap out
+    monkeypatch.setattr(doctor, "cuda_devices", lambda env: (False, "", []))
+    rocm = find(
+        engine_checks(monkeypatch, tmp_path, make_path(), TorchBuild("2.13.0+rocm6.4", None, "6.4")), "Engine", "GPU"
+    )
+    assert (rocm.status, rocm.fix) == ("info", None)
+
+
+def test_the_cpu_build_fix_fits_the_installation():
+    assert doctor.cpu_torch_fix(True, "/home/u/dictation/.venv") == (
+        "`pip uninstall -y torch triton $(pip freeze | grep -o '^nvidia-[A-Za-z0-9_.-]*')` then "
+        "`pip install torch --index-url https://download.pytorch.org/whl/cpu` (about 1.3 GB instead of 5.7 GB)"
+    )
+    pipx = doctor.cpu_torch_fix(True, "/home/u/.local/share/pipx/venvs/dictation")
+    assert pipx.startswith("`pipx runpip dictation uninstall -y torch triton $(pipx runpip dictation freeze")
+    assert "`pipx runpip dictation install torch --index-url https://download.pytorch.org/whl/cpu`" in pipx
+    assert doctor.cpu_torch_fix(False, "C:\\\\Users\\\\u\\\\dictation\\\\.venv") == (
+        "`pip uninstall -y torch` then `pip install torch --index-url https://download.pytorch.org/whl/cpu`"
+    )

@@ -26,7 +26,8 @@ from PySide6.QtSvg import QSvgRenderer  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 ICON_DIR = ROOT / "dictation" / "resources" / "icons"
 OUT_DIR = ICON_DIR / "png"
-NAMES = ("idle", "loading", "recording", "transcribing", "error", "app")  # dictation.resources.ICON_STATES + app
+# dictation.resources.ICON_STATES + app
+NAMES = ("idle", "loading", "recording", "transcribing", "error", "paused", "app")
 SIZES = (16, 22, 24, 32, 48, 64, 128, 256)  # dictation.resources.PNG_SIZES
 
 

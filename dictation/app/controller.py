@@ -145,6 +145,7 @@ class AppController(QObject):
     hotkeys_paused_changed = Signal(bool)
     input_level_changed = Signal(float)  # 0..1 while recording, for the overlay
     preview_changed = Signal(str)  # live preview of the take being recorded ("" clears it); never typed
+    retranscribed = Signal(int, str)  # history entry id, "" when its text was replaced, else why not
 
     # queued calls into the worker threads
     _load = Signal(object)
@@ -172,7 +173,7 @@ class AppController(QObject):
         self._s = services
         self._settings = settings if settings is not None else services.store.load()
         self._clock = services.clock
-        model_state = S.ModelState.LOADING if self._settings.engine.model else S.ModelState.FAILED
+        model_state = S.ModelState.LOADING if self._settings.engine.model else S.ModelState.NOT_CHOSEN
         self.session = S.DictationSession(session_settings(self._settings), model_state=model_state)
         self._status = self.session.status
         self._queue: collections.deque[Any] = collections.deque()
@@ -360,6 +361,8 @@ class AppController(QObject):
         if command not in actions:
             return {"ok": False, "message": f"unknown command {command!r}; known: {', '.join(actions)}"}
         actions[command]()
+        if command in ("toggle", "start") and self.session.model_state is S.ModelState.NOT_CHOSEN:
+            return {"ok": False, "message": S.NO_MODEL_MESSAGE}  # refused: the command says so too
         return {
             "ok": True,
             "status": self._status.value,
@@ -411,10 +414,14 @@ class AppController(QObject):
         log.info("global hotkeys %s", "paused" if paused else "resumed")
         self.hotkeys_paused_changed.emit(paused)
 
-    def copy_entry(self, entry_id: int) -> None:
+    def copy_entry(self, entry_id: int) -> bool:
+        """Put the entry's text on the clipboard; True if the clipboard now holds it."""
         entry = self.history.get(entry_id)
-        if entry is not None:
-            QGuiApplication.clipboard().setText(entry.text)
+        if entry is None:
+            return False
+        clipboard = QGuiApplication.clipboard()
+        clipboard.setText(entry.text)
+        return clipboard.text() == entry.text
 
     def retype_entry(self, entry_id: int) -> None:
         entry = self.history.get(entry_id)
@@ -432,15 +439,17 @@ class AppController(QObject):
 
         entry = self.history.get(entry_id)
         if entry is None or entry.audio_path is None:
-            self._notify("warning", "This dictation has no saved recording to transcribe again.")
+            self._refuse_retranscribe(entry_id, "warning", "This dictation has no saved recording to transcribe again.")
             return
         if self.session.model_state is not S.ModelState.READY:
-            self._notify("warning", "The speech model is not loaded; try again once it is ready.")
+            self._refuse_retranscribe(
+                entry_id, "warning", "The speech model is not loaded; try again once it is ready."
+            )
             return
         try:
             samples = load_audio_16k(entry.audio_path)
         except Exception as exc:  # a missing or damaged file: say which
-            self._notify("error", f"Cannot read {entry.audio_path}: {exc}")
+            self._refuse_retranscribe(entry_id, "error", f"Cannot read {entry.audio_path}: {exc}")
             return
         streamed = bool((entry.timings or {}).get(STREAMED_KEY))
         if self._settings.recording.trim_silence:  # as the first time, so the results compare
@@ -453,6 +462,10 @@ class AppController(QObject):
         self._retranscribe[request] = (entry_id, streamed)
         language, context = self._language_context()
         self._transcribe.emit(request, samples, language, context)
+
+    def _refuse_retranscribe(self, entry_id: int, level: str, message: str) -> None:
+        self._notify(level, message)
+        self.retranscribed.emit(entry_id, message)
 
     def start_download(self, repo_id: str) -> None:
         self._download.emit(repo_id)
@@ -576,7 +589,7 @@ class AppController(QObject):
             self._dispatch(S.ModelUnloaded())
         elif not self._settings.engine.model:
             self.model_progress.emit(NO_MODEL_MESSAGE)
-            self._dispatch(S.ModelFailed("no speech model is chosen"))
+            self._dispatch(S.ModelNotChosen())
 
     def _restart_idle_timer(self) -> None:
         minutes = self._settings.engine.idle_unload_minutes
@@ -683,7 +696,7 @@ class AppController(QObject):
             if self._settings.engine.model:
                 self._load.emit(engine_options(self._settings))
             else:
-                self._queue.append(S.ModelFailed("no speech model is chosen"))
+                self._queue.append(S.ModelNotChosen())
         elif isinstance(action, S.Transcribe):
             job = self._jobs.setdefault(action.job_id, _Job())
             job.transcribe_wanted = True
@@ -702,6 +715,8 @@ class AppController(QObject):
                 self._sounds.play(action.kind.value)
         elif isinstance(action, S.Notify):
             self._notify(action.level.value, action.message)
+        elif isinstance(action, S.ShowModelChoice):
+            self.show_settings_requested.emit("model")
         elif isinstance(action, S.SetStatus):
             self._status = action.status
             if action.status is not S.Status.RECORDING:
@@ -805,13 +820,16 @@ class AppController(QObject):
         job = self._jobs.get(request_id)
         if job is not None:
             job.transcript = transcript
-        log.info("transcribed job %d: %d characters (%s)", request_id, len(transcript.text), transcript.language)
+        language = transcript.language or "not named by the model"
+        log.info("transcribed job %d: %d characters, language %s", request_id, len(transcript.text), language)
         self._dispatch(S.TranscriptionDone(request_id, transcript.text, transcript.language or None))
 
     def _on_transcribe_failed(self, request_id: int, message: str) -> None:
         if request_id >= RETRANSCRIBE_BASE:
-            self._retranscribe.pop(request_id, None)
+            request = self._retranscribe.pop(request_id, None)
             self._notify("error", f"Re-transcription failed: {message}")
+            if request is not None:
+                self.retranscribed.emit(request[0], f"Re-transcription failed: {message}")
             return
         self._dispatch(S.TranscriptionFailed(request_id, f"Transcription failed: {message}"))
         job = self._jobs.pop(request_id, None)
@@ -832,6 +850,7 @@ class AppController(QObject):
             timings=_timings(transcript, streamed),
         )
         self.history_changed.emit()
+        self.retranscribed.emit(entry_id, "")
         self._notify("info", f"Transcribed again: {text.strip()[:80] or '(no speech)'}")
 
     def _deliver_text(self, action: S.DeliverText) -> None:

@@ -1,7 +1,11 @@
-"""The history window: past dictations (newest first) with search, Copy, Re-type, Delete and Re-transcribe.
+"""The history window: past dictations (newest first) with search, Play, Copy, Re-type, Delete and
+Re-transcribe, and a Close button (or Esc).
 
 The text of every dictation is in the history before it is typed, so this is where a dictation that
-went to the wrong window, or failed to arrive, is found again. Double-click copies an entry.
+went to the wrong window, or failed to arrive, is found again. Double-click copies an entry. A line
+under the table confirms a copy, says what plays, and shows a busy bar while a recording is being
+transcribed again (the engine reports no percentage); failures stay there until the next action.
+Play sounds the saved recording through the default output (``dictation.audio.sounds.ClipPlayer``).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -19,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMessageBox,
+    QProgressBar,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -26,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from dictation.app.widgets.fields import ERROR_STYLE
 from dictation.config.history import HistoryEntry, Outcome
 
 MAX_ROWS = 500
@@ -34,6 +40,8 @@ COLUMNS = ("Time", "Language", "Duration", "Text", "Outcome")
 COL_TIME, COL_LANGUAGE, COL_DURATION, COL_TEXT, COL_OUTCOME = range(len(COLUMNS))
 ENTRY_ID = Qt.ItemDataRole.UserRole + 1
 TEXT_PREVIEW = 200  # characters in the table; the tooltip has all of it
+MESSAGE_MS = 4000  # how long a confirmation stays under the table
+NO_LANGUAGE = "—"  # a transcript whose language the model did not name
 
 _OUTCOME_LABELS = {
     Outcome.PENDING: "Pending",
@@ -60,6 +68,13 @@ def outcome_label(outcome: str) -> str:
     return _OUTCOME_LABELS.get(outcome, outcome)
 
 
+def language_label(entry: HistoryEntry) -> str:
+    """ "English", "German, English" for a long dictation in two languages, a dash when not named."""
+    if entry.language:
+        return ", ".join(part.strip() for part in entry.language.split(",") if part.strip())
+    return NO_LANGUAGE if entry.text.strip() else ""
+
+
 def duration_label(seconds: float | None) -> str:
     if seconds is None:
         return ""
@@ -69,12 +84,22 @@ def duration_label(seconds: float | None) -> str:
 
 
 class HistoryWindow(QWidget):
-    def __init__(self, controller: Any, parent: QWidget | None = None):
+    _playback_ended = Signal(str)  # from the player's thread: "" or why it could not play
+
+    def __init__(self, controller: Any, parent: QWidget | None = None, *, player: Any = None):
         super().__init__(parent, Qt.WindowType.Window)
         self.controller = controller
         self.setWindowTitle("Dictation history")
         self.resize(900, 560)
         self._entries: dict[int, HistoryEntry] = {}
+        self._retranscribing: set[int] = set()
+        self._playing: int | None = None  # the entry whose recording plays
+        if player is None:
+            from dictation.audio.sounds import ClipPlayer
+
+            player = ClipPlayer()
+        self.player = player
+        self._playback_ended.connect(self._on_playback_ended)
 
         self.search = QLineEdit()
         self.search.setPlaceholderText("Search the history…")
@@ -99,9 +124,11 @@ class HistoryWindow(QWidget):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(COL_TEXT, QHeaderView.ResizeMode.Stretch)
         self.table.itemSelectionChanged.connect(self._update_buttons)
-        self.table.cellDoubleClicked.connect(lambda row, _column: self.controller.copy_entry(self.entry_at(row).id))
+        self.table.cellDoubleClicked.connect(lambda row, _column: self.copy_entry(self.entry_at(row).id))
 
         self.count_label = QLabel()
+        self.play_button = QPushButton("Play")
+        self.play_button.clicked.connect(self.toggle_playback)
         self.copy_button = QPushButton("Copy")
         self.copy_button.setToolTip("Copy the text to the clipboard (or double-click the entry).")
         self.copy_button.clicked.connect(self.copy_selected)
@@ -115,20 +142,51 @@ class HistoryWindow(QWidget):
         self.retranscribe_button.clicked.connect(self.retranscribe_selected)
         self.delete_button = QPushButton("Delete")
         self.delete_button.clicked.connect(self.delete_selected)
+        self.close_button = QPushButton("Close")
+        self.close_button.setToolTip("Close this window (Esc).")
+        self.close_button.clicked.connect(self.close)
+
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)  # moving without a percentage: the engine reports none
+        self.busy.setMaximumWidth(120)
+        self.busy.setTextVisible(False)
+        self.busy.hide()
+        self.message = QLabel()
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._message_timer = QTimer(self)
+        self._message_timer.setSingleShot(True)
+        self._message_timer.setInterval(MESSAGE_MS)
+        self._message_timer.timeout.connect(self.message.clear)
+        status = QHBoxLayout()
+        status.addWidget(self.busy)
+        status.addWidget(self.message, 1)
 
         buttons = QHBoxLayout()
         buttons.addWidget(self.count_label, 1)
-        for button in (self.copy_button, self.retype_button, self.retranscribe_button, self.delete_button):
+        for button in (
+            self.play_button,
+            self.copy_button,
+            self.retype_button,
+            self.retranscribe_button,
+            self.delete_button,
+        ):
             buttons.addWidget(button)
+        buttons.addSpacing(16)
+        buttons.addWidget(self.close_button)
         layout = QVBoxLayout(self)
         layout.addWidget(self.search)
         layout.addWidget(self.table, 1)
+        layout.addLayout(status)
         layout.addLayout(buttons)
 
         QShortcut(QKeySequence(QKeySequence.StandardKey.Copy), self.table, self.copy_selected)
         QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.table, self.delete_selected)
         QShortcut(QKeySequence(QKeySequence.StandardKey.Find), self, self.search.setFocus)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self.close)
         controller.history_changed.connect(self.reload)
+        retranscribed = getattr(controller, "retranscribed", None)
+        if retranscribed is not None:
+            retranscribed.connect(self._on_retranscribed)
         self.reload()
 
     # --- contents ---------------------------------------------------------------------------------
@@ -164,7 +222,7 @@ class HistoryWindow(QWidget):
         preview = text if len(text) <= TEXT_PREVIEW else text[: TEXT_PREVIEW - 1] + "…"
         cells = (
             local_time(entry.created),
-            entry.language or "",
+            language_label(entry),
             duration_label(entry.duration_s),
             preview,
             outcome_label(entry.outcome),
@@ -178,6 +236,8 @@ class HistoryWindow(QWidget):
                 item.setToolTip(entry.created.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"))
             elif column == COL_OUTCOME and entry.model_label:
                 item.setToolTip(f"Model: {entry.model_label}")
+            elif column == COL_LANGUAGE and cells[column] == NO_LANGUAGE:
+                item.setToolTip("The model did not name the language of this dictation.")
             if column == COL_DURATION:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(row, column, item)
@@ -211,20 +271,55 @@ class HistoryWindow(QWidget):
         for button in (self.copy_button, self.retype_button, self.delete_button):
             button.setEnabled(entry is not None)
         has_audio = entry is not None and entry.audio_path is not None and Path(entry.audio_path).is_file()
-        self.retranscribe_button.setEnabled(has_audio)
+        busy = entry is not None and entry.id in self._retranscribing
+        self.retranscribe_button.setEnabled(has_audio and not busy)
         if entry is not None and not has_audio:
             self.retranscribe_button.setToolTip("The recording of this dictation is no longer kept.")
+        elif busy:
+            self.retranscribe_button.setToolTip("This recording is being transcribed again.")
         else:
             self.retranscribe_button.setToolTip(
                 "Run the saved recording through the current model, adapters and vocabulary again."
             )
+        if self._playing is not None:
+            self.play_button.setText("Stop")
+            self.play_button.setEnabled(True)
+            self.play_button.setToolTip("Stop playing the recording.")
+        else:
+            self.play_button.setText("Play")
+            self.play_button.setEnabled(has_audio)
+            self.play_button.setToolTip(
+                "Listen to the saved recording of this dictation."
+                if has_audio or entry is None
+                else "The recording of this dictation is no longer kept."
+            )
+
+    # --- the line under the table -----------------------------------------------------------------
+
+    def show_message(self, text: str, *, error: bool = False) -> None:
+        """Say ``text`` under the table: a confirmation fades after a few seconds, an error stays."""
+        self.message.setStyleSheet(ERROR_STYLE if error else "")
+        self.message.setText(text)
+        if error:
+            self._message_timer.stop()
+        else:
+            self._message_timer.start()
+
+    def message_text(self) -> str:
+        return self.message.text()
 
     # --- actions ----------------------------------------------------------------------------------
 
     def copy_selected(self) -> None:
         entry_id = self.selected_id()
         if entry_id is not None:
-            self.controller.copy_entry(entry_id)
+            self.copy_entry(entry_id)
+
+    def copy_entry(self, entry_id: int) -> None:
+        if self.controller.copy_entry(entry_id):
+            self.show_message("Copied to the clipboard.")
+        else:
+            self.show_message("Could not put the text on the clipboard.", error=True)
 
     def retype_selected(self) -> None:
         entry_id = self.selected_id()
@@ -238,7 +333,52 @@ class HistoryWindow(QWidget):
         entry = self.selected_entry()
         if entry is None or not self.retranscribe_button.isEnabled():
             return
-        self.controller.retranscribe_entry(entry.id)
+        self._retranscribing.add(entry.id)
+        self.busy.show()
+        self.show_message(f"Transcribing the recording from {local_time(entry.created)} again…")
+        self._message_timer.stop()  # stays until the result
+        self._update_buttons()
+        self.controller.retranscribe_entry(entry.id)  # answers through retranscribed (maybe at once)
+
+    def _on_retranscribed(self, entry_id: int, error: str) -> None:
+        if entry_id not in self._retranscribing:
+            return
+        self._retranscribing.discard(entry_id)
+        self.busy.setVisible(bool(self._retranscribing))
+        if error:
+            self.show_message(error, error=True)
+        else:
+            self.reload()
+            self.select_entry(entry_id)
+            self.show_message("Transcribed again; the text is updated.")
+        self._update_buttons()
+
+    def toggle_playback(self) -> None:
+        """Play the selected entry's recording, or stop the one playing."""
+        if self._playing is not None:
+            self.player.stop()
+            return
+        entry = self.selected_entry()
+        if entry is None or entry.audio_path is None or not Path(entry.audio_path).is_file():
+            return
+        self._playing = entry.id
+        self.show_message(f"Playing the recording from {local_time(entry.created)}…")
+        self._message_timer.stop()
+        self._update_buttons()
+        self.player.play(entry.audio_path, self._playback_ended.emit)
+
+    def _on_playback_ended(self, error: str) -> None:
+        self._playing = None
+        if error:
+            self.show_message(error, error=True)
+        else:
+            self.message.clear()
+        self._update_buttons()
+
+    def hideEvent(self, event) -> None:
+        super().hideEvent(event)
+        if self._playing is not None:
+            self.player.stop()  # closing the window ends the sound too
 
     def delete_selected(self) -> None:
         entry = self.selected_entry()

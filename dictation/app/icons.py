@@ -22,6 +22,7 @@ _FALLBACK_COLORS = {
     "recording": "#dc2626",
     "transcribing": "#2563eb",
     "error": "#111827",
+    "paused": "#37474f",
     "app": "#374151",
 }
 
@@ -36,7 +37,7 @@ def _svg_bytes(name: str) -> bytes | None:
 
 @functools.cache
 def icon(name: str) -> QIcon:
-    """The icon for a tray state ("idle", "loading", "recording", "transcribing", "error") or "app"."""
+    """The icon for a tray state ("idle", "loading", "recording", "transcribing", "error", "paused") or "app"."""
     data = _svg_bytes(name)
     renderer = QSvgRenderer(QByteArray(data)) if data else None
     if renderer is not None and not renderer.isValid():
@@ -59,5 +60,7 @@ def icon(name: str) -> QIcon:
     return result
 
 
-def status_icon(status: Status) -> QIcon:
-    return icon(status.value)
+def status_icon(status: Status, paused: bool = False) -> QIcon:
+    """The tray icon for ``status``; while the hotkeys are paused an idle app shows "paused"
+    (loading, recording, transcribing and errors still show as such: they say more)."""
+    return icon("paused" if paused and status is Status.IDLE else status.value)

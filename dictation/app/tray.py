@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QActionGroup, QGuiApplication
@@ -44,11 +45,22 @@ STATUS_TEXT = {
     Status.ERROR: "Speech model unavailable",
 }
 VARIANTS = (("auto", "Automatic precision"), ("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
+NO_MODEL_TEXT = "Choose a speech model"
+PAUSED_TEXT = "Ready (hotkeys paused)"
 _LEVEL_ICON = {
     "info": QSystemTrayIcon.MessageIcon.Information,
     "warning": QSystemTrayIcon.MessageIcon.Warning,
     "error": QSystemTrayIcon.MessageIcon.Critical,
 }
+
+
+def status_text(controller: AppController) -> str:
+    """The status in words; the error of a new user who has no model yet says what to do."""
+    if controller.status is Status.ERROR and not controller.settings.engine.model:
+        return NO_MODEL_TEXT
+    if controller.status is Status.IDLE and controller.hotkeys_paused:
+        return PAUSED_TEXT
+    return STATUS_TEXT[controller.status]
 
 
 def elide(text: str, width: int = 48) -> str:
@@ -99,7 +111,9 @@ class TrayMenu(QMenu):
         self.addAction("Quit").triggered.connect(c.quit_requested.emit)
 
     def _model_menu(self) -> QMenu:
-        from dictation.asr.models import KNOWN_MODELS, cached_models
+        """The models on this computer (the Hugging Face cache, then the folders chosen before), the
+        precision, and the Model page."""
+        from dictation.asr.models import KNOWN_MODELS, local_models
 
         c = self.controller
         menu = QMenu("Model", self)
@@ -107,20 +121,26 @@ class TrayMenu(QMenu):
         label = c.model_label or ("not loaded" if current else "none chosen")
         info = menu.addAction(f"In use: {label}")
         info.setEnabled(False)
-        menu.addSeparator()
-        labels = {m.repo_id: m.label for m in KNOWN_MODELS}
-        choices: list[str] = [repo for repo, _ in cached_models()]
-        if current and current not in choices:
-            choices.insert(0, current)
+        models = local_models([r.path for r in c.settings.engine.recent_models])
+        choices = [(m.spec, m.label, m.cached) for m in models]
+        if current and current not in [spec for spec, _, _ in choices]:  # gone, or not downloaded yet
+            known = {m.repo_id: m.label for m in KNOWN_MODELS}
+            folder = Path(current).is_absolute()
+            choices.insert(0, (current, known.get(current) or (Path(current).name if folder else current), not folder))
         group = QActionGroup(menu)
-        for spec in choices:
-            action = menu.addAction(labels.get(spec, spec))
-            action.setCheckable(True)
-            action.setChecked(spec == current)
-            action.setToolTip(spec)
-            group.addAction(action)
-            action.triggered.connect(lambda _=False, m=spec: self._set_engine(model=m))
+        for cached in (True, False):
+            section = [(spec, text) for spec, text, in_cache in choices if in_cache is cached]
+            if section:
+                menu.addSection("Downloaded models" if cached else "Model folders")
+            for spec, text in section:
+                action = menu.addAction(text)
+                action.setCheckable(True)
+                action.setChecked(spec == current)
+                action.setToolTip(spec)
+                group.addAction(action)
+                action.triggered.connect(lambda _=False, m=spec: self._choose_model(m))
         if not choices:
+            menu.addSeparator()
             none = menu.addAction("No models yet — download one in Settings")
             none.setEnabled(False)
         menu.addSeparator()
@@ -134,6 +154,12 @@ class TrayMenu(QMenu):
         menu.addSeparator()
         menu.addAction("Model settings…").triggered.connect(lambda: self._show_settings("model"))
         return menu
+
+    def _choose_model(self, spec: str) -> None:
+        s = self.controller.settings
+        errors = self.controller.apply_settings(s.replace(engine=s.engine.with_model(spec)))
+        for error in errors:
+            self.controller.notified.emit("error", f"Cannot switch the model: {error}")
 
     def _set_engine(self, **changes: str) -> None:
         s = self.controller.settings
@@ -182,7 +208,7 @@ class Tray(QObject):
         self.tray: QSystemTrayIcon | None = None
         self.window: StatusWindow | None = None
         if not force_window and QSystemTrayIcon.isSystemTrayAvailable():
-            self.tray = QSystemTrayIcon(status_icon(controller.status), self)
+            self.tray = QSystemTrayIcon(status_icon(controller.status, paused=controller.hotkeys_paused), self)
             self.tray.setContextMenu(self.menu)
             self.tray.activated.connect(self._activated)
             self.tray.show()
@@ -206,7 +232,9 @@ class Tray(QObject):
     def tooltip(self) -> str:
         c = self.controller
         s = c.settings
-        status = STATUS_TEXT[c.status]
+        status = status_text(c)
+        if status == NO_MODEL_TEXT:
+            status += " (Settings → Model)"
         model = c.model_label or (s.engine.model or "none chosen")
         mode = {"push_to_talk": "hold", "toggle": "press to start/stop", "hybrid": "hold or tap"}[s.hotkeys.mode]
         hotkey = f"{s.hotkeys.hotkey} ({mode})" + (" — paused" if c.hotkeys_paused else "")
@@ -221,14 +249,15 @@ class Tray(QObject):
     def refresh(self, *_: object) -> None:
         status = self.controller.status
         tip = self.tooltip()
+        shown = status_icon(status, paused=self.controller.hotkeys_paused)
         if self.tray is not None:
-            self.tray.setIcon(status_icon(status))
+            self.tray.setIcon(shown)
             self.tray.setToolTip(tip)
         if self.window is not None:
-            self.window.icon_label.setPixmap(status_icon(status).pixmap(24, 24))
-            self.window.status_label.setText(STATUS_TEXT[status])
+            self.window.icon_label.setPixmap(shown.pixmap(24, 24))
+            self.window.status_label.setText(status_text(self.controller))
             self.window.status_label.setToolTip(tip)
-            self.window.setWindowTitle(f"Dictation — {STATUS_TEXT[status]}")
+            self.window.setWindowTitle(f"Dictation — {status_text(self.controller)}")
 
     def notify(self, level: str, message: str) -> None:
         if self.tray is not None and QSystemTrayIcon.supportsMessages():

@@ -309,6 +309,82 @@ def cached_models() -> list[tuple[str, Path]]:
     return found
 
 
+def cached_asr_models(cache: Path | None = None) -> list[tuple[str, Path]]:
+    """Every Qwen3-ASR model in the local Hugging Face cache, known or not, as (repo id, snapshot
+    folder): the known ones first (in `KNOWN_MODELS` order), then the others by id. Offline; a
+    repository counts when its snapshot's config.json is a Qwen3-ASR config (other models in a
+    shared cache, LLMs for instance, are left out)."""
+    cache = hf_cache_dir() if cache is None else cache
+    try:
+        names = sorted(entry.name for entry in cache.iterdir() if entry.name.startswith("models--"))
+    except OSError:
+        return []
+    order = {model.repo_id: i for i, model in enumerate(KNOWN_MODELS)}
+    found = []
+    for name in names:
+        repo_id = name[len("models--") :].replace("--", "/", 1)
+        if not looks_like_repo_id(repo_id):
+            continue
+        snapshot = _cached_snapshot(repo_id, cache)
+        if snapshot is not None and is_asr_model(snapshot):
+            found.append((repo_id, snapshot))
+    return sorted(found, key=lambda item: (order.get(item[0], len(order)), item[0].lower()))
+
+
+def is_asr_model(path: Path) -> bool:
+    """A quick look, for menus: a folder whose config.json is a Qwen3-ASR config, or a GGUF file
+    (or a folder holding one). Reads no weights; ``check_model_folder`` is the thorough check."""
+    try:
+        if path.is_dir() and (path / "config.json").is_file():
+            AsrConfig.from_dict(json.loads((path / "config.json").read_text(encoding="utf-8")))
+            return True
+        return path.exists() and is_gguf_path(path)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, ModelError):
+        return False
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A model on this computer that can be chosen: ``spec`` is the value for ``engine.model``."""
+
+    spec: str  # a repo id (in the Hugging Face cache) or an absolute folder / file path
+    label: str
+    path: Path  # where it is on disk
+    cached: bool  # in the Hugging Face cache (else a folder or file the user chose)
+
+
+def local_models(recent: Sequence[str] = ()) -> list[LocalModel]:
+    """The models to offer in a menu: every Qwen3-ASR model in the Hugging Face cache, then the
+    folders and files of ``recent`` (the settings' recent models) that still hold a model. Offline
+    and quick (configs only). A recent folder that is a cache snapshot is listed once, by repo id;
+    folders of the same name are told apart by their parent folder."""
+    out: list[LocalModel] = []
+    seen: set[Path] = set()
+    for repo_id, snapshot in cached_asr_models():
+        known = find_known_model(repo_id)
+        out.append(LocalModel(repo_id, known.label if known else repo_id, snapshot, True))
+        seen.add(_real(snapshot))
+    folders: list[Path] = []
+    for spec in recent:
+        path = Path(spec).expanduser()
+        if _real(path) in seen or not path.is_absolute() or not is_asr_model(path):
+            continue
+        seen.add(_real(path))
+        folders.append(path)
+    names = [path.name for path in folders]
+    for path in folders:
+        label = path.name if names.count(path.name) == 1 else f"{path.name} ({path.parent.name or path.parent})"
+        out.append(LocalModel(str(path), label, path, False))
+    return out
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path.absolute()
+
+
 def download_model(
     repo_id: str,
     *,

@@ -17,6 +17,9 @@ Failures never reach the caller: with no output device (or no PortAudio) a warni
 until a cue plays again; any other failure of one cue is logged with its traceback.
 
 The output is behind `SoundOutput` so tests can use a fake; `SounddeviceOutput` is the real one.
+
+`ClipPlayer` plays a saved recording (the history window's Play) through the same output, on its
+own thread, one at a time; ``stop()`` ends it within one audio block.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from dictation import resources
+from dictation.asr.errors import AudioError
 from dictation.audio.resample import resample
 from dictation.audio.wav import read_wav
 
@@ -51,9 +57,9 @@ class SoundOutput(Protocol):
         Raises SoundUnavailable when there is no usable output device."""
         ...
 
-    def play(self, samples: np.ndarray, sample_rate: int) -> None:
+    def play(self, samples: np.ndarray, sample_rate: int, stop: threading.Event | None = None) -> None:
         """Play mono float32 ``samples`` on the default output device and return when done (or on
-        a timeout). Raises SoundUnavailable if the device cannot be opened."""
+        a timeout, or soon after ``stop`` is set). Raises SoundUnavailable if the device cannot be opened."""
         ...
 
 
@@ -89,13 +95,16 @@ class SounddeviceOutput:
                 return rate
         raise SoundUnavailable(f"the sound output {device['name']!r} accepts neither {preferred} nor {fallback} Hz")
 
-    def play(self, samples: np.ndarray, sample_rate: int) -> None:
+    def play(self, samples: np.ndarray, sample_rate: int, stop: threading.Event | None = None) -> None:
         sd = self._sd()
         done = threading.Event()
         position = 0
 
         def callback(outdata, frames, time, status) -> None:
             nonlocal position
+            if stop is not None and stop.is_set():
+                outdata[:] = 0
+                raise sd.CallbackStop
             chunk = samples[position : position + frames]
             outdata[: len(chunk)] = chunk[:, None]
             outdata[len(chunk) :] = 0
@@ -238,3 +247,64 @@ class SoundPlayer:
         if kind not in self._wavs:
             self._wavs[kind] = read_wav(resources.sound_path(kind))
         return self._wavs[kind]
+
+
+class ClipPlayer:
+    """Plays one recording at a time in the background (the history window's Play button).
+
+    ``play(path, on_done)`` returns at once; a thread reads the WAV, resamples it to a rate the
+    device takes and plays it at its own level. ``on_done(error)`` is called from that thread when
+    it ends: ``""`` after the last sample or a ``stop()``, else one sentence saying why nothing (or
+    not all) could be heard. Starting another clip stops the one playing.
+    """
+
+    def __init__(self, backend: SoundOutput | None = None) -> None:
+        self._backend = backend if backend is not None else SounddeviceOutput()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def playing(self) -> bool:
+        with self._lock:
+            return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
+    def play(self, path: str | Path, on_done: Callable[[str], None] | None = None) -> None:
+        self.stop()
+        with self._lock:
+            self._stop = stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(Path(path), stop, on_done), name="clip player", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """End the clip playing now (if any); returns without waiting for the device."""
+        with self._lock:
+            self._stop.set()
+
+    def close(self, timeout: float = 1.0) -> None:
+        self.stop()
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run(self, path: Path, stop: threading.Event, on_done: Callable[[str], None] | None) -> None:
+        error = ""
+        try:
+            samples, rate = read_wav(path)
+            out_rate = self._backend.output_rate(rate)
+            if out_rate != rate:
+                samples = resample(samples, rate, out_rate)
+            if not stop.is_set():
+                self._backend.play(np.clip(samples, -1.0, 1.0).astype(np.float32, copy=False), out_rate, stop)
+        except (SoundUnavailable, AudioError) as exc:  # no device; a missing or damaged file (named)
+            error = f"Cannot play the recording: {exc}"
+        except OSError as exc:
+            error = f"Cannot read the recording {path}: {exc.strerror or exc}"
+        except Exception as exc:  # a damaged file (AudioError) or a device failure: said, never raised
+            log.warning("playing %s failed", path, exc_info=True)
+            error = f"Cannot play the recording: {exc}"
+        if on_done is not None:
+            on_done(error)

@@ -15,6 +15,7 @@ Every group carries an ``extra`` mapping: keys found in the file that this versi
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +134,19 @@ class Adapter(_Group):
 
 
 @dataclass(frozen=True)
+class RecentModel(_Group):
+    path: str = setting(
+        "",
+        label="Model folder or file",
+        help="A model folder or .gguf file chosen before.",
+        required=True,
+    )
+
+
+RECENT_MODELS_KEPT = 8
+
+
+@dataclass(frozen=True)
 class Replacement(_Group):
     from_: str = setting(
         "",
@@ -190,6 +204,12 @@ class EngineSettings(_Group):
         label="LoRA adapters",
         help="Adapters applied on top of the model, in order (accent, jargon, a language).",
     )
+    recent_models: tuple[RecentModel, ...] = setting(
+        (),
+        label="Recent model folders",
+        help=f"Model folders and files chosen before, newest first (at most {RECENT_MODELS_KEPT}), offered "
+        "on the Model page and in the tray's Model menu next to the models in the Hugging Face cache.",
+    )
     idle_unload_minutes: int = setting(
         0,
         label="Unload after idle",
@@ -199,6 +219,22 @@ class EngineSettings(_Group):
         maximum=24 * 60,
         unit="min",
     )
+
+    def with_model(self, spec: str) -> EngineSettings:
+        """These settings using model ``spec``. A folder or file (an absolute path, as the settings
+        window writes them) moves to the front of ``recent_models``, and so does the folder being
+        left (one chosen before this list existed, or by hand, is kept that way). Repo ids are not
+        listed: the Hugging Face cache is scanned for those."""
+        recent = self.recent_models
+        for path in (self.model, spec):
+            if path and os.path.isabs(path):
+                recent = (RecentModel(path=path), *(r for r in recent if r.path != path))
+        return self.replace(model=spec, recent_models=recent[:RECENT_MODELS_KEPT])
+
+    def forget_model(self, path: str) -> EngineSettings:
+        """These settings without ``path`` in ``recent_models`` (the model in use stays chosen)."""
+        return self.replace(recent_models=tuple(r for r in self.recent_models if r.path != path))
+
     stream_while_recording: bool = setting(
         True,
         label="Transcribe while recording",

@@ -2,7 +2,8 @@
 
 - ``icons/<state>.svg``: the tray icon per `ICON_STATES`: idle grey, loading amber with an
   hourglass, recording red with a dot, transcribing blue with three dots, error grey with a red
-  "!". 64x64 view box, drawn to read at 22 px.
+  "!", paused (hotkeys paused while idle) grey with a dark pause badge. 64x64 view box, drawn to
+  read at 22 px.
 - ``icons/app.svg``: the application icon (windows, menus, the autostart entry).
 - ``icons/png/<size>/<name>.png``: each of those icons as PNG at `PNG_SIZES` (made from the SVGs
   by ``tools/make_icons.py``; `dictation install-desktop` puts the app icon's into the hicolor theme).
@@ -13,7 +14,7 @@
   ``dictation install-desktop --systemd``, see the module ``dictation/desktop.py``).
 
 The tray states are the values of `dictation.session.Status` (not imported here: this package
-imports nothing of the app). Installed as a regular folder (wheel, PyInstaller) the files are on
+imports nothing of the app) plus "paused". Installed as a regular folder (wheel, PyInstaller) the files are on
 disk and the ``*_path`` functions return them; from a zip they are extracted once to a temp folder.
 """
 
@@ -26,7 +27,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-ICON_STATES = ("idle", "loading", "recording", "transcribing", "error")
+ICON_STATES = ("idle", "loading", "recording", "transcribing", "error", "paused")
 APP_ICON = "app"
 SOUNDS = ("start", "stop", "cancel", "error")
 DESKTOP_TEMPLATE = "dictation.desktop"

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QGuiApplication
 
 from dictation.audio.devices import InputDevice
 from dictation.config.history import History
@@ -39,6 +40,7 @@ class FakeController(QObject):
     quit_requested = Signal()
     input_level_changed = Signal(float)
     preview_changed = Signal(str)
+    retranscribed = Signal(int, str)
 
     def __init__(self, folder: Path, settings: Settings | None = None):
         super().__init__()
@@ -126,8 +128,12 @@ class FakeController(QObject):
         self.calls.append(("set_hotkeys_paused", paused))
         self._paused = paused
 
-    def copy_entry(self, entry_id: int) -> None:
+    def copy_entry(self, entry_id: int) -> bool:
         self.calls.append(("copy_entry", entry_id))
+        entry = self._history.get(entry_id)
+        if entry is not None:
+            QGuiApplication.clipboard().setText(entry.text)
+        return entry is not None
 
     def retype_entry(self, entry_id: int) -> None:
         self.calls.append(("retype_entry", entry_id))

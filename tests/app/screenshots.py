@@ -167,7 +167,7 @@ def _tray_shots(controller) -> list[Path]:
     from PySide6.QtTest import QTest
 
     from dictation.app.icons import status_icon
-    from dictation.app.tray import STATUS_TEXT, TrayMenu
+    from dictation.app.tray import PAUSED_TEXT, STATUS_TEXT, TrayMenu
     from dictation.session import Status
 
     controller._model_label = "Qwen3-ASR-1.7B · bf16 · cuda"
@@ -182,13 +182,15 @@ def _tray_shots(controller) -> list[Path]:
     model_menu.close()
     menu.close()
 
-    strip = QPixmap(5 * 190, 80)
+    states = [(status_icon(status), STATUS_TEXT[status]) for status in Status]
+    states.append((status_icon(Status.IDLE, paused=True), PAUSED_TEXT))
+    strip = QPixmap(len(states) * 190, 80)
     strip.fill(QColor("#f4f4f5"))
     painter = QPainter(strip)
-    for i, status in enumerate(Status):
+    for i, (shown, text) in enumerate(states):
         for j, size in enumerate((22, 48)):
-            painter.drawPixmap(i * 190 + 10 + j * 32, 6 + (48 - size) // 2, status_icon(status).pixmap(size, size))
-        painter.drawText(i * 190 + 4, 58, 184, 20, Qt.AlignmentFlag.AlignLeft, STATUS_TEXT[status])
+            painter.drawPixmap(i * 190 + 10 + j * 32, 6 + (48 - size) // 2, shown.pixmap(size, size))
+        painter.drawText(i * 190 + 4, 58, 184, 20, Qt.AlignmentFlag.AlignLeft, text)
     painter.end()
     path = screenshot_dir() / "tray-icons.png"
     strip.save(str(path))

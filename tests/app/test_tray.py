@@ -126,3 +126,26 @@ def test_the_portal_app_id_is_the_installed_desktop_file_and_the_qt_desktop_name
     assert controller.APP_ID == desktop.APP_ID
     assert desktop.desktop_entry_path().name == f"{controller.APP_ID}.desktop"
     assert f'setDesktopFileName("{controller.APP_ID}")' in Path(main.__file__).read_text(encoding="utf-8")
+
+
+def test_pausing_the_hotkeys_changes_the_icon_and_the_status(rig, qtbot):
+    """Issue 14, item 22: the tray looked the same with the hotkeys paused."""
+    from dictation.app.icons import icon, status_icon
+    from dictation.app.tray import PAUSED_TEXT
+
+    r = rig()
+    tray = Tray(r.c, lambda page: None, lambda: None, force_window=True)
+    r.start()
+    r.wait_status(Status.IDLE)
+    ready = tray.window.icon_label.pixmap().toImage()
+    assert ready == icon("idle").pixmap(24, 24).toImage()
+    r.c.set_hotkeys_paused(True)
+    paused = tray.window.icon_label.pixmap().toImage()
+    assert paused == icon("paused").pixmap(24, 24).toImage() and paused != ready
+    assert tray.window.status_label.text() == PAUSED_TEXT == "Ready (hotkeys paused)"
+    assert "— paused" in tray.tooltip()
+    # a dictation started from the tray while paused still shows as recording
+    assert status_icon(Status.RECORDING, paused=True).cacheKey() == icon("recording").cacheKey()
+    r.c.set_hotkeys_paused(False)
+    assert tray.window.icon_label.pixmap().toImage() == ready
+    assert tray.window.status_label.text() == "Ready"

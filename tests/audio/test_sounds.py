@@ -36,7 +36,7 @@ class FakeOutput:
             raise self.error
         return self.rate
 
-    def play(self, samples: np.ndarray, sample_rate: int) -> None:
+    def play(self, samples: np.ndarray, sample_rate: int, stop: threading.Event | None = None) -> None:
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10), "test never opened the gate"
@@ -275,3 +275,109 @@ def test_cue_arrives_through_the_real_sound_system(virtual_mic):
 def _peak(blocks: list[np.ndarray], start: int) -> float:
     data = np.concatenate(blocks)[start:] if blocks else np.zeros(0)
     return float(np.max(np.abs(data))) if len(data) else 0.0
+
+
+# --- playing a saved recording (the history window's Play) -------------------------------------------
+
+
+def _tone(seconds: float, hz: float, rate: int = 16_000) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.5 * np.sin(2 * np.pi * hz * t)).astype(np.float32)
+
+
+def test_a_recording_is_played_whole_at_a_rate_the_device_takes(tmp_path):
+    from dictation.audio.wav import write_wav
+
+    wav = tmp_path / "take.wav"
+    write_wav(wav, _tone(0.5, 440.0), 16_000)
+    out = FakeOutput(rate=48_000)
+    ended: list[str] = []
+    player = sounds.ClipPlayer(out)
+    player.play(wav, ended.append)
+    wait_until(lambda: ended == [""], 10, "the clip to end")
+    ((samples, rate),) = out.played
+    assert rate == 48_000 and len(samples) == 3 * 8000
+    assert abs(dominant_hz(samples, rate) - 440.0) < 2
+    assert not player.playing
+
+
+def test_stop_ends_a_clip_and_a_new_one_replaces_it(tmp_path):
+    from dictation.audio.wav import write_wav
+
+    first, second = tmp_path / "a.wav", tmp_path / "b.wav"
+    write_wav(first, _tone(3.0, 440.0), 16_000)
+    write_wav(second, _tone(0.2, 880.0), 16_000)
+    stops: list[threading.Event] = []
+
+    class StoppableOutput(FakeOutput):
+        def play(self, samples, sample_rate, stop=None):  # as a device does: until the end or the stop
+            stops.append(stop)
+            self.played.append((samples, sample_rate))
+            stop.wait(len(samples) / sample_rate)
+
+    out = StoppableOutput(rate=16_000)
+    ended: list[str] = []
+    player = sounds.ClipPlayer(out)
+    player.play(first, ended.append)
+    wait_until(lambda: player.playing and stops, 5, "the first clip to start")
+    t0 = time.monotonic()
+    player.play(second, ended.append)  # the first one is stopped, not waited for
+    wait_until(lambda: len(ended) == 2, 5, "both clips to end")
+    assert time.monotonic() - t0 < 1.5 and stops[0].is_set()
+    assert ended == ["", ""] and [len(s) for s, _ in out.played] == [48_000, 3200]
+    player.close()
+
+
+def test_a_missing_or_damaged_recording_or_no_device_is_said_not_raised(tmp_path):
+    from dictation.audio.wav import write_wav
+
+    ended: list[str] = []
+    player = sounds.ClipPlayer(FakeOutput())
+    player.play(tmp_path / "gone.wav", ended.append)
+    wait_until(lambda: len(ended) == 1, 5, "the attempt to end")
+    assert ended[0] == f"Cannot play the recording: {tmp_path / 'gone.wav'}: no such file"
+    broken = tmp_path / "broken.wav"
+    broken.write_bytes(b"RIFF....WAVEjunk")
+    player.play(broken, ended.append)
+    wait_until(lambda: len(ended) == 2, 5, "the attempt to end")
+    assert ended[1].startswith(f"Cannot play the recording: {broken}")
+    wav = tmp_path / "ok.wav"
+    write_wav(wav, _tone(0.1, 440.0), 16_000)
+    sounds.ClipPlayer(FakeOutput(error=SoundUnavailable("no sound output device"))).play(wav, ended.append)
+    wait_until(lambda: len(ended) == 3, 5, "the attempt to end")
+    assert ended[2] == "Cannot play the recording: no sound output device"
+
+
+def test_a_recording_is_heard_through_the_real_sound_system_and_stops(virtual_mic, tmp_path):
+    """Played with sounddevice into the virtual sink, recorded from its monitor; stop() silences it."""
+    import sounddevice as sd
+
+    from dictation.audio.wav import write_wav
+
+    wav = tmp_path / "take.wav"
+    write_wav(wav, _tone(4.0, 523.25), 16_000)
+    rate = 16_000
+    blocks: list[np.ndarray] = []
+    stream = sd.InputStream(
+        samplerate=rate, channels=1, dtype="float32", callback=lambda d, f, t, s: blocks.append(d[:, 0].copy())
+    )
+    player = sounds.ClipPlayer()
+    ended: list[str] = []
+    with stream:
+        wait_until(lambda: sum(map(len, blocks)) > 0.3 * rate, 10, "the monitor to deliver 0.3 s")
+        start = sum(map(len, blocks))
+        player.play(wav, ended.append)
+        wait_until(lambda: _peak(blocks, start) > 0.1, 10, "the recording to reach the sink")
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        player.stop()
+        wait_until(lambda: ended == [""], 5, "the clip to end after stop()")
+        assert time.monotonic() - t0 < 1.0
+        end = sum(map(len, blocks))
+        wait_until(lambda: sum(map(len, blocks)) > end + 0.5 * rate, 10, "0.5 s more of the monitor")
+    heard = np.concatenate(blocks)[start:]
+    active = np.flatnonzero(np.abs(heard) > 0.1)
+    assert abs(dominant_hz(heard[active[0] : active[-1] + 1], rate) - 523.25) < 5
+    assert len(active) and (active[-1] - active[0]) / rate < 2.5  # stopped well before its 4 s
+    tail = heard[end - start + int(0.3 * rate) :]
+    assert float(np.max(np.abs(tail))) < 0.02  # silence after the stop

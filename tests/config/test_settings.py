@@ -12,6 +12,7 @@ import pytest
 from dictation.config import (
     Adapter,
     FieldInfo,
+    RecentModel,
     Replacement,
     Settings,
     field_info,
@@ -84,7 +85,7 @@ def test_every_field_has_label_help_and_the_limits_its_kind_needs():
             assert info.minimum is not None and info.maximum is not None, info.key
             assert info.minimum <= info.default <= info.maximum, info.key
         if info.kind == "list":
-            assert info.item_fields and info.item_type in (Adapter, Replacement)
+            assert info.item_fields and info.item_type in (Adapter, Replacement, RecentModel)
             for item in info.item_fields:
                 assert item.label and item.help, f"{info.key}.{item.key}"
 

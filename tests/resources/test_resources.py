@@ -24,7 +24,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def test_there_is_an_icon_for_every_tray_status_and_a_sound_for_every_cue():
-    assert set(resources.ICON_STATES) == {status.value for status in Status}
+    assert set(resources.ICON_STATES) == {status.value for status in Status} | {"paused"}  # hotkeys paused
     assert set(resources.SOUNDS) == {sound.value for sound in Sound}
 
 
@@ -92,6 +92,8 @@ def test_each_state_is_told_apart_by_its_colour_at_tray_size():
     assert share("transcribing", 195, 230) > 0.8  # blue
     assert share("loading", 15, 50) > 0.9  # amber / orange
     assert share("error", 330, 15) > 0.9 and len(found["error"]["hues"]) > 20  # a red badge on grey
+    # paused: grey like idle (nothing is wrong), told apart by its dark badge
+    assert found["paused"]["hues"] == [] and found["paused"]["opaque"] > found["idle"]["opaque"] + 40
 
 
 @pytest.mark.parametrize("cue", resources.SOUNDS)

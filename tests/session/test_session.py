@@ -14,6 +14,7 @@ import pytest
 
 import dictation.session as session_module
 from dictation.session import (
+    NO_MODEL_MESSAGE,
     NO_SPEECH_MESSAGE,
     WAITING_MESSAGE,
     CancelRequested,
@@ -28,6 +29,7 @@ from dictation.session import (
     Mode,
     ModelFailed,
     ModelLoading,
+    ModelNotChosen,
     ModelReady,
     ModelState,
     ModelUnloaded,
@@ -40,6 +42,7 @@ from dictation.session import (
     SessionSettings,
     SetStatus,
     SettingsChanged,
+    ShowModelChoice,
     SkipTranscription,
     Sound,
     StartCapture,
@@ -60,6 +63,8 @@ IDLE, LOADING, REC, TRANS, ERROR = (SetStatus(s) for s in Status.__members__.val
 START, STOP, CANCEL, ERR_SOUND = (PlaySound(k) for k in Sound)
 OOM = "CUDA out of memory"
 UNAVAILABLE = f"Speech model unavailable: {OOM}"
+NO_MODEL = "Speech model unavailable: no speech model is chosen"
+REFUSED = [ERR_SOUND, Notify(Level.ERROR, NO_MODEL_MESSAGE), ShowModelChoice()]  # a press without a model
 
 
 def stopped(job_id: int) -> list:
@@ -344,6 +349,49 @@ CASES = [
         (ModelUnloaded(), [LoadModel()]),
         (ModelReady(), [Transcribe(1), TRANS]),
     ], model=ModelState.LOADING, end=Status.TRANSCRIBING),
+    # ---- no model chosen ----
+    Case("no model: a press records nothing, says so at once and opens the model choice", [
+        (Down(0.0), REFUSED),
+        (Down(0.05), []),  # auto-repeat of the same press
+        (Up(1.0), []),
+        (ToggleRequested(2.0), REFUSED),  # the tray
+        (StartRequested(3.0), REFUSED),  # `dictation start`
+        (StopRequested(3.5), []),
+        (CancelRequested(), []),
+    ], model=ModelState.NOT_CHOSEN, end=Status.ERROR),
+    Case("no model: in toggle and hybrid modes too", [
+        (Down(0.0), REFUSED),
+        (Up(0.1), []),
+        (Down(1.0), REFUSED),
+    ], mode=TOGGLE, model=ModelState.NOT_CHOSEN, end=Status.ERROR),
+    Case("no model, then one is chosen: it loads, is announced, and a press records", [
+        (Down(0.0), REFUSED),
+        (Up(0.5), []),
+        (ModelLoading(), [LOADING]),
+        (ModelReady(), [Notify(Level.INFO, "Speech model ready."), IDLE]),
+        (Down(2.0), [StartCapture(1), REC]),
+        (Up(3.0), [*stopped(1), TRANS]),
+    ], model=ModelState.NOT_CHOSEN, end=Status.TRANSCRIBING),
+    Case("model unset while loading with a job waiting: the job is kept untranscribed", [
+        (Down(0.0), [StartCapture(1), REC]),
+        (Up(1.0), [StopCapture(1), STOP, Notify(Level.INFO, WAITING_MESSAGE), LOADING]),
+        (ModelNotChosen(), [
+            SkipTranscription(1, NO_MODEL), ERR_SOUND,
+            Notify(Level.WARNING, "No speech model is chosen: 1 recording(s) saved but not transcribed."), ERROR,
+        ]),
+        (Down(2.0), REFUSED),
+    ], model=ModelState.LOADING, end=Status.ERROR),
+    Case("model unset during a recording: saved and kept untranscribed at the stop; jobs in work finish", [
+        (Down(0.0), [StartCapture(1), REC]),
+        (Up(1.0), [*stopped(1), TRANS]),
+        (Down(2.0), [StartCapture(2), REC]),
+        (ModelNotChosen(), []),
+        (Up(3.0), [
+            StopCapture(2), SkipTranscription(2, NO_MODEL), ERR_SOUND,
+            Notify(Level.WARNING, f"{NO_MODEL}. The recording was saved but not transcribed."), ERROR,
+        ]),
+        (Done(1, "one"), [DeliverText(1, "one")]),
+    ], end=Status.ERROR),
     # ---- the recording device ----
     Case("device lost mid-recording with audio: kept, transcribed, reported; the release does nothing", [
         (Down(0.0), [StartCapture(1), REC]),
@@ -574,6 +622,7 @@ class FakeApp:
             ModelReady,
             ModelLoading,
             ModelUnloaded,
+            ModelNotChosen,
             lambda: ModelFailed("boom"),
         ]
         if s.recording_job_id is not None:
@@ -593,7 +642,7 @@ class FakeApp:
     def note_model(self, event) -> None:
         if isinstance(event, ModelReady):
             self.model_ready = True
-        elif isinstance(event, ModelLoading | ModelUnloaded | ModelFailed):
+        elif isinstance(event, ModelLoading | ModelUnloaded | ModelFailed | ModelNotChosen):
             self.model_ready = False
 
 

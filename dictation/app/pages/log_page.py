@@ -9,11 +9,12 @@ from datetime import datetime
 from typing import Any
 
 from PySide6.QtCore import QUrl
-from PySide6.QtGui import QDesktopServices, QFontDatabase
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QWidget
+from PySide6.QtGui import QDesktopServices, QFontDatabase, QTextOption
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QWidget
 
 from dictation.app.pages import SettingsPage
 from dictation.app.widgets.fields import ERROR_STYLE
+from dictation.app.widgets.wheel import ComboBox
 
 MAX_LINES = 5000
 LEVELS = (("All messages", logging.NOTSET), ("Info and above", logging.INFO), ("Warnings and errors", logging.WARNING))
@@ -46,7 +47,7 @@ class LogPage(SettingsPage):
         row = QHBoxLayout(bar)
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(QLabel("Show:"))
-        self.level_filter = QComboBox()
+        self.level_filter = ComboBox()
         for label, level in LEVELS:
             self.level_filter.addItem(label, level)
         self.level_filter.currentIndexChanged.connect(self._render)
@@ -58,7 +59,9 @@ class LogPage(SettingsPage):
         self.add_widget(bar)
         self.view = QPlainTextEdit()
         self.view.setReadOnly(True)
-        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        # Long lines (paths, tracebacks) wrap at the view's width, inside a word where they must.
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.view.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.view.setMaximumBlockCount(MAX_LINES)
         self.view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.view.setMinimumHeight(360)

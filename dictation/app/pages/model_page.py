@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -26,7 +27,8 @@ from dictation.app.pages import SettingsPage
 from dictation.app.widgets.adapter_list import AdapterList
 from dictation.app.widgets.download_panel import DownloadPanel
 from dictation.app.widgets.fields import ChoiceEditor, FieldEditor, WrappedLabel, fields_of, info_for, style_as_help
-from dictation.asr.models import KNOWN_MODELS, KnownModel, find_known_model, looks_like_repo_id
+from dictation.app.widgets.recent_models import RecentModelsList
+from dictation.asr.models import KNOWN_MODELS, KnownModel, find_known_model, hf_cache_dir, looks_like_repo_id
 from dictation.config.schema import FieldInfo
 from dictation.config.settings import Adapter, Settings
 
@@ -35,7 +37,8 @@ from dictation.config.settings import Adapter, Settings
 # in bf16, so the small model shrinks less. The larger (0.6B) ratios, so the estimate is not optimistic.
 MEMORY_FACTORS = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "int8": 0.72, "int4": 0.6}
 
-HAND_BUILT = {"engine.model", "engine.adapters", "engine.idle_unload_minutes"}  # the last is on General
+# Built by hand on this page; engine.idle_unload_minutes is on the General page.
+HAND_BUILT = {"engine.model", "engine.recent_models", "engine.adapters", "engine.idle_unload_minutes"}
 
 
 def check_model_folder(path: str | Path) -> str | None:
@@ -100,6 +103,19 @@ def intro_text() -> str:
     )
 
 
+def dialog_start(value: str, recent: list[str] | tuple[str, ...] = ()) -> Path:
+    """Where the folder chooser opens: beside the model folder in use (its parent, so the other models
+    there show), else beside the newest recent folder that still exists, else the home folder; never
+    the directory the app happened to be started from."""
+    candidates = [value] if value and Path(value).expanduser().is_absolute() else []
+    candidates += list(recent)
+    for spec in candidates:
+        path = Path(spec).expanduser()
+        if path.exists() and path.parent.is_dir():
+            return path.parent
+    return Path.home()
+
+
 class ModelFolderEditor(FieldEditor):
     """A line edit (folder or repo id) with a Browse button; applies on Enter, focus-out or a chosen folder."""
 
@@ -116,6 +132,7 @@ class ModelFolderEditor(FieldEditor):
         self.browse.clicked.connect(self.choose_folder)
         layout.addWidget(self.browse)
         self._add(row)
+        self.recent: tuple[str, ...] = ()  # the recent model folders, for where the chooser opens
 
     def value(self) -> str:
         return self.edit.text().strip()
@@ -128,8 +145,7 @@ class ModelFolderEditor(FieldEditor):
         self.edit.blockSignals(False)
 
     def choose_folder(self) -> None:
-        current = Path(self.value()).expanduser()
-        start = str(current if current.is_dir() else Path.home())
+        start = str(dialog_start(self.value(), self.recent))
         folder = QFileDialog.getExistingDirectory(self, "Choose a Qwen3-ASR model folder", start)
         if folder:
             self.committed.emit(folder)
@@ -205,6 +221,17 @@ class ModelPage(SettingsPage):
         self.progress_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         current.add_widget("Status", self.progress_label)
         self.model_row = current.add_field(info_for("engine.model"), ModelFolderEditor(info_for("engine.model")))
+        self.model_editor: ModelFolderEditor = self.model_row.editor
+        self.download_button = QPushButton()
+        self.download_button.hide()
+        self.download_button.clicked.connect(self._download_named_model)
+        current.add_widget("", self.download_button)
+        self._repo_to_download = ""
+        self.recent_row = current.add_field(
+            info_for("engine.recent_models"), RecentModelsList(info_for("engine.recent_models")), show_help=False
+        )
+        self.recent_list: RecentModelsList = self.recent_row.editor
+        self.recent_list.use_requested.connect(self.choose_model)
 
         known = self.add_group("Known models")
         self.model_rows: dict[str, KnownModelRow] = {}
@@ -244,6 +271,8 @@ class ModelPage(SettingsPage):
     def refresh(self, settings: Settings) -> None:
         super().refresh(settings)
         self.intro.setVisible(settings.engine.model == "")
+        self.recent_list.set_current(settings.engine.model)
+        self.model_editor.recent = tuple(r.path for r in settings.engine.recent_models)
         known = known_model_for(settings.engine.model, self._cached)
         if isinstance(self.variant_editor, ChoiceEditor):
             self.variant_editor.set_item_labels(variant_labels(self.variant_editor.info.choices or (), known))
@@ -270,12 +299,16 @@ class ModelPage(SettingsPage):
     def showEvent(self, event) -> None:
         super().showEvent(event)
         self.scan_cache()  # a model may have been downloaded elsewhere (the CLI) meanwhile
+        self.recent_list.rebuild()  # and a folder may have gone (or its drive come back)
 
     # --- applying ---------------------------------------------------------------------------------
 
     def commit(self, info: FieldInfo, value: Any) -> None:
         if info.key == "engine.model":
             self.choose_model(value)
+        elif info.key == "engine.recent_models":
+            settings = self.controller.settings
+            self.apply(settings.replace(engine=settings.engine.replace(recent_models=tuple(value))))
         elif info.key == "engine.adapters":
             self.set_adapters(value)
         else:
@@ -289,6 +322,7 @@ class ModelPage(SettingsPage):
             path = Path(spec).expanduser()
             if path.is_dir() or not looks_like_repo_id(spec):
                 spec = str(path.absolute())
+        self._offer_download("")
         if spec == settings.engine.model:
             self.model_row.editor.set_value(spec)
             return True
@@ -297,8 +331,10 @@ class ModelPage(SettingsPage):
             if problem:
                 self.model_row.show_error(problem)
                 self.model_row.editor.set_value(settings.engine.model)
+                if looks_like_repo_id(spec) and not Path(spec).is_dir() and not model_folder_of(spec):
+                    self._offer_download(spec)
                 return False
-        errors = self.apply(settings.replace(engine=settings.engine.replace(model=spec)))
+        errors = self.apply(settings.replace(engine=settings.engine.with_model(spec)))
         if errors:
             return False
         self._warn_unfit_adapters()
@@ -335,6 +371,22 @@ class ModelPage(SettingsPage):
 
     # --- known models and downloads ---------------------------------------------------------------
 
+    def _offer_download(self, repo_id: str) -> None:
+        """Show (or, with "", hide) a Download button for a repo id that is not in the cache yet."""
+        self._repo_to_download = repo_id
+        if repo_id:
+            self.download_button.setText(f"Download {repo_id}")
+            self.download_button.setEnabled(not self.download_panel.running)
+        self.download_button.setVisible(bool(repo_id))
+
+    def _download_named_model(self) -> None:
+        repo_id = self._repo_to_download
+        if repo_id and not self.download_panel.running:
+            self.model_row.clear_error()
+            self._offer_download("")
+            self.model_row.editor.set_value(repo_id)  # shown while it downloads; chosen when done
+            self.start_download(repo_id)
+
     def _on_model_button(self, repo_id: str) -> None:
         if repo_id in self._cached:
             self.choose_model(repo_id)
@@ -344,7 +396,16 @@ class ModelPage(SettingsPage):
     def start_download(self, repo_id: str) -> None:
         self.download_panel.start(repo_id)
         self._update_model_rows(self.controller.settings)
+        self._show_download_panel()
         self.controller.start_download(repo_id)
+
+    def _show_download_panel(self) -> None:
+        """Scroll the page so the download's progress is in view."""
+        area = self.parentWidget()
+        while area is not None and not isinstance(area, QScrollArea):
+            area = area.parentWidget()
+        if area is not None:
+            area.ensureWidgetVisible(self.download_panel)
 
     def _on_download_progress(self, repo_id: str, done: int, total: int) -> None:
         if not self.download_panel.running or self.download_panel.repo_id != repo_id:
@@ -359,20 +420,31 @@ class ModelPage(SettingsPage):
         self.scan_cache()
         if not error:
             self.choose_model(repo_id)
+        else:
+            self.model_row.editor.set_value(self.controller.settings.engine.model)
 
 
 def model_problem(spec: str) -> str | None:
-    """Why ``spec`` (an absolute folder or a repo id) cannot be used, or None."""
+    """Why ``spec`` (an absolute folder or a repo id) cannot be used, or None. A repo id that is not
+    (completely) downloaded points to the Download button the page shows beside it."""
     if looks_like_repo_id(spec) and not Path(spec).is_dir():
-        from dictation.asr.errors import ModelError
-        from dictation.asr.models import resolve_model
-
-        try:
-            folder = resolve_model(spec)
-        except ModelError as e:
-            return str(e)
+        folder = model_folder_of(spec)
+        if folder is None:
+            return not_downloaded(spec)
         return check_model_folder(folder)
     return check_model_folder(spec)
+
+
+def not_downloaded(repo_id: str) -> str:
+    known = find_known_model(repo_id)
+    size = f" ({known.download_gb:.1f} GB)" if known is not None else ""
+    partly = (hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))).is_dir()
+    if partly:
+        return f"{repo_id} is only partly downloaded. Press Download{size} to finish it; it is chosen when done."
+    return (
+        f"{repo_id} is not downloaded yet. Press Download to fetch it{size} into the Hugging Face cache; "
+        "it is chosen when done."
+    )
 
 
 def model_folder_of(spec: str) -> Path | None:

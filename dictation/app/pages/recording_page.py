@@ -11,6 +11,7 @@ from dictation.app.pages import SettingsPage
 from dictation.app.widgets.fields import FieldEditor, fields_of, info_for
 from dictation.app.widgets.hotkey_edit import HotkeyEdit
 from dictation.app.widgets.level_meter import LevelMeter
+from dictation.app.widgets.wheel import ComboBox
 from dictation.audio.devices import AudioDeviceError, InputDevice
 from dictation.config.schema import FieldInfo
 
@@ -25,7 +26,7 @@ class MicrophoneEditor(FieldEditor):
 
     def __init__(self, info: FieldInfo, parent: QWidget | None = None):
         super().__init__(info, parent)
-        self.combo = self._add(QComboBox())
+        self.combo = self._add(ComboBox())
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.combo.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.combo.activated.connect(lambda index: self.committed.emit(self.combo.itemData(index)))

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from dictation.app.widgets.fields import FieldEditor, fit_table_height, info_for, style_as_help
+from dictation.app.widgets.wheel import DoubleSpinBox
 from dictation.config.schema import FieldInfo
 from dictation.config.settings import Adapter
 
@@ -113,7 +114,7 @@ class AdapterList(FieldEditor):
             item.setCheckState(Qt.CheckState.Checked if adapter.enabled else Qt.CheckState.Unchecked)
             item.setToolTip(adapter.path)
             self.table.setItem(i, COL_FOLDER, item)
-            spin = QDoubleSpinBox()
+            spin = DoubleSpinBox()
             spin.setRange(self._weight_info.minimum or 0.0, self._weight_info.maximum or 2.0)
             spin.setSingleStep(0.1)
             spin.setDecimals(2)

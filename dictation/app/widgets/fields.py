@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from dictation.app.widgets.wheel import ComboBox, DoubleSpinBox, SpinBox
 from dictation.config.schema import FieldInfo, field_info
 
 # A row that only matters while another (bool) setting is on is greyed out while it is off.
@@ -169,7 +170,7 @@ class IntEditor(FieldEditor):
         self.spin.valueChanged.connect(lambda v: self.committed.emit(self.value()))
 
     def _make_spin(self) -> QSpinBox | QDoubleSpinBox:
-        return QSpinBox()
+        return SpinBox()
 
     def _range(self) -> tuple[Any, Any]:
         lo = -_INT_LIMIT if self.info.minimum is None else int(self.info.minimum)
@@ -189,7 +190,7 @@ class IntEditor(FieldEditor):
 
 class FloatEditor(IntEditor):
     def _make_spin(self) -> QDoubleSpinBox:
-        spin = QDoubleSpinBox()
+        spin = DoubleSpinBox()
         spin.setDecimals(2)
         spin.setSingleStep(0.1)
         return spin
@@ -208,7 +209,7 @@ class ChoiceEditor(FieldEditor):
 
     def __init__(self, info: FieldInfo, parent: QWidget | None = None):
         super().__init__(info, parent)
-        self.combo = self._add(QComboBox())
+        self.combo = self._add(ComboBox())
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.combo.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         for value, label in info.choices or ():
@@ -240,7 +241,7 @@ class OpenChoiceEditor(FieldEditor):
 
     def __init__(self, info: FieldInfo, parent: QWidget | None = None):
         super().__init__(info, parent)
-        self.combo = self._add(QComboBox())
+        self.combo = self._add(ComboBox())
         self.combo.setEditable(True)
         self.combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.combo.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
