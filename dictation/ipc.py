@@ -82,7 +82,7 @@ def send_command(command: str, timeout: float = 3.0) -> dict:
         raw = _send_posix(request, timeout)
     try:
         reply = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise IpcError(f"the running app sent an unreadable reply: {raw[:200]!r}") from None
     if not isinstance(reply, dict) or "ok" not in reply:
         raise IpcError(f"the running app sent an unexpected reply: {reply!r}")
