@@ -100,11 +100,16 @@ class SettingsStore:
 
         try:
             data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            problem = Problem("settings", _preview(raw), f"is not valid JSON ({e})", "using the default settings")
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            # RecursionError: nested deeper than the parser's recursion limit. The file's text is
+            # not shown: it holds the vocabulary and the replacements (the user's own words).
+            reason = "is nested too deeply" if isinstance(e, RecursionError) else f"({e})"
+            problem = Problem(
+                "settings", None, f"is not valid JSON {reason}", "using the default settings", private=True
+            )
             return self._repair(Settings(), [problem], file_version=None, migrated_from=None)
         if not isinstance(data, dict):
-            problem = Problem("settings", data, "is not a JSON object", "using the default settings")
+            problem = Problem("settings", data, "is not a JSON object", "using the default settings", private=True)
             return self._repair(Settings(), [problem], file_version=None, migrated_from=None)
 
         problems: list[Problem] = []
@@ -234,7 +239,3 @@ def _fsync_dir(folder: Path) -> None:
 
 def _stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-def _preview(raw: bytes) -> str:
-    return raw[:60].decode("utf-8", errors="replace")
