@@ -221,7 +221,7 @@ class YdotoolKeys:
         if not text.isascii():
             raise InjectionError("ydotool types US-layout keycodes only and cannot type non-ASCII characters")
         self._key([f"{c}:0" for c in _ALL_MODIFIERS], "releasing modifiers")
-        # On stdin, never on the command line. "/dev/stdin", not "-": ydotool 1.0.0-1.0.1 open the
+        # On stdin, never on the command line. "/dev/stdin", not "-": early ydotool 1.0 releases open the
         # path they are given ("-" would be a file of that name); later versions read fd 0 for "-".
         result = self.host.run(
             [

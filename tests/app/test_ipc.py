@@ -196,3 +196,31 @@ def test_cli_commands_fail_clearly_when_no_app_runs(command):
     )
     assert proc.returncode == 1
     assert proc.stderr.strip() == "dictation: error: dictation is not running (start it with `dictation`)"
+
+
+def test_a_folder_another_user_made_in_tmp_does_not_stop_the_app(qtbot, tmp_path, monkeypatch):
+    """Issue 14.7: XDG_RUNTIME_DIR unset and /tmp/dictation-<uid> created first by someone else."""
+    import tempfile
+
+    from dictation import ipc
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a folder owned by another user")
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setattr(ipc, "RUN_USER", str(tmp_path / "no-run-user"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    shared_tmp = tmp_path / "tmp"
+    shared_tmp.mkdir(mode=0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
+    squatted = shared_tmp / f"dictation-{os.getuid()}{ipc._home_suffix()}"
+    squatted.mkdir(mode=0o777)
+    os.chown(squatted, 54321, 54321)
+
+    server = IpcServer(lambda c: {"ok": True, "status": "idle"})
+    try:
+        assert server.listen() is True
+        assert not server.name.startswith(str(squatted))
+        assert ask(qtbot, "status") == {"ok": True, "status": "idle"}
+        assert os.listdir(squatted) == []
+    finally:
+        server.close()
