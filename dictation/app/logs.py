@@ -40,8 +40,9 @@ class _PrivateLogFile(logging.handlers.RotatingFileHandler):
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         fd = os.open(self.baseFilename, flags, 0o600)
         try:
-            if hasattr(os, "fchmod"):
-                os.fchmod(fd, 0o600)
+            st = os.fstat(fd)
+            if hasattr(os, "fchmod") and st.st_uid == os.getuid() and st.st_mode & 0o077:
+                os.fchmod(fd, st.st_mode & 0o700)
             return open(fd, self.mode, encoding=self.encoding, errors=self.errors)  # noqa: SIM115
         except BaseException:
             os.close(fd)

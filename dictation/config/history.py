@@ -136,12 +136,12 @@ class History:
                 raise HistoryError(f"{self.path}: {e2}") from e2
 
     def _make_private(self) -> None:
-        if str(self.path) == IN_MEMORY:
-            return
         """The folder 0700 and the database 0600 before SQLite opens it: SQLite would create it 0644,
         and gives its -wal, -shm and -journal files the database's mode. Those of an older install
         are made 0600 too. Failing here (a folder in the database's place, a read-only folder) is a
         HistoryError like any other database that cannot be opened."""
+        if str(self.path) == IN_MEMORY:
+            return
         try:
             private_dir(self.path.parent)
             create_private_file(self.path)
