@@ -155,8 +155,9 @@ def test_history_of_an_older_install_is_made_private(home):
         history.add("old words")
     for p in [data, *data.iterdir()]:
         p.chmod(0o755 if p.is_dir() else 0o644)
-    (data / "history.sqlite3-wal").write_bytes(b"")  # as a crash leaves it
-    (data / "history.sqlite3-wal").chmod(0o644)
+    for leftover in ("history.sqlite3-wal", "history.sqlite3-journal"):  # as a crash leaves them
+        (data / leftover).write_bytes(b"")
+        (data / leftover).chmod(0o644)
     with History(data / "history.sqlite3") as history:
         assert history.recent(1)[0].text == "old words"
         assert all_private(data) == {}
