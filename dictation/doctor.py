@@ -1073,6 +1073,7 @@ def _files(ctx: Context) -> list[Check]:
         else:
             fix = "set DICTATION_HOME to a folder you can write to"
         checks.append(Check(area, name, "problem", f"{path}{state}: {where} is not writable", fix))
+    checks += _privacy(ctx)
     if ctx.settings_notes:
         checks.append(
             Check(
@@ -1085,6 +1086,27 @@ def _files(ctx: Context) -> list[Check]:
             )
         )
     return checks
+
+
+def _privacy(ctx: Context) -> list[Check]:
+    """Whether other local users can read the history, recordings, settings or log (they should not)."""
+    from dictation.paths import private_folders
+    from dictation.private import exposed
+
+    if ctx.platform.startswith("win"):
+        return []
+    folders = private_folders()
+    found = exposed(folders)
+    if not found:
+        existing = [str(f) for f in folders if f.exists()]
+        detail = "history, recordings, settings and log are readable by you alone"
+        return [Check("Files", "Privacy", "ok", detail + (f" ({', '.join(existing)})" if existing else ""))]
+    shown = ", ".join(f"{path} (mode {mode:o})" for path, mode in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    detail = f"{len(found)} of your private files and folders can be read by other users: {shown}{more}"
+    targets = " ".join(str(f) for f in folders if f.exists())
+    fix = f"start dictation once (it makes them private when it starts), or run `chmod -R go= {targets}`"
+    return [Check("Files", "Privacy", "problem", detail, fix)]
 
 
 _AREA_CHECKS: dict[str, Callable[[Context], list[Check]]] = {

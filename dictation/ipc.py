@@ -6,9 +6,14 @@ client, written with the standard library only so that a compositor binding such
 starts in a few tens of milliseconds (no Qt, no torch).
 
 Where the socket lives:
-- POSIX: ``$XDG_RUNTIME_DIR/dictation/ipc.sock`` (per user, mode 0700 folder), else
-  ``<tmp>/dictation-<uid>/ipc.sock``. With ``DICTATION_HOME`` set (tests, portable installs) the
-  folder name carries a hash of it, so separate homes run separate apps.
+- POSIX: ``ipc.sock`` in a private folder (`socket_dir`): the first usable of
+  ``$XDG_RUNTIME_DIR/dictation``, ``/run/user/<uid>/dictation`` (the same place when the variable
+  is unset, as under su or cron), ``<user cache dir>/dictation/run`` (in the user's home, where no
+  one else can create anything) and, last, ``<tmp>/dictation-<uid>``. Usable means a real folder
+  (not a link), owned by this user, mode 0700 (set if it is ours), in a runtime folder that is ours,
+  with a socket path short enough for the system. A folder someone else created is passed over, so
+  another user cannot keep the app from starting or listen in its place. With ``DICTATION_HOME`` set
+  (tests, portable installs) the folder name carries a hash of it, so separate homes run separate apps.
 - Windows: the named pipe ``\\\\.\\pipe\\dictation-<user>[-<hash>]``.
 
 Protocol: one JSON object per line each way. Request ``{"command": "toggle"}``; reply
@@ -20,12 +25,16 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import logging
 import os
 import socket
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 COMMANDS = ("toggle", "start", "stop", "cancel", "status", "show-settings", "show-history", "quit")
 _SUFFIX_LEN = 10
@@ -53,21 +62,85 @@ def server_name() -> str:
     return str(socket_dir() / "ipc.sock")
 
 
+RUN_USER = "/run/user"  # systemd-logind's per-user runtime folders (tests point it elsewhere)
+# sun_path holds 108 bytes on Linux, 104 on macOS and the BSDs, the terminating NUL included.
+MAX_SOCKET_PATH = 103 if sys.platform == "darwin" or "bsd" in sys.platform else 107
+
+
 def socket_dir() -> Path:
-    """The private folder holding the socket (created with mode 0700 when missing)."""
+    """The private folder holding the socket: the first usable candidate (module docstring), created
+    with mode 0700 when missing. Raises IpcError naming every candidate when none is usable."""
+    refused = []
+    for folder, parent_must_be_private in _socket_candidates():
+        reason = _claim(folder, parent_must_be_private)
+        if reason is None:
+            return folder
+        refused.append(f"{folder}: {reason}")
+        log.debug("not using %s for the app's socket: %s", folder, reason)
+    raise IpcError("no private folder for the app's socket: " + "; ".join(refused))
+
+
+def _socket_candidates() -> list[tuple[Path, bool]]:
+    """(folder, whether its parent must be a private folder of ours), best first."""
+    suffix = _home_suffix()
+    out: list[tuple[Path, bool]] = []
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        folder = Path(runtime) / f"dictation{_home_suffix()}"
+    if runtime and os.path.isabs(runtime):
+        out.append((Path(runtime) / f"dictation{suffix}", True))
+    run_user = Path(RUN_USER) / str(os.getuid()) / f"dictation{suffix}"
+    if run_user not in [folder for folder, _ in out]:
+        out.append((run_user, True))
+    try:
+        import platformdirs
+
+        cache = Path(platformdirs.user_cache_dir("dictation", appauthor=False))
+    except Exception:  # no home folder at all: the other candidates remain
+        cache = None
+    if cache is not None and cache.is_absolute():
+        out.append((cache / f"run{suffix}", False))
+    out.append((Path(tempfile.gettempdir()) / f"dictation-{os.getuid()}{suffix}", False))
+    return out
+
+
+def _claim(folder: Path, parent_must_be_private: bool) -> str | None:
+    """Make ``folder`` the socket's private folder if it can be; else why not."""
+    if len(os.fsencode(folder / "ipc.sock")) > MAX_SOCKET_PATH:
+        return f"the socket path would be longer than {MAX_SOCKET_PATH} bytes"
+    uid = os.getuid()
+    if parent_must_be_private:  # a runtime folder: it exists already and is ours alone
+        try:
+            st = os.stat(folder.parent)
+        except OSError as exc:
+            return f"no runtime folder ({exc.strerror or exc})"
+        if st.st_uid != uid or st.st_mode & 0o077:
+            return f"the runtime folder belongs to uid {st.st_uid} with mode {st.st_mode & 0o777:o}"
     else:
-        folder = Path(tempfile.gettempdir()) / f"dictation-{os.getuid()}{_home_suffix()}"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if sys.platform != "win32":
-        st = folder.stat()
-        if st.st_uid != os.getuid():
-            raise IpcError(f"{folder}: belongs to another user; refusing to use it for the app's socket")
-        if st.st_mode & 0o077:
-            os.chmod(folder, 0o700)
-    return folder
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"cannot create its parent ({exc.strerror or exc})"
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"cannot create it ({exc.strerror or exc})"
+    try:
+        st = os.lstat(folder)
+    except OSError as exc:
+        return f"cannot check it ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link; refusing it"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a folder"
+    if st.st_uid != uid:
+        return f"it belongs to another user (uid {st.st_uid}); refusing it"
+    if st.st_mode & 0o077:
+        try:
+            os.chmod(folder, 0o700)  # checked above: a folder of ours, not a link
+        except OSError as exc:
+            return f"cannot make it private ({exc.strerror or exc})"
+    return None
 
 
 def send_command(command: str, timeout: float = 3.0) -> dict:
@@ -82,7 +155,7 @@ def send_command(command: str, timeout: float = 3.0) -> dict:
         raw = _send_posix(request, timeout)
     try:
         reply = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise IpcError(f"the running app sent an unreadable reply: {raw[:200]!r}") from None
     if not isinstance(reply, dict) or "ok" not in reply:
         raise IpcError(f"the running app sent an unexpected reply: {reply!r}")

@@ -3,6 +3,8 @@
 - config: settings.json
 - data:   history.sqlite3, recordings/
 - log:    dictation.log
+
+All of them are private to the user (folders 0700, files 0600): see `dictation.private`.
 """
 
 from __future__ import annotations
@@ -41,3 +43,11 @@ def log_dir() -> Path:
 
 def recordings_dir() -> Path:
     return data_dir() / "recordings"
+
+
+def private_folders() -> list[Path]:
+    """The app's own folders, everything in them private (`dictation.private`): config, data (with
+    the recordings) and log. Where the log folder sits in a folder of the app's own
+    (``~/.local/state/dictation/log``), that folder is listed instead."""
+    folders = [config_dir(), data_dir(), log_dir()]
+    return [f.parent if f.parent.name == APP_NAME and f.name != APP_NAME else f for f in folders]

@@ -520,6 +520,34 @@ def test_files_are_listed_and_settings_are_read_without_writing(tmp_path):
     assert sorted(p.name for p in settings_file.parent.iterdir()) == ["settings.json"]
 
 
+def test_private_files_readable_by_others_are_reported(tmp_path):
+    home = tmp_path / "home"
+    (home / "data" / "recordings").mkdir(parents=True)
+    (home / "config").mkdir()
+    history = home / "data" / "history.sqlite3"
+    history.write_text("x")
+    for path in (home / "data", home / "data" / "recordings", home / "config"):
+        path.chmod(0o700)
+    history.chmod(0o600)
+    checks = run_checks(env={"PATH": os.defpath}, platform="linux", areas=["Files"])
+    assert find(checks, "Files", "Privacy").status == "ok"
+
+    history.chmod(0o644)  # as an older version wrote it
+    (home / "data").chmod(0o755)
+    checks = run_checks(env={"PATH": os.defpath}, platform="linux", areas=["Files"])
+    privacy = find(checks, "Files", "Privacy")
+    assert privacy.status == "problem"
+    assert privacy.detail == (
+        "2 of your private files and folders can be read by other users: "
+        f"{home / 'data'} (mode 755), {history} (mode 644)"
+    )
+    assert privacy.fix == (
+        f"start dictation once (it makes them private when it starts), or run `chmod -R go= {home / 'config'} "
+        f"{home / 'data'}`"
+    )
+    assert stat.S_IMODE(history.stat().st_mode) == 0o644  # the doctor changes nothing
+
+
 def test_unwritable_folders(tmp_path, monkeypatch):
     monkeypatch.setattr(doctor.os, "access", lambda path, mode: False)
     checks = run_checks(env={"PATH": os.defpath}, platform="linux", areas=["Files"])

@@ -727,8 +727,10 @@ class AppController(QObject):
             self._restart_idle_timer()
             self.status_changed.emit(action.status)
 
-    def _notify(self, level: str, message: str) -> None:
-        {"info": log.info, "warning": log.warning}.get(level, log.error)("%s", message)
+    def _notify(self, level: str, message: str, *, log_as: str | None = None) -> None:
+        """Show ``message`` (the tray) and log it, or log ``log_as`` instead where the message
+        quotes what the user said: no dictated word goes into the log."""
+        {"info": log.info, "warning": log.warning}.get(level, log.error)("%s", message if log_as is None else log_as)
         self.notified.emit(level, message)
 
     def _poll_recorder(self) -> None:
@@ -851,7 +853,11 @@ class AppController(QObject):
         )
         self.history_changed.emit()
         self.retranscribed.emit(entry_id, "")
-        self._notify("info", f"Transcribed again: {text.strip()[:80] or '(no speech)'}")
+        self._notify(
+            "info",
+            f"Transcribed again: {text.strip()[:80] or '(no speech)'}",
+            log_as=f"history entry {entry_id} transcribed again: {len(text)} characters",
+        )
 
     def _deliver_text(self, action: S.DeliverText) -> None:
         job = self._jobs.get(action.job_id) or _Job()

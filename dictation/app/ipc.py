@@ -85,7 +85,8 @@ class IpcServer(QObject):
             command = request["command"]
             if not isinstance(command, str):
                 raise TypeError
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError):
+            # RecursionError: JSON nested deeper than the parser's recursion limit ("[[[[...").
             reply = {"ok": False, "message": 'bad request: expected one JSON line {"command": ...}'}
         else:
             try:

@@ -1,21 +1,28 @@
 """`dictation` with no arguments: the tray app.
 
 Start-up order: QApplication -> logging (file + log view) -> single instance (a second `dictation`
-asks the first to show its settings and exits) -> settings and history -> controller (workers,
-microphone, hotkeys, model loading in the background) -> tray, overlay -> event loop. On the
-first run, with no model chosen, the settings window opens on the Model page.
+asks the first to show its settings and exits) -> the app's folders made private (0700/0600) ->
+settings and history -> controller (workers, microphone, hotkeys, model loading in the background)
+-> tray, overlay -> event loop. On the first run, with no model chosen, the settings window opens
+on the Model page. A log file or history file that cannot be used does not stop the app: it runs
+without it (the history then lives in memory) and says so in one line, logged and notified.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import sqlite3
 import sys
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from dictation import __version__
+
+if TYPE_CHECKING:
+    from dictation.config.history import History
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +38,7 @@ class App:
         self.controller = controller
         self.settings_window = None
         self.history_window = None
+        self.shutdown = lambda: None  # set by `start`: what quitting runs
         self.tray = Tray(controller, self.show_settings, self.show_history, force_window=tray_force_window)
         self.overlay = Overlay(controller)
         controller.show_settings_requested.connect(self.show_settings)
@@ -56,13 +64,43 @@ class App:
         self.history_window.activateWindow()
 
 
+def open_history(max_entries: int) -> tuple[History, str]:
+    """The history file, or, where it cannot be opened (a folder in its place, a table that is not
+    ours, a read-only folder, a full disk), a history in memory for this session and one line
+    saying so: dictating never depends on the history file."""
+    from dictation.config.history import IN_MEMORY, History, HistoryError
+
+    try:
+        return History(max_entries=max_entries), ""
+    except (HistoryError, OSError, sqlite3.Error) as exc:
+        problem = (
+            f"History unavailable: {_one_line(exc)}. Dictation works; this session's dictations are kept "
+            "until you quit, not saved"
+        )
+        return History(IN_MEMORY, max_entries=max_entries), problem
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def run(verbose: bool = False) -> int:
+    started = start(verbose)
+    if isinstance(started, int):
+        return started
+    return started.qapp.exec()
+
+
+def start(verbose: bool = False) -> App | int:
+    """Everything `run` does before the event loop: the running App, or the exit status when this
+    instance is not the one to run (another is running, or the socket cannot be had)."""
     from dictation.app.controller import AppController, Services
     from dictation.app.ipc import IpcServer
     from dictation.app.logs import setup_logging
-    from dictation.config import History
     from dictation.config.store import SettingsStore
     from dictation.ipc import IpcError, send_command
+    from dictation.paths import private_folders
+    from dictation.private import repair
 
     qapp = QApplication.instance() or QApplication(sys.argv[:1])
     qapp.setApplicationName("dictation")
@@ -88,22 +126,34 @@ def run(verbose: bool = False) -> int:
         print("dictation is already running; its settings window is shown.", file=sys.stderr)
         return 0
 
-    log.info("dictation %s starting; log file %s", __version__, log_path)
+    log.info("dictation %s starting; log file %s", __version__, log_path if not bridge.file_problem else "none")
+    problems = [bridge.file_problem] if bridge.file_problem else []
+    made_private = repair(private_folders())  # an older version wrote them 0644 in 0755 folders
+    if made_private:
+        log.warning(
+            "made %d files and folders readable by you alone (other users could read them), e.g. %s",
+            len(made_private),
+            made_private[0],
+        )
     store = SettingsStore()
     report = store.load_report()
     settings = report.settings
-    history = History(max_entries=settings.general.history_size)
+    history, history_problem = open_history(settings.general.history_size)
+    problems += [history_problem] if history_problem else []
     controller = AppController(Services(store=store, history=history), settings=settings)
     server.handler = controller.handle_ipc
     controller.attach_log(bridge)
     app = App(qapp, controller)
     for problem in report.problems:
         controller.notified.emit("warning", f"Settings: {problem}")
+    for problem in problems:  # one line each, in the log and as a notification
+        log.warning("%s", problem)
+        controller.notified.emit("warning", problem)
 
     # Ctrl+C / SIGTERM end the app cleanly (the clipboard is restored, threads joined).
     signal.signal(signal.SIGINT, lambda *_: qapp.quit())
     signal.signal(signal.SIGTERM, lambda *_: qapp.quit())
-    wake = QTimer()
+    app.wake = wake = QTimer()  # held by the app: it must live as long as the event loop
     wake.start(200)  # lets the Python interpreter run signal handlers while Qt's loop waits
     wake.timeout.connect(lambda: None)
 
@@ -116,8 +166,9 @@ def run(verbose: bool = False) -> int:
         history.close()
 
     qapp.aboutToQuit.connect(shutdown)
+    app.shutdown = shutdown
     controller.start()
     if not settings.engine.model:
         app.show_settings("model")
     log.info("ready")
-    return qapp.exec()
+    return app

@@ -20,7 +20,7 @@ import math
 import os
 import struct
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 from dictation.asr.errors import WeightsError
 
@@ -160,6 +160,23 @@ def _entry_span(entry: object) -> tuple[int, int] | None:
     return offsets[0], offsets[1]
 
 
+def _shard_name(index: Path, shard: object) -> str:
+    """``shard`` if it names a file directly in the model folder; anything else (``../../etc/passwd``,
+    an absolute path, a subfolder) is refused, so an index cannot make us read files outside it.
+
+    Checked by name, not by resolving links: the Hugging Face cache's model files are links into its
+    blob store, which is outside the snapshot folder by design.
+    """
+    if (
+        not isinstance(shard, str)
+        or shard in ("", ".", "..")
+        or any(sep in shard for sep in ("/", "\\", "\0"))
+        or PureWindowsPath(shard).name != shard
+    ):
+        raise WeightsError(f"{index}: shard {shard!r} is not a file name in the model folder; refusing the index")
+    return shard
+
+
 def locate(folder: Path) -> CheckpointFiles:
     """Find the safetensors file(s) of a model folder and list which file holds each tensor."""
     folder = Path(folder)
@@ -167,7 +184,7 @@ def locate(folder: Path) -> CheckpointFiles:
     if index.exists():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            tensor_files = {str(name): folder / shard for name, shard in weight_map.items()}
+            tensor_files = {str(name): folder / _shard_name(index, shard) for name, shard in weight_map.items()}
         except (OSError, KeyError, TypeError, AttributeError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise WeightsError(f"{index}: unreadable shard index ({exc})") from None
         for shard in sorted(set(tensor_files.values())):

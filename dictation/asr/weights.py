@@ -195,7 +195,8 @@ def write_model_folder(
     followed), ``config`` as config.json, and ``tensors`` in one ``model.safetensors``.
 
     Written into a temporary folder next to ``out`` that is renamed at the end, so an error or an
-    interruption leaves nothing at ``out``. ``out`` must not exist or be an empty folder.
+    interruption leaves nothing at ``out``. ``out`` must not exist or be an empty folder. Files and
+    folders follow the umask, as other tools' output does (a model folder is not private data).
     """
     import json
     import os
@@ -221,6 +222,9 @@ def write_model_folder(
                 shutil.copyfile(entry, tmp / entry.name)
         (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", "utf-8")
         save_file({n: _own_storage(t) for n, t in sorted(tensors.items())}, str(tmp / "model.safetensors"), metadata)
+        # safetensors writes its file 0600 whatever the umask; a model folder is not private data, so
+        # the weights get the mode every other new file here got: config.json's (0666 less the umask).
+        os.chmod(tmp / "model.safetensors", (tmp / "config.json").stat().st_mode & 0o777)
         if out.exists():
             out.rmdir()  # empty (checked above); os.replace cannot replace a folder on Windows
         os.replace(tmp, out)

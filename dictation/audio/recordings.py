@@ -18,6 +18,7 @@ import numpy as np
 
 from dictation.audio.wav import write_wav
 from dictation.paths import recordings_dir
+from dictation.private import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def save_recording(
     if keep is not None and keep < 1:
         raise ValueError(f"keep must be at least 1 (or None to keep everything), got {keep}")
     folder = Path(directory) if directory is not None else recordings_dir()
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(folder)  # 0700; the file itself is created 0600 (_reserve_name, write_wav)
     path = _reserve_name(folder, now or datetime.now(timezone.utc))
     try:
         write_wav(path, samples, sample_rate)

@@ -8,7 +8,8 @@ in the history, marked pending.
 Durability: WAL journal, ``synchronous=FULL`` and one transaction per change, so a committed row
 survives the process being killed and the machine losing power; an interrupted write rolls back.
 A file that is not a database at all is moved aside (``history.sqlite3.bad-<UTC time>``) and a new
-one started, so dictation keeps working.
+one started, so dictation keeps working. The folder is 0700 and the database with its -wal/-shm
+files 0600, whatever the umask (`_make_private`).
 
 Threads: one connection guarded by a lock; the app writes from a worker thread and reads from
 the GUI thread. Each call holds the lock for one short statement or transaction.
@@ -27,9 +28,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from dictation.private import create_private_file, make_private, private_dir
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ENTRIES = 1000
+IN_MEMORY = ":memory:"  # History(IN_MEMORY): kept until closed, for when the file cannot be opened
 
 
 class HistoryError(Exception):
@@ -113,7 +117,7 @@ class History:
     # --- opening ---------------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_private()
         try:
             return self._connect()
         except sqlite3.DatabaseError as e:
@@ -125,17 +129,33 @@ class History:
                 src = Path(str(self.path) + suffix)
                 if src.exists():
                     src.replace(Path(str(aside) + suffix))
+            self._make_private()
             try:
                 return self._connect()
             except sqlite3.DatabaseError as e2:
                 raise HistoryError(f"{self.path}: {e2}") from e2
+
+    def _make_private(self) -> None:
+        """The folder 0700 and the database 0600 before SQLite opens it: SQLite would create it 0644,
+        and gives its -wal, -shm and -journal files the database's mode. Those of an older install
+        are made 0600 too. Failing here (a folder in the database's place, a read-only folder) is a
+        HistoryError like any other database that cannot be opened."""
+        if str(self.path) == IN_MEMORY:
+            return
+        try:
+            private_dir(self.path.parent)
+            create_private_file(self.path)
+        except OSError as e:
+            raise HistoryError(f"{e.filename or self.path}: {e.strerror or e}") from e
+        for suffix in ("-wal", "-shm", "-journal"):
+            make_private(Path(str(self.path) + suffix))
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions; _transaction() opens them explicitly.
         conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if mode.lower() != "wal":
+            if mode.lower() != "wal" and str(self.path) != IN_MEMORY:
                 log.warning("%s: no WAL journal (got %s); writes still use transactions", self.path, mode)
             conn.execute("PRAGMA synchronous=FULL")
             conn.create_function("casefold", 1, _casefold, deterministic=True)
@@ -161,13 +181,16 @@ class History:
                 conn.execute("ROLLBACK")
                 raise
             log.info("%s: history schema upgraded to version %d", self.path, version + 1)
+        have = {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}
+        missing = [c for c in COLUMNS if c not in have]
+        if missing and version > target:
+            raise HistoryError(
+                f"{self.path}: written by a newer version (schema {version}) without the columns {missing}"
+            )
+        if missing:  # another program's table, or one edited by hand: every write would fail
+            what = "has no dictations table" if not have else f"its dictations table lacks the columns {missing}"
+            raise HistoryError(f"{self.path}: {what}")
         if version > target:
-            have = {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}
-            missing = [c for c in COLUMNS if c not in have]
-            if missing:
-                raise HistoryError(
-                    f"{self.path}: written by a newer version (schema {version}) without the columns {missing}"
-                )
             log.warning("%s is from a newer version (schema %d > %d); using it as is", self.path, version, target)
 
     @contextmanager

@@ -36,8 +36,11 @@ class Problem:
     value: Any
     reason: str
     action: str  # e.g. "using the default 1500" or "dropped"
+    private: bool = False  # the value may hold the user's words: never shown (logs, notifications)
 
     def __str__(self) -> str:
+        if self.private:
+            return f"{self.key}: the value {self.reason}; {self.action}"
         shown = repr(self.value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
@@ -264,7 +267,8 @@ def _validate(obj: Any, prefix: str, errors: list[FieldError]) -> None:
             if reason is None and normalized != value:
                 reason = f"should be written {normalized!r}"
             if reason is not None:
-                errors.append(FieldError(key, f"{value!r} {reason}"))
+                shown = "the value" if f.metadata.get("private") else repr(value)
+                errors.append(FieldError(key, f"{shown} {reason}"))
 
 
 # --- JSON data ----------------------------------------------------------------------------------
@@ -288,16 +292,19 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return out
 
 
-def from_dict(cls: type, data: Any, prefix: str = "") -> tuple[Any, list[Problem]]:
+def from_dict(cls: type, data: Any, prefix: str = "", private: bool = False) -> tuple[Any, list[Problem]]:
     """Build ``cls`` from JSON data, keeping every usable value; never raises.
 
     Missing keys take their defaults silently (a newer field in an older file). Unusable values
     take their defaults and are reported. Unknown keys go to ``extra``. List items with an unusable
-    ``required`` field are dropped (and reported); their other bad fields are reset.
+    ``required`` field are dropped (and reported); their other bad fields are reset. Problems with
+    fields marked ``private`` (and with the whole file) do not carry the value into their message.
     """
     problems: list[Problem] = []
     if not isinstance(data, dict):
-        problems.append(Problem(prefix.rstrip(".") or "settings", data, "is not an object", "using the defaults"))
+        whole = not prefix  # the whole file: it may hold anything, vocabulary included
+        key = prefix.rstrip(".") or "settings"
+        problems.append(Problem(key, data, "is not an object", "using the defaults", private or whole))
         return cls(), problems
     values: dict[str, Any] = {}
     known = set()
@@ -310,33 +317,34 @@ def from_dict(cls: type, data: Any, prefix: str = "") -> tuple[Any, list[Problem
             continue
         raw = data[jkey]
         key = f"{prefix}{jkey}"
+        hidden = private or bool(f.metadata.get("private"))
         if f.metadata.get("group"):
-            values[f.name], sub = from_dict(_hints(cls)[f.name], raw, key + ".")
+            values[f.name], sub = from_dict(_hints(cls)[f.name], raw, key + ".", hidden)
             problems += sub
         elif (item := _item_type(cls, f)) is not None:
-            values[f.name] = _items(item, raw, key, problems)
+            values[f.name] = _items(item, raw, key, problems, hidden)
         else:
             value, reason = _check(cls, f, raw)
             if reason is None:
                 values[f.name] = value
             else:
-                problems.append(Problem(key, raw, reason, f"using the default {f.default!r}"))
+                problems.append(Problem(key, raw, reason, f"using the default {f.default!r}", hidden))
     extra = {k: v for k, v in data.items() if k not in known}
     return cls(**values, extra=extra), problems
 
 
-def _items(item: type, raw: Any, key: str, problems: list[Problem]) -> tuple:
+def _items(item: type, raw: Any, key: str, problems: list[Problem], private: bool = False) -> tuple:
     if not isinstance(raw, list):
-        problems.append(Problem(key, raw, "is not a list", "using the default ()"))
+        problems.append(Problem(key, raw, "is not a list", "using the default ()", private))
         return ()
     out = []
     for i, entry in enumerate(raw):
-        obj, sub = from_dict(item, entry, f"{key}[{i}].")
+        obj, sub = from_dict(item, entry, f"{key}[{i}].", private)
         required = [f for f in _leaf_fields(item) if f.metadata["required"]]
         missing = [f for f in required if _check(item, f, getattr(obj, f.name))[1] is not None]
         if not isinstance(entry, dict) or missing:
             what = "is not an object" if not isinstance(entry, dict) else f"has no usable {_json_key(missing[0])!r}"
-            problems.append(Problem(f"{key}[{i}]", entry, what, "dropped"))
+            problems.append(Problem(f"{key}[{i}]", entry, what, "dropped", private))
             continue
         problems += sub
         out.append(obj)

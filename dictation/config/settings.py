@@ -41,6 +41,7 @@ def setting(
     required: bool = False,
     normalize: Any = None,
     key: str | None = None,
+    private: bool = False,
 ) -> Any:
     """A settings field: its default plus what the UI and the validator need to know.
 
@@ -49,7 +50,8 @@ def setting(
     are allowed too. ``pattern_help``: ``pattern`` in words, for error messages. ``required``: must
     not be empty (list items without it are dropped on load). ``normalize``: applied to a loaded
     string before checking (e.g. lower-casing). ``key``: the JSON key when it differs from the
-    attribute name.
+    attribute name. ``private``: the value is the user's own words (vocabulary, replacements); it
+    never appears in a log line or a load/validation message, only its key does.
     """
     meta = {
         "label": label,
@@ -66,6 +68,7 @@ def setting(
         "required": required,
         "normalize": normalize,
         "key": key,
+        "private": private,
     }
     return field(default=default, metadata=meta)
 
@@ -154,8 +157,9 @@ class Replacement(_Group):
         label="Replace",
         help="Text to look for in each transcript (case-sensitive, exact).",
         required=True,
+        private=True,
     )
-    to: str = setting("", label="With", help="Text to put in its place; empty removes it.")
+    to: str = setting("", label="With", help="Text to put in its place; empty removes it.", private=True)
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,7 @@ class TranscriptionSettings(_Group):
         "A plain list of terms works better than instructions.",
         max_length=20_000,
         multiline=True,
+        private=True,
     )
 
 
@@ -404,6 +409,7 @@ class OutputSettings(_Group):
         (),
         label="Replacements",
         help="Fix words the model keeps getting wrong: each 'replace' text becomes the 'with' text, in order.",
+        private=True,
     )
 
 

@@ -11,7 +11,8 @@ Load never fails and never throws a user's settings away:
   are kept, so the newer version can still read what this one writes.
 
 Save writes a temporary file in the same folder, flushes it to disk, then renames it over the old
-file: a crash or a full disk leaves either the old file or the new one, never a mix.
+file: a crash or a full disk leaves either the old file or the new one, never a mix. The folder is
+0700 and the file and its backups 0600 (`dictation.private`): they hold the user's vocabulary.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from dictation.config.migrations import migrate
 from dictation.config.schema import FieldError, Problem, from_dict, to_dict, validate
 from dictation.config.settings import SCHEMA_VERSION, Settings
+from dictation.private import make_private, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +102,16 @@ class SettingsStore:
 
         try:
             data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            problem = Problem("settings", _preview(raw), f"is not valid JSON ({e})", "using the default settings")
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            # RecursionError: nested deeper than the parser's recursion limit. The file's text is
+            # not shown: it holds the vocabulary and the replacements (the user's own words).
+            reason = "is nested too deeply" if isinstance(e, RecursionError) else f"({e})"
+            problem = Problem(
+                "settings", None, f"is not valid JSON {reason}", "using the default settings", private=True
+            )
             return self._repair(Settings(), [problem], file_version=None, migrated_from=None)
         if not isinstance(data, dict):
-            problem = Problem("settings", data, "is not a JSON object", "using the default settings")
+            problem = Problem("settings", data, "is not a JSON object", "using the default settings", private=True)
             return self._repair(Settings(), [problem], file_version=None, migrated_from=None)
 
         problems: list[Problem] = []
@@ -179,6 +186,7 @@ class SettingsStore:
             target = self.path.with_name(f"{self.path.name}.{suffix}-{n}")
         try:
             shutil.copy2(self.path, target)
+            make_private(target)  # copy2 copied the mode of an older, 0644 original
         except OSError as e:
             log.error("cannot back up %s to %s: %s", self.path, target, e)
             return None
@@ -199,7 +207,8 @@ class SettingsStore:
         fields.pop(VERSION_KEY, None)  # the store owns the version, whatever an unknown key says
         data = {VERSION_KEY: self._file_version, **fields}
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-        atomic_write(self.path, text.encode("utf-8"))
+        private_dir(self.path.parent)  # the vocabulary and replacements are the user's words
+        atomic_write(self.path, text.encode("utf-8"))  # mkstemp: the file is 0600
 
 
 def atomic_write(path: Path, payload: bytes) -> None:
@@ -234,7 +243,3 @@ def _fsync_dir(folder: Path) -> None:
 
 def _stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-def _preview(raw: bytes) -> str:
-    return raw[:60].decode("utf-8", errors="replace")

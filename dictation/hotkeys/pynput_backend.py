@@ -171,7 +171,8 @@ class PynputBackend(HotkeyBackend):
                 events = self._tracker.press(name) if pressed else self._tracker.release(name)
             self._emit(events)
         except Exception:  # an exception here would stop pynput's listener
-            log.exception("pynput hotkey handling failed for %r", key)
+            # Not the key itself: the listener sees every key typed, dictated text included.
+            log.exception("pynput hotkey handling failed for a key %s", "press" if pressed else "release")
 
     def _on_press(self, key: Any, injected: bool = False) -> None:
         self._handle(key, True)

@@ -7,6 +7,9 @@
 | ydotool | any (uinput, daemon) | yes   | no: US-layout keycodes for ASCII only, so it refuses        |
 | pynput  | X11, Windows, macOS  | yes   | Windows/macOS yes; X11 no (repeats/drops chars), so refuses |
 
+The text never goes on a command line (any local user can read those with ps): xdotool and ydotool
+read it from stdin (`--file`), wtype too ("-"); xmodmap gets its key bindings on stdin as well.
+
 Held modifiers (the hotkey's Ctrl/Shift/Alt/Super, still down when the text comes): xdotool, ydotool
 and pynput send explicit key-ups for all of them first, so typed text does not turn into shortcuts;
 wtype types on its own virtual keyboard, whose modifier state the physical keys do not touch, and
@@ -102,8 +105,10 @@ class XdotoolKeys:
         _raise_for(result, f"sending {chord.value}", sent_if_ran=False)
 
     def _type(self, text: str, delay_ms: int) -> None:
-        argv = ["xdotool", *_XDOTOOL_RELEASE, "type", "--delay", str(delay_ms), "--", text]
-        result = self.host.run(argv, timeout=_typing_timeout(self.timeout, text, delay_ms))
+        # The text goes in on stdin ("--file -"), never on the command line, where every local user
+        # could read it (ps, /proc/PID/cmdline). xdotool types a file exactly as it types an argument.
+        argv = ["xdotool", *_XDOTOOL_RELEASE, "type", "--delay", str(delay_ms), "--file", "-"]
+        result = self.host.run(argv, input=text.encode("utf-8"), timeout=_typing_timeout(self.timeout, text, delay_ms))
         _raise_for(result, "typing", sent_if_ran=True)
 
     def type_text(self, text: str, delay_ms: int | None) -> None:
@@ -216,8 +221,17 @@ class YdotoolKeys:
         if not text.isascii():
             raise InjectionError("ydotool types US-layout keycodes only and cannot type non-ASCII characters")
         self._key([f"{c}:0" for c in _ALL_MODIFIERS], "releasing modifiers")
+        # On stdin, never on the command line. "/dev/stdin", not "-": early ydotool 1.0 releases open the
+        # path they are given ("-" would be a file of that name); later versions read fd 0 for "-".
         result = self.host.run(
-            ["ydotool", "type", "--key-delay", str(DEFAULT_DELAY_MS if delay_ms is None else delay_ms), "--file", "-"],
+            [
+                "ydotool",
+                "type",
+                "--key-delay",
+                str(DEFAULT_DELAY_MS if delay_ms is None else delay_ms),
+                "--file",
+                "/dev/stdin",
+            ],
             input=text.encode("utf-8"),
             timeout=_typing_timeout(self.timeout, text, delay_ms),
         )

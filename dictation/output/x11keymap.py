@@ -17,11 +17,16 @@ import logging
 import threading
 import time
 
-from dictation.output.process import Host
+from dictation.output.process import Host, ProcResult
 
 log = logging.getLogger(__name__)
 
 RESERVED_FREE = 1  # spare keycodes left for xdotool's own scratch use
+
+
+def _brief(result: ProcResult) -> str:
+    """Why xmodmap failed, without its stderr: that quotes the keysym, i.e. a character of the text."""
+    return result.error or f"xmodmap exited with {result.returncode}"
 
 
 def keysym_name(ch: str) -> str:
@@ -86,12 +91,10 @@ class KeymapBinder:
             if any(k in reusable for k in slots):
                 # A reused keycode may belong to a key typed moments ago: let slow clients catch up.
                 time.sleep(max(0.0, self._last_use + self.grace_s - time.monotonic()))
-            args = []
-            for keycode, ch in zip(slots, missing, strict=True):
-                args += ["-e", f"keycode {keycode} = {keysym_name(ch)}"]
-            result = self.host.run(["xmodmap", *args], timeout=self.timeout)
+            lines = [f"keycode {keycode} = {keysym_name(ch)}" for keycode, ch in zip(slots, missing, strict=True)]
+            result = self._xmodmap(lines)
             if not result.ok:
-                log.warning("binding characters failed: %s", result.failure())
+                log.warning("binding characters failed: %s", _brief(result))
                 return False
             self._owned.update(zip(slots, missing, strict=True))
             return True
@@ -120,13 +123,16 @@ class KeymapBinder:
             self._cancel_timer()
             if not self._owned:
                 return
-            args = []
-            for keycode in sorted(self._owned):
-                args += ["-e", f"keycode {keycode} ="]
-            result = self.host.run(["xmodmap", *args], timeout=self.timeout)
+            result = self._xmodmap([f"keycode {keycode} =" for keycode in sorted(self._owned)])
             if not result.ok:
-                log.warning("unbinding characters failed: %s", result.failure())
+                log.warning("unbinding characters failed: %s", _brief(result))
             self._owned.clear()
+
+    def _xmodmap(self, expressions: list[str]) -> ProcResult:
+        """Run xmodmap expressions from stdin ("xmodmap -"): as ``-e`` arguments they would show the
+        dictated text's characters (as keysyms) to every local user in ps."""
+        payload = "".join(line + "\n" for line in expressions).encode("ascii")
+        return self.host.run(["xmodmap", "-"], input=payload, timeout=self.timeout)
 
     def _cancel_timer(self) -> None:
         self._generation += 1

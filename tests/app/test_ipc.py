@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import json
 import socket
 import stat
 import subprocess
@@ -113,8 +114,22 @@ def test_a_stale_socket_from_a_crashed_app_is_taken_over(qtbot):
         server.close()
 
 
-def test_bad_requests_get_a_clear_refusal(qtbot):
-    server = IpcServer(lambda c: {"ok": True})
+DEEP = 30_000  # far beyond the JSON parser's recursion limit, well within one request's 64 KiB
+
+
+@pytest.mark.parametrize(
+    "request_line",
+    [
+        b"not json",
+        b"[" * DEEP,
+        b"[" * DEEP + b"]" * DEEP,
+        b'{"command": ' + b"[" * DEEP + b"]" * DEEP + b"}",
+        b'{"a": ' * DEEP + b"1" + b"}" * DEEP,
+    ],
+    ids=["not-json", "deep-open", "deep-closed", "deep-command", "deep-object"],
+)
+def test_bad_requests_get_a_clear_refusal(qtbot, request_line):
+    server = IpcServer(lambda c: {"ok": True, "status": "idle"})
     assert server.listen()
     try:
         box = {}
@@ -123,15 +138,50 @@ def test_bad_requests_get_a_clear_refusal(qtbot):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(5)
                 s.connect(server_name())
-                s.sendall(b"not json\n")
-                box["reply"] = s.recv(4096)
+                s.sendall(request_line + b"\n")
+                box["reply"] = _read_line(s)
 
         thread = threading.Thread(target=raw)
         thread.start()
         qtbot.waitUntil(lambda: not thread.is_alive(), timeout=7000)
-        assert b'"ok": false' in box["reply"] and b"bad request" in box["reply"]
+        refusal = 'bad request: expected one JSON line {"command": ...}'
+        assert json.loads(box["reply"]) == {"ok": False, "message": refusal}
+        assert ask(qtbot, "status") == {"ok": True, "status": "idle"}  # and the server still answers
     finally:
         server.close()
+
+
+def _read_line(s: socket.socket) -> bytes:
+    data = b""
+    while b"\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+def test_client_refuses_a_deeply_nested_reply_clearly(tmp_path):
+    """A reply nested beyond the parser's limit is an IpcError, not a RecursionError traceback."""
+    path = server_name()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"[" * DEEP + b"\n")
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        with pytest.raises(IpcError, match="unreadable reply"):
+            send_command("status", timeout=5)
+    finally:
+        thread.join(5)
+        listener.close()
 
 
 def test_client_without_a_running_app_says_so():
@@ -146,3 +196,31 @@ def test_cli_commands_fail_clearly_when_no_app_runs(command):
     )
     assert proc.returncode == 1
     assert proc.stderr.strip() == "dictation: error: dictation is not running (start it with `dictation`)"
+
+
+def test_a_folder_another_user_made_in_tmp_does_not_stop_the_app(qtbot, tmp_path, monkeypatch):
+    """Issue 14.7: XDG_RUNTIME_DIR unset and /tmp/dictation-<uid> created first by someone else."""
+    import tempfile
+
+    from dictation import ipc
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a folder owned by another user")
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setattr(ipc, "RUN_USER", str(tmp_path / "no-run-user"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    shared_tmp = tmp_path / "tmp"
+    shared_tmp.mkdir(mode=0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
+    squatted = shared_tmp / f"dictation-{os.getuid()}{ipc._home_suffix()}"
+    squatted.mkdir(mode=0o777)
+    os.chown(squatted, 54321, 54321)
+
+    server = IpcServer(lambda c: {"ok": True, "status": "idle"})
+    try:
+        assert server.listen() is True
+        assert not server.name.startswith(str(squatted))
+        assert ask(qtbot, "status") == {"ok": True, "status": "idle"}
+        assert os.listdir(squatted) == []
+    finally:
+        server.close()

@@ -200,6 +200,15 @@ def test_missing_shard(ckpt_sharded, tmp_path):
     assert check_model_folder(folder) == f"{victim}: shard listed in model.safetensors.index.json is missing"
 
 
+def test_shard_outside_the_folder_is_refused_without_reading_it(ckpt_sharded, tmp_path):
+    folder = linked_copy(ckpt_sharded, tmp_path / "m")
+    replace_file(folder / "model.safetensors.index.json", json.dumps({"weight_map": {"x": "../../etc/passwd"}}))
+    assert check_model_folder(folder) == (
+        f"{folder / 'model.safetensors.index.json'}: shard '../../etc/passwd' is not a file name in the model"
+        " folder; refusing the index"
+    )
+
+
 def test_shards_swapped_with_another_download(ckpt_sharded, tmp_path):
     folder = linked_copy(ckpt_sharded, tmp_path / "m")
     first, second = sorted(folder.glob("model-*.safetensors"))[:2]

@@ -4,7 +4,9 @@ quantized model against the float one, weight bytes, and pre-quantized model fol
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 
 import pytest
 import torch
@@ -460,6 +462,22 @@ def test_write_refuses_bad_requests(ckpt_untied, written, tmp_path):
     empty.mkdir()
     assert quant.write_quantized_folder(ckpt_untied, empty, "int8") == empty  # an empty folder is fine
     assert (empty / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000, 0o077])
+def test_written_folder_follows_the_umask_like_any_other_tool(ckpt_untied, tmp_path, umask):
+    """Every file of a written model folder, the weights included, has the umask's mode (safetensors
+    alone writes 0600), and so does the folder: a model is not private data."""
+    old = os.umask(umask)
+    try:
+        out = quant.write_quantized_folder(ckpt_untied, tmp_path / "int8", "int8")
+    finally:
+        os.umask(old)
+    files = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+    assert "model.safetensors" in files and "config.json" in files and len(files) > 2
+    assert files == dict.fromkeys(files, 0o666 & ~umask)
+    folders = [out, *(p for p in out.rglob("*") if p.is_dir())]
+    assert {stat.S_IMODE(p.stat().st_mode) for p in folders} == {0o777 & ~umask}
 
 
 def test_interrupted_write_leaves_nothing(ckpt_untied, tmp_path, monkeypatch):

@@ -76,6 +76,36 @@ def test_missing_shard_is_named(ckpt_root, tmp_path):
         load(folder)
 
 
+@pytest.mark.parametrize("outside", ["../outside/{name}", "{abs}", "sub/../../outside/{name}"])
+def test_shard_index_naming_a_file_outside_the_folder_is_refused(ckpt_root, tmp_path, outside):
+    # The shard really exists out there with the right tensors: without the check, the model loads from it.
+    folder = copy_ckpt(cached_checkpoint(ckpt_root, shards=3), tmp_path / "m")
+    shard = sorted(folder.glob("model-*.safetensors"))[1]
+    (tmp_path / "outside").mkdir()
+    moved = shard.rename(tmp_path / "outside" / shard.name)
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    escape = outside.format(name=shard.name, abs=moved)
+    index["weight_map"] = {k: escape if v == shard.name else v for k, v in index["weight_map"].items()}
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(WeightsError) as info:
+        load(folder)
+    assert str(info.value) == (
+        f"{index_path}: shard {escape!r} is not a file name in the model folder; refusing the index"
+    )
+
+
+def test_shard_index_with_a_non_string_shard_is_refused(ckpt_root, tmp_path):
+    folder = copy_ckpt(cached_checkpoint(ckpt_root, shards=3), tmp_path / "m")
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    first = next(iter(index["weight_map"]))
+    index["weight_map"][first] = 7
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(WeightsError, match=r"shard 7 is not a file name in the model folder"):
+        load(folder)
+
+
 def test_pickle_checkpoint_is_refused(ckpt_untied, tmp_path):
     folder = copy_ckpt(ckpt_untied, tmp_path / "m")
     (folder / "model.safetensors").unlink()

@@ -259,3 +259,50 @@ def test_a_file_from_a_newer_version_keeps_its_version_and_unknown_keys(path, ca
     assert written["schema_version"] == SCHEMA_VERSION + 1
     assert written["new_group"] == {"a": 1}
     assert not _backups(path)
+
+
+SECRET_WORDS = ("Zyxquorblat", "Quibbleflux", "Vrenthimor")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # each breaks in a different place: the words are in the broken value or near it
+        '{"transcription": {"context": "Zyxquorblat Quibbleflux Vrenthimor", ',  # not JSON
+        '["Zyxquorblat", "Quibbleflux", "Vrenthimor"]',  # not an object
+        {"transcription": {"context": ["Zyxquorblat Quibbleflux Vrenthimor"]}},  # not text
+        {"transcription": {"context": "Zyxquorblat Quibbleflux Vrenthimor " * 700}},  # too long
+        {"output": {"replacements": "Zyxquorblat Quibbleflux Vrenthimor"}},  # not a list
+        {"output": {"replacements": [{"to": "Zyxquorblat Quibbleflux Vrenthimor"}]}},  # dropped item
+        {"output": {"replacements": [{"from": "Zyxquorblat Quibbleflux", "to": ["Vrenthimor"]}]}},  # bad field
+        '{"transcription": {"context": "Zyxquorblat Quibbleflux Vrenthimor"}, "x": ' + "[" * 20_000,
+    ],
+    ids=[
+        "bad-json",
+        "not-object",
+        "context-not-text",
+        "context-too-long",
+        "replacements-not-list",
+        "replacement-dropped",
+        "replacement-bad-field",
+        "nested-too-deeply",
+    ],
+)
+def test_settings_problems_never_show_the_users_words(path, caplog, content):
+    """Vocabulary and replacements are the user's words: no log line or notification quotes them."""
+    _write(path, content)
+    with caplog.at_level(logging.DEBUG):
+        report = SettingsStore(path).load_report()
+    assert report.problems, "the file was meant to have a problem"
+    shown = caplog.text + "\n".join(str(p) for p in report.problems)
+    assert not [w for w in SECRET_WORDS if w in shown], shown
+    assert all(str(p).split(":")[0] in shown for p in report.problems)  # still names the field
+
+
+def test_invalid_private_settings_are_refused_without_quoting_them(path):
+    s = Settings()
+    bad = s.replace(transcription=s.transcription.replace(context="Zyxquorblat " * 2000))
+    with pytest.raises(SettingsError) as info:
+        SettingsStore(path).save(bad)
+    assert "transcription.context" in str(info.value) and "longer than 20000" in str(info.value)
+    assert "Zyxquorblat" not in str(info.value)

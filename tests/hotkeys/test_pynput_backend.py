@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import os
 import queue
 import subprocess
@@ -343,3 +344,20 @@ def test_real_x11_key_events_under_xvfb(xvfb_display):
     finally:
         repeats = probe.close()
     assert repeats >= 3, "X auto-repeat should have produced repeated presses to suppress"
+
+
+def test_a_key_that_fails_is_logged_without_its_character(fake_backend, caplog):
+    """The listener sees every key typed, the app's own typing of dictated text included: a
+    failure names no key."""
+
+    class Unfoldable(str):
+        def lower(self):
+            raise RuntimeError("cannot fold this character")
+
+    _, start, events, _, _ = fake_backend
+    listener = start({"ptt": parse_hotkey("F9"), "sync": parse_hotkey("pause")})
+    with caplog.at_level(logging.ERROR):
+        listener.feed((KeyCode(Unfoldable("ß")), True), (Key.f9, True), (Key.f9, False))
+        assert settle(listener, events) == [("ptt", True), ("ptt", False)]  # still listening
+    assert "pynput hotkey handling failed for a key press" in caplog.text
+    assert "ß" not in caplog.text

@@ -365,3 +365,55 @@ def output(request):
     yield make
     for chain in chains:
         chain.flush()
+
+
+# Every tool the output package may run (dictation/output/*.py); the argv logger wraps those installed.
+OUTPUT_TOOLS = ("xdotool", "xmodmap", "xclip", "xsel", "xprop", "wtype", "wl-copy", "wl-paste", "ydotool")
+OUTPUT_TOOLS += ("swaymsg", "hyprctl", "pbcopy", "pbpaste")
+
+
+class ArgvLog:
+    """Wrappers for the output tools, first on PATH: each records its command line, then runs the real
+    tool with the same arguments and stdin. So a test sees every command line a child process had,
+    which is what `ps` shows every local user."""
+
+    def __init__(self, folder: Path, env: dict[str, str]):
+        self.log = folder / "argv.log"
+        shims = folder / "bin"
+        shims.mkdir(parents=True)
+        for tool in OUTPUT_TOOLS:
+            real = shutil.which(tool, path=env.get("PATH", os.defpath))
+            if real is None:
+                continue
+            script = shims / tool
+            # One record per run: NUL-separated arguments, then a record separator (0x1e).
+            script.write_text(
+                f"#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" >> '{self.log}'\nprintf '\\036' >> '{self.log}'\n"
+                f"exec '{real}' \"$@\"\n"
+            )
+            script.chmod(0o755)
+        self.env = {**env, "PATH": f"{shims}{os.pathsep}{env.get('PATH', os.defpath)}"}
+
+    def argvs(self) -> list[tuple[str, ...]]:
+        try:
+            raw = self.log.read_bytes()
+        except FileNotFoundError:
+            return []
+        records = [r for r in raw.split(b"\x1e") if r]
+        return [tuple(a.decode("utf-8", "surrogateescape") for a in r.split(b"\0")[:-1]) for r in records]
+
+    def leaks(self, secrets: list[str]) -> list[tuple[str, ...]]:
+        """Command lines holding any of ``secrets``."""
+        return [argv for argv in self.argvs() if any(s in arg for arg in argv for s in secrets)]
+
+
+@pytest.fixture
+def argv_log(tmp_path):
+    """``argv_log(env)``: an ArgvLog whose ``env`` runs the output tools through its recording wrappers."""
+    made = []
+
+    def make(env: dict[str, str]) -> ArgvLog:
+        made.append(ArgvLog(tmp_path / f"argv{len(made)}", env))
+        return made[-1]
+
+    return make

@@ -65,8 +65,8 @@ def test_typing_only_never_touches_the_clipboard():
     assert chain.describe().splitlines()[0].endswith("backend auto, type only")
     result = chain.deliver("hello")
     assert result.ok and result.method == "xdotool-type"
-    typed = [argv for argv in host.argvs() if argv[0] == "xdotool" and "type" in argv]
-    assert len(typed) == 1 and typed[0][-1] == "hello"
+    typed = [data for argv, data in host.calls if argv[0] == "xdotool" and "type" in argv]
+    assert typed == [b"hello"]
     assert tools.store == {}  # nothing was put on any clipboard
 
 

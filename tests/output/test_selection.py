@@ -6,7 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from dictation.output import OutputOptions, available_backends, choose_backend, detect_session, diagnose
+from dictation.output import (
+    BACKEND_NAMES,
+    OutputOptions,
+    available_backends,
+    choose_backend,
+    detect_session,
+    diagnose,
+)
 from dictation.output import keys as keys_module
 from tests.output.fakes import FakeHost, FakeSelectionTools
 
@@ -200,3 +207,20 @@ def test_detect_session(env, kind, desktop):
 def test_detect_session_on_windows_and_macos_ignores_x_variables():
     assert detect_session({"DISPLAY": ":0"}, platform="win32").kind == "windows"
     assert detect_session({"DISPLAY": ":0"}, platform="darwin").kind == "macos"
+
+
+@pytest.mark.parametrize("env", [X11, SWAY, GNOME], ids=["x11", "sway", "gnome"])
+@pytest.mark.parametrize("backend", [b for b in BACKEND_NAMES if not b.startswith("pynput")])
+def test_no_backend_puts_the_text_on_a_command_line(env, backend):
+    """Every tool of every backend gets the text on stdin: command lines are public (ps)."""
+    tools = FakeSelectionTools()
+    env = {**env, "XDG_RUNTIME_DIR": "/run/user/1000"}
+    host = FakeHost(X_TOOLS | WL_TOOLS | {"ydotool", "xmodmap"}, {SOCKET}, environment=env, responder=tools)
+    chain = choose_backend(OutputOptions(backend=backend, restore_delay_ms=0), env, platform="linux", host=host)
+    chain.deliver("Zyxquorblat quibbleflux")
+    chain.deliver("Grüße 你好 naïve")  # xdotool binds these with xmodmap first; ydotool refuses them
+    chain.flush()
+    assert host.calls, "nothing ran"
+    secrets = ("Zyxquorblat", "quibbleflux", "Grüße", "ü", "ß", "你", "好", "ï", "U00FC", "U4F60")
+    assert [argv for argv in host.argvs() if any(s in a for a in argv for s in secrets)] == []
+    assert any(data and b"Zyxquorblat" in data for _, data in host.calls)  # it went somewhere: stdin

@@ -44,6 +44,15 @@ def test_ydotool_releases_held_modifiers_then_sends_keycodes():
     assert host.argvs() == [("ydotool", "key", *RELEASE_MODIFIERS, "29:1", "47:1", "47:0", "29:0")]
 
 
+def test_ydotool_types_from_stdin_after_releasing_modifiers():
+    host = FakeHost({"ydotool"})
+    YdotoolKeys(host, WAYLAND).type_text("-rf secret", 20)
+    assert host.calls == [
+        (("ydotool", "key", *RELEASE_MODIFIERS), None),
+        (("ydotool", "type", "--key-delay", "20", "--file", "/dev/stdin"), b"-rf secret"),
+    ]
+
+
 def test_ydotool_refuses_non_ascii_without_sending_anything():
     host = FakeHost({"ydotool"})
     with pytest.raises(InjectionError) as info:
@@ -57,10 +66,11 @@ def test_xdotool_type_clears_modifiers_and_slows_down_for_non_ascii_without_xmod
     keys.type_text("-n hello", None)
     keys.type_text("你好", None)
     keys.type_text("你好", 5)
-    assert host.argvs() == [
-        ("xdotool", *XDOTOOL_RELEASE, "type", "--delay", "12", "--", "-n hello"),
-        ("xdotool", *XDOTOOL_RELEASE, "type", "--delay", "40", "--", "你好"),
-        ("xdotool", *XDOTOOL_RELEASE, "type", "--delay", "5", "--", "你好"),
+    typing = ("xdotool", *XDOTOOL_RELEASE, "type", "--delay")
+    assert host.calls == [  # the text on stdin, never in argv
+        ((*typing, "12", "--file", "-"), b"-n hello"),
+        ((*typing, "40", "--file", "-"), "你好".encode()),
+        ((*typing, "5", "--file", "-"), "你好".encode()),
     ]
 
 
@@ -77,21 +87,11 @@ def test_xdotool_binds_non_ascii_characters_before_typing_and_unbinds_after():
     keys = XdotoolKeys(host, X11)
     keys.type_text("Grüße 你好", None)
     keys.keymap.release_now()
-    typed = [a for a in host.argvs() if a[0] != "xmodmap" or a[1] != "-pke"]
-    assert typed == [
-        (
-            "xmodmap",
-            "-e",
-            "keycode 8 = U00DF",
-            "-e",
-            "keycode 93 = U00FC",
-            "-e",
-            "keycode 97 = U4F60",
-            "-e",
-            "keycode 120 = U597D",
-        ),  # noqa: E501
-        ("xdotool", *XDOTOOL_RELEASE, "type", "--delay", "12", "--", "Grüße 你好"),
-        ("xmodmap", "-e", "keycode 8 =", "-e", "keycode 93 =", "-e", "keycode 97 =", "-e", "keycode 120 ="),
+    typed = [(argv, data) for argv, data in host.calls if argv != ("xmodmap", "-pke")]
+    assert typed == [  # bindings and text on stdin: the characters never show in argv
+        (("xmodmap", "-"), b"keycode 8 = U00DF\nkeycode 93 = U00FC\nkeycode 97 = U4F60\nkeycode 120 = U597D\n"),
+        (("xdotool", *XDOTOOL_RELEASE, "type", "--delay", "12", "--file", "-"), "Grüße 你好".encode()),
+        (("xmodmap", "-"), b"keycode 8 =\nkeycode 93 =\nkeycode 97 =\nkeycode 120 =\n"),
     ]
 
 
@@ -104,7 +104,7 @@ def test_more_distinct_characters_than_spare_keycodes_are_typed_in_segments():
     keys.keymap.grace_s = 0.01
     keys.type_text("äöü ßé", None)  # 5 characters, 3 spare keycodes, one kept for xdotool: 2 per segment
     keys.keymap.release_now()
-    typed = [a[-1] for a in host.argvs() if a[0] == "xdotool"]
+    typed = [data.decode() for argv, data in host.calls if argv[0] == "xdotool"]
     assert typed == ["äö", "ü ß", "é"]
 
 

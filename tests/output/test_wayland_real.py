@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dictation.output import Chord, OutputOptions, choose_backend
 
 FANCY = "Grüße 你好, naïve café €—“ok”"
@@ -45,3 +47,23 @@ def test_wayland_paste_restores_an_image_and_respects_a_newer_copy(sway, wl_targ
     wl_clipboard.set_text("copied meanwhile")
     outcome = second.restore.run_now()
     assert not outcome.restored and wl_clipboard.text() == "copied meanwhile"
+
+
+SECRET = "Zyxquorblat Grüße 你好 naïve"
+
+
+@pytest.mark.parametrize("backend", ["wtype-type", "wtype-paste"])
+def test_the_text_is_on_no_command_line(sway, wl_target, wl_clipboard, argv_log, output, backend):
+    """Command lines are public (ps, /proc/PID/cmdline): wtype and wl-copy get the text on stdin."""
+    log = argv_log(sway)
+    wl_clipboard.set_text("before")
+    result = output(backend, env=log.env).deliver(SECRET)
+    assert result.ok, result.message
+    assert wl_target.wait_for_text(SECRET) == SECRET
+    if result.restore is not None:
+        result.restore.run_now()
+
+    tools = {argv[0].rsplit("/", 1)[-1] for argv in log.argvs()}
+    assert "wtype" in tools and (backend == "wtype-type" or "wl-copy" in tools)
+    secrets = [w for w in SECRET.split() if len(w) > 3] + [ch for ch in SECRET if not ch.isascii()]
+    assert log.leaks(secrets) == []

@@ -197,3 +197,32 @@ def test_modifiers_still_held_from_the_hotkey_do_not_garble_the_text(xvfb, targe
         subprocess.run(["xdotool", "keyup", "ctrl+shift"], env=xvfb, check=True)
     if result.restore is not None:
         result.restore.cancel()
+
+
+SECRET = "Zyxquorblat Grüße 你好 naïve"  # an unusual word and characters xdotool cannot type unbound
+
+
+def secrets_of(text: str) -> list[str]:
+    """What must never be on a command line: the words, each non-ASCII character and its keysym name."""
+    from dictation.output.x11keymap import keysym_name
+
+    chars = sorted({ch for ch in text if not ch.isascii()})
+    return [w for w in text.split() if len(w) > 3] + chars + [keysym_name(ch) for ch in chars]
+
+
+@pytest.mark.parametrize("backend", ["xdotool-type", "xdotool-paste", "auto"])
+def test_the_text_is_on_no_command_line(xvfb, target, xclipboard, argv_log, output, backend):
+    """Command lines are public (ps, /proc/PID/cmdline): every tool gets the text on stdin."""
+    log = argv_log(xvfb)
+    xclipboard.set_text("before")
+    out = output(backend, env=log.env, method="type" if backend == "auto" else "auto")
+    result = out.deliver(SECRET)
+    assert result.ok, result.message
+    assert target.wait_for_text(SECRET) == SECRET
+    if result.restore is not None:
+        result.restore.run_now()
+    out.flush()  # the keymap bindings are undone too
+
+    tools = {argv[0].rsplit("/", 1)[-1] for argv in log.argvs()}
+    assert {"xdotool", "xmodmap"} <= tools if backend != "xdotool-paste" else {"xdotool", "xclip"} <= tools
+    assert log.leaks(secrets_of(SECRET)) == []
