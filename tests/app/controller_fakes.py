@@ -140,8 +140,16 @@ class FakeChain:
 class FakeHotkeys(HotkeyBackend):
     name = "fake"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.enabled_changes: list[tuple[str, bool]] = []  # what set_enabled changed, in order
+        self.problems: list[str] = []
+
     def is_available(self):
         return True, "a fake for tests"
+
+    def _enabled_changed(self, name: str, enabled: bool) -> None:
+        self.enabled_changes.append((name, enabled))
 
     def _start(self) -> None:
         self._ready.set()

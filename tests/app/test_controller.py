@@ -196,6 +196,34 @@ def test_paused_hotkeys_are_ignored_and_cancel_discards(rig, qtbot):
     assert r.history.count() == 0
 
 
+def test_the_cancel_key_is_a_hotkey_only_while_recording(rig, qtbot):
+    """The x11 backend grabs the cancel key only while it is enabled: Esc stays with the user's
+    windows unless a recording runs."""
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    assert set(r.hotkeys.bindings) == {"dictate", "cancel"}
+    assert not r.hotkeys.is_enabled("cancel") and r.hotkeys.is_enabled("dictate")
+    r.hold(speech())
+    assert r.hotkeys.is_enabled("cancel")
+    r.hotkeys.press("cancel")
+    r.wait_status(Status.IDLE)
+    assert not r.hotkeys.is_enabled("cancel")
+    r.hotkeys.release()
+    r.hold(speech())
+    r.release(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    assert r.hotkeys.enabled_changes == [("cancel", True), ("cancel", False), ("cancel", True), ("cancel", False)]
+    r.hotkeys.problems.append("The hotkey ctrl+alt+space is already taken by another program")
+    assert r.c.handle_ipc("status")["hotkey_problems"] == r.hotkeys.problems
+    # paused (the tray, or while the settings window captures a new hotkey): nothing is taken
+    r.hotkeys.enabled_changes.clear()
+    r.c.set_hotkeys_paused(True)
+    assert not r.hotkeys.is_enabled("dictate") and not r.hotkeys.is_enabled("cancel")
+    r.c.set_hotkeys_paused(False)
+    assert r.hotkeys.enabled_changes == [("dictate", False), ("dictate", True)]
+
+
 def test_ipc_commands_drive_the_session(rig, qtbot):
     r = rig()
     r.start()
