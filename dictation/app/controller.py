@@ -508,10 +508,14 @@ class AppController(QObject):
 
     def _make_sounds(self, settings: Settings) -> Any:
         if self._s.sound_factory is not None:
-            return self._s.sound_factory(settings)
-        from dictation.audio.sounds import SoundPlayer
+            player = self._s.sound_factory(settings)
+        else:
+            from dictation.audio.sounds import SoundPlayer
 
-        return SoundPlayer(volume=settings.recording.sound_volume, enabled=settings.recording.sounds)
+            player = SoundPlayer(volume=settings.recording.sound_volume, enabled=settings.recording.sounds)
+        if hasattr(player, "on_cue"):  # a cue the microphone hears is muted in the take (audio.cue_echo)
+            player.on_cue = self._s.audio_worker.mark_cue
+        return player
 
     def _language_context(self) -> tuple[str | None, str]:
         t = self._settings.transcription

@@ -224,6 +224,19 @@ def test_the_cancel_key_is_a_hotkey_only_while_recording(rig, qtbot):
     assert r.hotkeys.enabled_changes == [("dictate", False), ("dictate", True)]
 
 
+def test_the_sound_player_tells_the_recorder_when_a_cue_sounds(rig, qtbot):
+    """So a cue the microphone hears is muted in the take (tests/audio/test_cue_echo.py)."""
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    assert r.sounds.on_cue is not None
+    r.hold(speech())
+    r.sounds.on_cue("start", 12.5, np.zeros(800, np.float32), 44_100)  # from the player's thread
+    assert r.recorders.recorder.cues == [(12.5, 800, 44_100)]
+    r.release(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+
+
 def test_ipc_commands_drive_the_session(rig, qtbot):
     r = rig()
     r.start()

@@ -115,7 +115,9 @@ def app(xvfb, pulse_server, tray_host, tmp_path, ckpt_untied):
     settings = settings.replace(
         engine=settings.engine.replace(model=str(ckpt_untied), device="cpu", dtype="fp32"),
         hotkeys=settings.hotkeys.replace(hotkey=HOTKEY, backend="x11"),
-        recording=settings.recording.replace(sounds=False, trim_silence=True),
+        # the cues play into the virtual sink, whose monitor is the microphone: a speaker the
+        # microphone hears perfectly; they must stay out of the recordings
+        recording=settings.recording.replace(sounds=True, sound_volume=100, trim_silence=True),
         output=settings.output.replace(restore_delay_ms=500),
     )
     SettingsStore(home / "config" / "settings.json").save(settings)
@@ -168,6 +170,7 @@ def test_dictation_reaches_the_target_window_by_command_and_by_hotkey(
     assert first.text.strip(), "the engine produced no text for real speech"
     assert first.outcome == Outcome.PASTED
     assert first.audio_path is not None and first.audio_path.is_file()
+    assert start_cue_fit(first.audio_path) < 0.3  # heard, it would explain nearly all there (fit ~1)
     assert target.wait_for_text(first.text) == first.text
     wait_until(lambda: xclipboard.text() == USER_CLIPBOARD, 10, what="the user's clipboard to be restored")
 
@@ -187,9 +190,26 @@ def test_dictation_reaches_the_target_window_by_command_and_by_hotkey(
     entries = wait_until(lambda: app.finished_entries(2), 60, what=f"the second transcript\n{app.output()}")
     second = entries[0]
     assert second.id != first.id and second.text.strip()
+    assert start_cue_fit(second.audio_path) < 0.3
     assert target.wait_for_text(second.text) == second.text
     wait_until(lambda: xclipboard.text() == USER_CLIPBOARD, 10, what="the user's clipboard to be restored")
     app.wait_status("idle", 15)
+
+
+def start_cue_fit(path: Path) -> float:
+    """The largest share of any stretch of the recording that the start cue explains (matched filter)."""
+    import numpy as np
+
+    from dictation import resources
+    from dictation.audio.cue_echo import locate_cue
+    from dictation.audio.resample import resample
+    from dictation.audio.wav import load_audio_16k, read_wav
+
+    samples, rate = read_wav(resources.sound_path("start"))
+    cue = resample(samples, rate, 16_000)
+    x = load_audio_16k(path)
+    match = locate_cue(x, cue, 0, len(x) - len(cue), 16_000)
+    return 0.0 if match is None else float(np.float64(match.fit))
 
 
 def test_a_second_start_leaves_the_first_running(app):
