@@ -57,7 +57,7 @@ class SoundOutput(Protocol):
         Raises SoundUnavailable when there is no usable output device."""
         ...
 
-    def play(self, samples: np.ndarray, sample_rate: int, on_start: Callable[[float], None] | None = None) -> None:
+    def play(self, samples: np.ndarray, sample_rate: int, *, on_start: Callable[[float], None] | None = None) -> None:
         """Play mono float32 ``samples`` on the default output device and return when done (or on
         a timeout). Raises SoundUnavailable if the device cannot be opened. ``on_start(t)``, called
         on this thread once playing began, gets the `time.monotonic` time the first sample is
@@ -97,7 +97,7 @@ class SounddeviceOutput:
                 return rate
         raise SoundUnavailable(f"the sound output {device['name']!r} accepts neither {preferred} nor {fallback} Hz")
 
-    def play(self, samples: np.ndarray, sample_rate: int, on_start: Callable[[float], None] | None = None) -> None:
+    def play(self, samples: np.ndarray, sample_rate: int, *, on_start: Callable[[float], None] | None = None) -> None:
         sd = self._sd()
         done = threading.Event()
         began = threading.Event()

@@ -10,7 +10,6 @@ SoundPlayer plays into the virtual PulseAudio sink whose monitor is the micropho
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 
 import numpy as np
@@ -319,13 +318,10 @@ def test_the_real_start_cue_through_the_sound_system_is_kept_out_of_the_take(vir
 
 def test_the_player_reports_each_cue_once_with_what_it_played():
     class Output:
-        def __init__(self):
-            self.started = threading.Event()
-
         def output_rate(self, preferred):
             return 48_000
 
-        def play(self, samples, sample_rate, on_start=None):
+        def play(self, samples, sample_rate, *, on_start=None):
             on_start(123.5)
 
     player = SoundPlayer(volume=50, backend=Output())

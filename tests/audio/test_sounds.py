@@ -36,7 +36,7 @@ class FakeOutput:
             raise self.error
         return self.rate
 
-    def play(self, samples: np.ndarray, sample_rate: int, on_start=None) -> None:
+    def play(self, samples: np.ndarray, sample_rate: int, *, on_start=None) -> None:
         self.entered.set()
         if on_start is not None:
             on_start(time.monotonic())
