@@ -247,6 +247,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
             model = reply.get("model") or f"not loaded ({reply.get('model_state', '?')})"
             paused = " (paused)" if reply.get("hotkeys_paused") else ""
             print(f"status: {reply.get('status')}\nmodel: {model}\nhotkeys: {reply.get('hotkeys')}{paused}")
+            for problem in reply.get("hotkey_problems") or ():
+                print(f"hotkey problem: {problem}")
     return 0
 
 

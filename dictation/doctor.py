@@ -432,6 +432,10 @@ def _hotkeys(ctx: Context) -> list[Check]:
             "; or ".join([*specific, BIND_COMMANDS_FIX]),
         )
     checks = [summary_check]
+    from dictation.hotkeys.x11_backend import X11GrabBackend
+
+    if isinstance(choice.backend, X11GrabBackend):
+        checks += _x11_grabs(ctx)
     for name, (ok, reason) in availability.items():
         if name == active:
             continue
@@ -443,6 +447,54 @@ def _hotkeys(ctx: Context) -> list[Check]:
         else:
             status = "info" if active is not None or preference == "none" else "warning"
             checks.append(Check(area, name, status, f"unavailable: {reason}", fixes.get(name)))
+    return checks
+
+
+def x11_grab_probe(hotkeys: list[str], display: str | None) -> dict[str, str | None]:
+    """hotkey -> why it can't be grabbed on ``display`` (None: it can). Replaced in tests."""
+    from dictation.hotkeys.x11_backend import probe_grabs
+
+    return probe_grabs(hotkeys, display)
+
+
+def running_app_status() -> dict | None:
+    """The running app's `dictation status` reply, or None when it does not run. Replaced in tests."""
+    from dictation.ipc import IpcError, send_command
+
+    try:
+        return send_command("status", timeout=DBUS_TIMEOUT_S)
+    except IpcError:
+        return None
+
+
+def _x11_grabs(ctx: Context) -> list[Check]:
+    """Can the x11 backend grab the hotkey and the cancel key, or does another program hold them?"""
+    area = "Hotkeys"
+    h = ctx.settings.hotkeys
+    keys = [k for k in (h.hotkey, h.cancel_key) if k]
+    try:
+        results = x11_grab_probe(keys, ctx.env.get("DISPLAY"))
+    except Exception as exc:  # noqa: BLE001 - a display that misbehaves: say so, the rest still runs
+        return [Check(area, "Key grabs", "warning", f"could not try the key grabs: {type(exc).__name__}: {exc}")]
+    app: dict | None = None
+    checks = []
+    for key in keys:
+        what = "hotkey" if key == h.hotkey else "cancel key"
+        problem = results.get(key)
+        if problem is None:
+            checks.append(Check(area, f"Grab {key}", "ok", f"free: the app takes the {what} from other programs"))
+            continue
+        if "already taken" in problem and key == h.hotkey:
+            app = app if app is not None else (running_app_status() or {})
+            if app.get("hotkeys") == "x11" and not app.get("hotkey_problems"):
+                checks.append(Check(area, f"Grab {key}", "ok", "held by the running dictation app"))
+                continue
+        fix = "choose another key on the Recording page" + (
+            ", or remove that shortcut from the program that holds it (window manager, xbindkeys, ...)"
+            if "already taken" in problem
+            else ""
+        )
+        checks.append(Check(area, f"Grab {key}", "problem", problem, fix))
     return checks
 
 
@@ -470,6 +522,8 @@ def _hotkey_fix(name: str, reason: str, ctx: Context) -> str | None:
         return f"{ctx.install('xdg-desktop-portal', 'xdg-desktop-portal-' + backend)}, then log out and back in"
     if name == "pynput" and "'pynput' is not installed" in reason:
         return "`pip install pynput`"
+    if name == "x11" and "'python-xlib' is not installed" in reason:
+        return "`pip install python-xlib`"
     return None
 
 

@@ -102,7 +102,12 @@ class FakeBackend(HotkeyBackend):
 
 
 def fakes(log: list[str], **results: tuple[bool, str]) -> dict:
-    defaults = {"portal": (True, "portal v2"), "evdev": (True, "reads 1 keyboard"), "pynput": (True, "XRecord")}
+    defaults = {
+        "portal": (True, "portal v2"),
+        "evdev": (True, "reads 1 keyboard"),
+        "x11": (True, "XGrabKey"),
+        "pynput": (True, "XRecord"),
+    }
     defaults.update(results)
     return {name: (lambda n=name, r=r: FakeBackend(n, *r, log)) for name, r in defaults.items()}
 
@@ -124,8 +129,13 @@ def test_backend_availability_with_a_named_backend_asks_the_others_too():
     factories = fakes(log, evdev=(False, "permission denied"))
     choice = choose_backend("evdev", environment=Environment("linux", "x11"), factories=factories)
     result = backend_availability(choice, factories)
-    assert sorted(log) == ["evdev", "portal", "pynput"]
-    assert result == {"portal": (True, "portal v2"), "evdev": (False, "permission denied"), "pynput": (True, "XRecord")}
+    assert sorted(log) == ["evdev", "portal", "pynput", "x11"]
+    assert result == {
+        "portal": (True, "portal v2"),
+        "evdev": (False, "permission denied"),
+        "x11": (True, "XGrabKey"),
+        "pynput": (True, "XRecord"),
+    }
 
 
 def evdev_denied(tmp_path, group: GroupInfo):
@@ -183,7 +193,7 @@ def test_the_active_backend_is_ok_and_the_others_are_notes(tmp_path, make_path, 
     monkeypatch.setattr(doctor, "hotkey_factories", lambda: factories)
     checks = run_checks(Settings(), env=x11(make_path()), platform="linux", areas=["Hotkeys"])
     active = find(checks, "Hotkeys", "Active backend")
-    assert active.status == "ok" and active.detail.startswith("pynput (picked automatically; X11 session)")
+    assert active.status == "ok" and active.detail.startswith("x11 (picked automatically; X11 session)")
     evdev = find(checks, "Hotkeys", "evdev")
     assert (evdev.status, evdev.fix) == ("info", EVDEV_FIX)  # the fix is offered, but nothing is broken
 

@@ -370,6 +370,7 @@ class AppController(QObject):
             "model_state": self.session.model_state.value,
             "hotkeys": self._hotkey_choice.name if self._hotkey_choice is not None else "none",
             "hotkeys_paused": self._hotkeys_paused,
+            "hotkey_problems": list(getattr(self._hotkeys, "problems", [])),
         }
 
     def apply_settings(self, settings: Settings) -> list[FieldError]:
@@ -411,6 +412,7 @@ class AppController(QObject):
         if paused == self._hotkeys_paused:
             return
         self._hotkeys_paused = paused
+        self._update_enabled_hotkeys()
         log.info("global hotkeys %s", "paused" if paused else "resumed")
         self.hotkeys_paused_changed.emit(paused)
 
@@ -519,10 +521,14 @@ class AppController(QObject):
 
     def _make_sounds(self, settings: Settings) -> Any:
         if self._s.sound_factory is not None:
-            return self._s.sound_factory(settings)
-        from dictation.audio.sounds import SoundPlayer
+            player = self._s.sound_factory(settings)
+        else:
+            from dictation.audio.sounds import SoundPlayer
 
-        return SoundPlayer(volume=settings.recording.sound_volume, enabled=settings.recording.sounds)
+            player = SoundPlayer(volume=settings.recording.sound_volume, enabled=settings.recording.sounds)
+        if hasattr(player, "on_cue"):  # a cue the microphone hears is muted in the take (audio.cue_echo)
+            player.on_cue = self._s.audio_worker.mark_cue
+        return player
 
     def _language_context(self) -> tuple[str | None, str]:
         t = self._settings.transcription
@@ -620,20 +626,35 @@ class AppController(QObject):
             return
         bindings = {DICTATE: h.hotkey}
         if h.cancel_key and choice.backend.name != "portal":
-            # Listening backends only observe keys, so Esc keeps working in the user's windows; the
-            # portal would grab it from every application, so there the cancel key is left out.
+            # The portal would take Esc from every application all the time, so there the cancel key is
+            # left out. Elsewhere it is enabled only while recording (`_update_enabled_hotkeys`): the x11 backend
+            # grabs it only then, so Esc keeps working in the user's windows.
             bindings[CANCEL] = h.cancel_key
         backend = choice.backend
+        recording = self._status is S.Status.RECORDING
+        disabled = set(bindings) if self._hotkeys_paused else set() if recording else {CANCEL}
         try:
             backend.start(
                 bindings,
                 self._from_hotkey_thread,
                 lambda error: self._hotkey_error.emit(str(error), bool(getattr(error, "fatal", False))),
+                disabled=disabled,
             )
         except (HotkeyError, OSError) as exc:
             self._notify("error", f"Global hotkeys could not start ({backend.name}): {exc}")
             return
         self._hotkeys = backend
+
+    def _update_enabled_hotkeys(self) -> None:
+        """Paused hotkeys are off, and the cancel key is on only while recording: the x11 backend
+        grabs a key only while it is on, so otherwise it reaches the user's windows (and the hotkey
+        field of the settings window while a new hotkey is being chosen)."""
+        backend = self._hotkeys
+        if backend is None:
+            return
+        recording = self._status is S.Status.RECORDING
+        for name in backend.bindings:
+            backend.set_enabled(name, not self._hotkeys_paused and (name != CANCEL or recording))
 
     def _stop_hotkeys(self) -> None:
         if self._hotkeys is not None:
@@ -719,6 +740,7 @@ class AppController(QObject):
             self.show_settings_requested.emit("model")
         elif isinstance(action, S.SetStatus):
             self._status = action.status
+            self._update_enabled_hotkeys()
             if action.status is not S.Status.RECORDING:
                 self._poll.stop()
                 self.input_level_changed.emit(0.0)

@@ -616,6 +616,14 @@ class AudioWorker(QObject):
             self.recorder = None
         self._job = None
 
+    def mark_cue(self, kind: str, t_start: float, samples: Any, sample_rate: int) -> None:
+        """From the sound player's thread: cue ``kind`` started sounding at ``t_start``. The recorder
+        mutes it in the take being recorded where the microphone picked it up (a stop cue can land
+        in the post-roll, while `stop` waits for it); thread-safe, ignored between takes."""
+        recorder = self.recorder
+        if recorder is not None and hasattr(recorder, "mark_cue"):
+            recorder.mark_cue(t_start, samples, sample_rate)
+
     # Thread-safe reads for the GUI (Recorder's properties are safe to read from any thread).
     def level(self) -> float:
         recorder = self.recorder

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dictation.audio.cue_echo import CueEraser
 from dictation.audio.devices import (
     AudioDeviceError,
     InputDevice,
@@ -188,6 +189,7 @@ class _Tape:
     def __init__(self, max_frames: int, chunk_frames: int) -> None:
         self.max_frames = max_frames
         self.chunk_frames = chunk_frames
+        self.cues = CueEraser(chunk_frames)  # the app's sound cues heard in it; Recorder.start sets the rate
         self.chunks: list[np.ndarray] = []
         self.pos = chunk_frames  # write position in the last chunk; full = allocate on next write
         self.frames = 0
@@ -212,6 +214,27 @@ class _Tape:
         if not self.chunks:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(self.chunks)[: self.frames]
+
+    def apply_gain(self, start: int, gains: np.ndarray) -> None:
+        """Multiply frames from ``start`` on by ``gains`` in place (as far as they exist)."""
+        for view, part in self._views(start, gains):
+            view *= part
+
+    def add(self, start: int, values: np.ndarray) -> None:
+        """Add ``values`` to the frames from ``start`` on in place (as far as they exist)."""
+        for view, part in self._views(start, values):
+            view += part
+
+    def _views(self, start: int, values: np.ndarray):
+        """(view of the tape, matching slice of ``values``) pairs, chunk by chunk."""
+        start = max(0, start)
+        end = min(self.frames, start + len(values))
+        pos = start
+        while pos < end:
+            chunk, offset = divmod(pos, self.chunk_frames)
+            k = min(end - pos, self.chunk_frames - offset)
+            yield self.chunks[chunk][offset : offset + k], values[pos - start : pos - start + k]
+            pos += k
 
     def read(self, start: int) -> np.ndarray:
         """A copy of frames ``[start, frames)`` (empty when ``start`` is at or past the end)."""
@@ -419,13 +442,22 @@ class Recorder:
 
         Frame ``k`` here is frame ``k`` of the take's tape, so at 16 kHz these are exactly the values
         the finished `Take.samples` holds at the same positions (`stop` cuts the tape at the release
-        plus its post-roll and uses it as is); at other rates the take is the resampled tape.
+        plus its post-roll and uses it as is); at other rates the take is the resampled tape. While a
+        sound cue reported by `mark_cue` may still be muted, the frames from its search window on are
+        held back (a few hundred ms), so they are read only once final.
         """
         pending = self._pending
         if pending is None:
             return np.zeros(0, dtype=np.float32)
-        with pending.live.cond:
-            return pending.tape.read(start)
+        live, tape = pending.live, pending.tape
+        cues = tape.cues  # a sound cue heard in the take is removed before its frames are read (mark_cue)
+        with cues.lock:
+            with live.cond:
+                work = cues.collect(tape)
+            edits = [edit for job in work for edit in cues.plan(*job)]  # outside the callback's lock
+            with live.cond:
+                cues.apply(tape, edits)
+                return cues.readable(tape, start)
 
     def level(self) -> float:
         """RMS of the newest audio block in dBFS (LEVEL_FLOOR_DBFS when closed or failed); thread-safe."""
@@ -467,6 +499,7 @@ class Recorder:
             wall_time = time.time() - max(0.0, self._clock() - t_press)
             live = self._ensure_open()
             tape = _Tape(max(1, round(self.max_seconds * live.rate)), chunk_frames=live.rate)
+            tape.cues = CueEraser(live.rate)
             with live.cond:
                 oldest = max(0, live.total - len(live.ring))
                 start = live.frame_at(t_press) - round(self.pre_roll_s * live.rate)
@@ -506,6 +539,7 @@ class Recorder:
                 first_time = live.time_of(pending.start_frame) if live.total > pending.start_frame else None
                 status_events = live.status_events - pending.status_events_at_start
             self._pending = None
+            tape.cues.settle(tape, final=True)  # the callback no longer writes to it
 
             error = None
             if live.lost.is_set():
@@ -536,6 +570,19 @@ class Recorder:
             self._pending = None
             if not self.keep_open:
                 self._drop_live()
+
+    def mark_cue(self, t_start: float, samples: np.ndarray, sample_rate: int) -> None:
+        """The app's sound cue ``samples`` (mono, ``sample_rate``) started sounding at ``t_start`` (this
+        recorder's clock). Where the microphone picked it up, it is muted in the take in progress
+        (`dictation.audio.cue_echo`); ignored when not recording. Thread-safe, never blocks for long."""
+        pending, live = self._pending, self._live
+        if pending is None or live is None or len(samples) == 0:
+            return
+        reference = samples if sample_rate == live.rate else resample(samples, sample_rate, live.rate)
+        with live.cond:
+            if live.tape is not pending.tape:  # that take ended meanwhile
+                return
+            pending.tape.cues.add(live.frame_at(t_start) - pending.start_frame, reference)
 
     # -- opening -------------------------------------------------------------------------------
     def _ensure_open(self) -> _Live:

@@ -13,6 +13,10 @@ The WAVs are 44.1 kHz; when the default device refuses that rate the cue is resa
 device's default rate (`dictation.audio.resample`), and devices that refuse mono get the cue on
 every channel. Loaded and resampled cues are cached.
 
+The player can tell a listener (``on_cue``) when each cue starts sounding and what it plays: the
+recorder uses that to keep the cue out of the take where the microphone hears the speaker
+(`dictation.audio.cue_echo`).
+
 Failures never reach the caller: with no output device (or no PortAudio) a warning is logged once
 until a cue plays again; any other failure of one cue is logged with its traceback.
 
@@ -29,6 +33,7 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from time import monotonic
 from typing import Protocol
 
 import numpy as np
@@ -57,9 +62,18 @@ class SoundOutput(Protocol):
         Raises SoundUnavailable when there is no usable output device."""
         ...
 
-    def play(self, samples: np.ndarray, sample_rate: int, stop: threading.Event | None = None) -> None:
+    def play(
+        self,
+        samples: np.ndarray,
+        sample_rate: int,
+        stop: threading.Event | None = None,
+        *,
+        on_start: Callable[[float], None] | None = None,
+    ) -> None:
         """Play mono float32 ``samples`` on the default output device and return when done (or on
-        a timeout, or soon after ``stop`` is set). Raises SoundUnavailable if the device cannot be opened."""
+        a timeout, or soon after ``stop`` is set). Raises SoundUnavailable if the device cannot be
+        opened. ``on_start(t)``, called on this thread once playing began, gets the `time.monotonic`
+        time the first sample is expected to leave the speaker."""
         ...
 
 
@@ -95,13 +109,25 @@ class SounddeviceOutput:
                 return rate
         raise SoundUnavailable(f"the sound output {device['name']!r} accepts neither {preferred} nor {fallback} Hz")
 
-    def play(self, samples: np.ndarray, sample_rate: int, stop: threading.Event | None = None) -> None:
+    def play(
+        self,
+        samples: np.ndarray,
+        sample_rate: int,
+        stop: threading.Event | None = None,
+        *,
+        on_start: Callable[[float], None] | None = None,
+    ) -> None:
         sd = self._sd()
         done = threading.Event()
+        began = threading.Event()
+        first_block: list[float] = []  # monotonic time of the first callback, its delay to the speaker
         position = 0
 
         def callback(outdata, frames, time, status) -> None:
             nonlocal position
+            if not first_block:
+                first_block[:] = [monotonic(), _dac_delay(time)]
+                began.set()
             if stop is not None and stop.is_set():
                 outdata[:] = 0
                 raise sd.CallbackStop
@@ -124,6 +150,12 @@ class SounddeviceOutput:
             raise SoundUnavailable(f"cannot open the sound output: {exc}") from None
         try:
             stream.start()
+            if on_start is not None and began.wait(1.0):
+                now, delay = first_block
+                if delay is None:  # the host API gave no timing: its reported output latency
+                    latency = getattr(stream, "latency", 0.0)
+                    delay = float(latency) if isinstance(latency, (int, float)) else 0.0
+                on_start(now + delay)
             # The callback ends the stream after the last sample; the timeout guards a stalled device.
             done.wait(len(samples) / sample_rate + 2.0)
         except sd.PortAudioError as exc:
@@ -132,11 +164,24 @@ class SounddeviceOutput:
             stream.close(ignore_errors=True)
 
 
+def _dac_delay(time_info) -> float | None:
+    """Seconds from this callback until its first sample reaches the converter, when the host API
+    says (PortAudio's outputBufferDacTime - currentTime; ALSA without timestamps reports zeros)."""
+    try:
+        delay = float(time_info.outputBufferDacTime - time_info.currentTime)
+    except (AttributeError, TypeError):
+        return None
+    return delay if 0.0 < delay < 1.0 else None
+
+
 class SoundPlayer:
     """Plays the packaged cues in the background (see the module docstring). Thread-safe.
 
     ``volume`` and ``enabled`` are plain attributes: change them when the settings change. The
     worker thread starts with the first cue and ends after `IDLE_EXIT_S` without one, or on close().
+    ``on_cue(kind, t_start, samples, sample_rate)``, when set, is told from the worker thread when a
+    cue starts sounding (`time.monotonic` time) and what exactly is played, so the recorder can keep
+    the cue out of the take (`Recorder.mark_cue`).
     """
 
     def __init__(self, volume: int = 50, enabled: bool = True, backend: SoundOutput | None = None) -> None:
@@ -151,6 +196,7 @@ class SoundPlayer:
         self._warned = False
         self._cues: dict[tuple[str, int], np.ndarray] = {}
         self._wavs: dict[str, tuple[np.ndarray, int]] = {}
+        self.on_cue: Callable[[str, float, np.ndarray, int], None] | None = None
 
     @property
     def volume(self) -> int:
@@ -232,7 +278,13 @@ class SoundPlayer:
             if cue is None:
                 cue = samples if out_rate == rate else resample(samples, rate, out_rate)
                 self._cues[(kind, out_rate)] = cue
-            self._backend.play((cue * np.float32(gain)).astype(np.float32, copy=False), out_rate)
+            played = (cue * np.float32(gain)).astype(np.float32, copy=False)
+            listener = self.on_cue
+            self._backend.play(
+                played,
+                out_rate,
+                on_start=None if listener is None else lambda t: self._tell(listener, kind, t, played, out_rate),
+            )
         except SoundUnavailable as exc:
             if not self._warned:
                 log.warning("sound cues are silent: %s", exc)
@@ -242,6 +294,13 @@ class SoundPlayer:
             log.warning("could not play the %s sound: %s", kind, exc, exc_info=True)
             return
         self._warned = False  # a later outage is worth a new warning
+
+    @staticmethod
+    def _tell(listener: Callable, kind: str, t_start: float, samples: np.ndarray, rate: int) -> None:
+        try:
+            listener(kind, t_start, samples, rate)
+        except Exception:  # the cue still plays
+            log.warning("the %s sound's listener failed", kind, exc_info=True)
 
     def _wav(self, kind: str) -> tuple[np.ndarray, int]:
         if kind not in self._wavs:

@@ -335,8 +335,15 @@ class HotkeySettings(_Group):
         "auto",
         label="Hotkey backend",
         help="How global keys are read. Auto picks what works in this session (the desktop portal on "
-        "Wayland, pynput on X11, Windows and macOS); evdev needs membership of the 'input' group.",
-        choices=(("auto", "Automatic"), ("pynput", "pynput"), ("evdev", "evdev"), ("portal", "Desktop portal")),
+        "Wayland, X11 key grabs on X11, pynput on Windows and macOS); evdev needs membership of the 'input' "
+        "group. pynput and evdev only listen, so the hotkey's keys also reach the focused window.",
+        choices=(
+            ("auto", "Automatic"),
+            ("x11", "X11 key grab"),
+            ("pynput", "pynput"),
+            ("evdev", "evdev"),
+            ("portal", "Desktop portal"),
+        ),
         normalize=_lower,
     )
 

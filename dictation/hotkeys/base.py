@@ -12,6 +12,10 @@ Contract, shared by every backend:
   listener died), also from the backend's thread; ``error.fatal`` says whether hotkeys stopped.
   After a fatal error the backend stays "running" until ``stop()``; call it before starting again.
 - ``stop()`` is idempotent; after it returns no callback is made.
+- ``set_enabled(name, enabled)`` (any thread): a disabled binding is not reported, and a backend
+  that takes keys away from other applications (x11) takes its key only while it is enabled. The app
+  enables the cancel key only while it records, so Esc keeps working everywhere else. ``start(...,
+  disabled=names)`` starts with those bindings disabled.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class HotkeyBackend(abc.ABC):
         self._stopped.set()
         self._ready = threading.Event()
         self.bindings: dict[str, Hotkey] = {}
+        self._disabled: frozenset[str] = frozenset()
+        self._enable_lock = threading.Lock()
 
     @abc.abstractmethod
     def is_available(self) -> tuple[bool, str]:
@@ -73,10 +79,13 @@ class HotkeyBackend(abc.ABC):
         bindings: Mapping[str, Hotkey | str],
         on_event: EventCallback,
         on_error: ErrorCallback | None = None,
+        *,
+        disabled: Iterable[str] = (),
     ) -> None:
         if self.running:
             raise HotkeyBackendError(f"the {self.name} hotkey backend is already running", backend=self.name)
         self.bindings = normalise_bindings(bindings)
+        self._disabled = frozenset(disabled)
         self._on_event, self._on_error = on_event, on_error
         self._ready.clear()
         self._stopped.clear()
@@ -96,6 +105,20 @@ class HotkeyBackend(abc.ABC):
     def running(self) -> bool:
         return not self._stopped.is_set()
 
+    def set_enabled(self, name: str, enabled: bool) -> None:
+        """Report binding ``name`` (and, for grabbing backends, take its key) only while enabled."""
+        with self._enable_lock:
+            before = self._disabled
+            self._disabled = before - {name} if enabled else before | {name}  # readers see old or new set
+        if self._disabled != before and self.running:
+            self._enabled_changed(name, enabled)
+
+    def is_enabled(self, name: str) -> bool:
+        return name not in self._disabled
+
+    def _enabled_changed(self, name: str, enabled: bool) -> None:  # noqa: B027 - an optional hook
+        """Hook for backends that act on it (called from the caller's thread while running)."""
+
     def wait_ready(self, timeout: float) -> bool:
         """Block until hotkeys are live (listener attached, devices open, shortcuts bound)."""
         return self._ready.wait(timeout)
@@ -105,6 +128,8 @@ class HotkeyBackend(abc.ABC):
         for name, pressed in events:
             if self._stopped.is_set() or self._on_event is None:
                 return
+            if name in self._disabled:
+                continue
             try:
                 self._on_event(name, pressed)
             except Exception:

@@ -5,7 +5,8 @@ Order (the first available wins; no silent fallback from a backend the user name
 - Windows, macOS: pynput.
 - Linux, Wayland: the GlobalShortcuts portal, else evdev (needs the `input` group). Not pynput:
   under Wayland its X11 hooks only see keys typed into XWayland windows.
-- Linux, X11: pynput, else evdev, else the portal.
+- Linux, X11: x11 (XGrabKey: the hotkey never reaches the focused window), else pynput, else evdev,
+  else the portal.
 - Linux console (no display): evdev.
 
 When nothing works, the explanation points to `dictation toggle` / `start` / `stop`, which any
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from dictation.hotkeys.base import HotkeyBackend
 from dictation.hotkeys.errors import HotkeyError
 
-BACKEND_NAMES = ("portal", "evdev", "pynput")
+BACKEND_NAMES = ("portal", "evdev", "x11", "pynput")
 PREFERENCES = ("auto", *BACKEND_NAMES, "none")
 
 COMMANDS_HINT = (
@@ -82,20 +83,32 @@ class Environment:
 def candidate_order(environment: Environment) -> tuple[list[str], dict[str, str]]:
     """Backends to try in order, and why the rest are not considered here."""
     if environment.session in ("windows", "macos"):
-        return ["pynput"], {"portal": "only on Linux desktops", "evdev": "exists only on Linux"}
+        return ["pynput"], {
+            "portal": "only on Linux desktops",
+            "evdev": "exists only on Linux",
+            "x11": "only in X11 sessions",
+        }
     if environment.session == "wayland":
-        return ["portal", "evdev"], {"pynput": "on Wayland its X11 hooks only see keys typed into XWayland windows"}
+        return ["portal", "evdev"], {
+            "x11": "on Wayland X11 key grabs only catch keys typed into XWayland windows",
+            "pynput": "on Wayland its X11 hooks only see keys typed into XWayland windows",
+        }
     if environment.session == "x11":
-        return ["pynput", "evdev", "portal"], {}
-    return ["evdev"], {"pynput": "no display server (DISPLAY is unset)", "portal": "no graphical session"}
+        return ["x11", "pynput", "evdev", "portal"], {}
+    return ["evdev"], {
+        "x11": "no display server (DISPLAY is unset)",
+        "pynput": "no display server (DISPLAY is unset)",
+        "portal": "no graphical session",
+    }
 
 
 def default_factories() -> dict[str, Callable[[], HotkeyBackend]]:
     from dictation.hotkeys.evdev_backend import EvdevBackend
     from dictation.hotkeys.portal import PortalBackend
     from dictation.hotkeys.pynput_backend import PynputBackend
+    from dictation.hotkeys.x11_backend import X11GrabBackend
 
-    return {"portal": PortalBackend, "evdev": EvdevBackend, "pynput": PynputBackend}
+    return {"portal": PortalBackend, "evdev": EvdevBackend, "x11": X11GrabBackend, "pynput": PynputBackend}
 
 
 @dataclass(frozen=True)

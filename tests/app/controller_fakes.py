@@ -39,6 +39,7 @@ class FakeRecorder:
         self.limit_reached = False
         self.device = InputDevice(0, "Fake Mic", 16000, 1, True)
         self.fail_start: str | None = None
+        self.cues: list[tuple[float, int, int]] = []  # what mark_cue was told
 
     def open(self) -> None:
         self.opened = True
@@ -84,6 +85,9 @@ class FakeRecorder:
 
     def cancel(self) -> None:
         self.recording = False
+
+    def mark_cue(self, t_start, samples, sample_rate) -> None:
+        self.cues.append((t_start, len(samples), sample_rate))
 
     def level(self) -> float:
         return -12.0 if self.recording else -90.0
@@ -140,8 +144,16 @@ class FakeChain:
 class FakeHotkeys(HotkeyBackend):
     name = "fake"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.enabled_changes: list[tuple[str, bool]] = []  # what set_enabled changed, in order
+        self.problems: list[str] = []
+
     def is_available(self):
         return True, "a fake for tests"
+
+    def _enabled_changed(self, name: str, enabled: bool) -> None:
+        self.enabled_changes.append((name, enabled))
 
     def _start(self) -> None:
         self._ready.set()
@@ -172,6 +184,7 @@ def hotkey_chooser(backend: FakeHotkeys):
 class SoundLog:
     def __init__(self) -> None:
         self.played: list[str] = []
+        self.on_cue = None  # the controller connects it to the recorder, as for the real SoundPlayer
 
     def __call__(self, settings):
         return self

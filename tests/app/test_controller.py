@@ -196,6 +196,47 @@ def test_paused_hotkeys_are_ignored_and_cancel_discards(rig, qtbot):
     assert r.history.count() == 0
 
 
+def test_the_cancel_key_is_a_hotkey_only_while_recording(rig, qtbot):
+    """The x11 backend grabs the cancel key only while it is enabled: Esc stays with the user's
+    windows unless a recording runs."""
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    assert set(r.hotkeys.bindings) == {"dictate", "cancel"}
+    assert not r.hotkeys.is_enabled("cancel") and r.hotkeys.is_enabled("dictate")
+    r.hold(speech())
+    assert r.hotkeys.is_enabled("cancel")
+    r.hotkeys.press("cancel")
+    r.wait_status(Status.IDLE)
+    assert not r.hotkeys.is_enabled("cancel")
+    r.hotkeys.release()
+    r.hold(speech())
+    r.release(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    assert r.hotkeys.enabled_changes == [("cancel", True), ("cancel", False), ("cancel", True), ("cancel", False)]
+    r.hotkeys.problems.append("The hotkey ctrl+alt+space is already taken by another program")
+    assert r.c.handle_ipc("status")["hotkey_problems"] == r.hotkeys.problems
+    # paused (the tray, or while the settings window captures a new hotkey): nothing is taken
+    r.hotkeys.enabled_changes.clear()
+    r.c.set_hotkeys_paused(True)
+    assert not r.hotkeys.is_enabled("dictate") and not r.hotkeys.is_enabled("cancel")
+    r.c.set_hotkeys_paused(False)
+    assert r.hotkeys.enabled_changes == [("dictate", False), ("dictate", True)]
+
+
+def test_the_sound_player_tells_the_recorder_when_a_cue_sounds(rig, qtbot):
+    """So a cue the microphone hears is muted in the take (tests/audio/test_cue_echo.py)."""
+    r = rig()
+    r.start()
+    r.wait_status(Status.IDLE)
+    assert r.sounds.on_cue is not None
+    r.hold(speech())
+    r.sounds.on_cue("start", 12.5, np.zeros(800, np.float32), 44_100)  # from the player's thread
+    assert r.recorders.recorder.cues == [(12.5, 800, 44_100)]
+    r.release(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+
+
 def test_ipc_commands_drive_the_session(rig, qtbot):
     r = rig()
     r.start()

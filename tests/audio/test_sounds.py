@@ -36,8 +36,10 @@ class FakeOutput:
             raise self.error
         return self.rate
 
-    def play(self, samples: np.ndarray, sample_rate: int, stop: threading.Event | None = None) -> None:
+    def play(self, samples: np.ndarray, sample_rate: int, stop: threading.Event | None = None, *, on_start=None):
         self.entered.set()
+        if on_start is not None:
+            on_start(time.monotonic())
         if self.gate is not None:
             assert self.gate.wait(10), "test never opened the gate"
         self.played.append((samples, sample_rate))

@@ -135,3 +135,35 @@ def test_other_sample_rates():
     x48 = np.repeat(x, 3)  # crude, but the energy envelope is what matters
     span = find_speech(x48, 48_000)
     assert span.has_speech and span.start <= 3 * onset
+
+
+# The absolute floor and the trigger margin: without them a faint sound in a very quiet room, or a
+# step in the background noise, counts as speech and reaches the model, which then invents text.
+
+
+def test_a_faint_burst_over_a_very_quiet_room_is_not_speech():
+    # a distant voice at -66 dBFS: 24 dB over the room, far more than the trigger margin, but under
+    # the -60 dBFS absolute floor
+    room = noise(2.0, -90)
+    x = room.copy()
+    x[SR // 2 : SR] += vowel(0.5, -66)
+    span = find_speech(x)
+    assert span.noise_floor_dbfs == pytest.approx(-90, abs=2)
+    assert span.loudest_dbfs > span.noise_floor_dbfs + 20
+    assert not span.has_speech and (span.start, span.end) == (0, len(x))
+    # the same sound 10 dB louder, above the floor, is speech: the floor is where it is documented
+    x = room.copy()
+    x[SR // 2 : SR] += vowel(0.5, -56)
+    assert has_speech(x)
+
+
+def test_a_step_in_the_background_noise_is_not_speech():
+    # a fan or a passing car: the noise rises by 9 dB and stays there, less than the 12 dB trigger
+    x = np.concatenate([noise(1.0, -50), noise(1.0, -41)])
+    span = find_speech(x)
+    assert span.noise_floor_dbfs == pytest.approx(-50, abs=1)
+    assert not span.has_speech and (span.start, span.end) == (0, len(x))
+    # speech 16 dB over the same noise is found (a trigger margin raised past that would miss it)
+    y = noise(2.0, -50)
+    y[SR // 2 : SR] += vowel(0.5, -34)
+    assert has_speech(y)

@@ -96,7 +96,7 @@ def test_enum_fields_offer_exactly_the_documented_choices():
     assert values["engine.dtype"] == ["auto", "bf16", "fp16", "fp32"]
     assert values["engine.variant"] == ["auto", "bf16", "fp16", "fp32", "int8", "int4"]
     assert values["hotkeys.mode"] == ["push_to_talk", "toggle", "hybrid"]
-    assert values["hotkeys.backend"] == ["auto", "pynput", "evdev", "portal"]
+    assert values["hotkeys.backend"] == ["auto", "x11", "pynput", "evdev", "portal"]
     assert values["output.method"] == ["auto", "paste", "type"]
     assert values["output.paste_chord"] == ["auto", "ctrl+v", "ctrl+shift+v", "shift+insert"]
     assert info["engine.device"].open_choices  # cuda:N is allowed too

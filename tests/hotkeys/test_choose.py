@@ -47,7 +47,12 @@ class FakeBackend(HotkeyBackend):
 
 
 def factories(log, **availability):
-    defaults = {"portal": (True, "portal v2"), "evdev": (True, "reads 1 keyboard"), "pynput": (True, "XRecord")}
+    defaults = {
+        "portal": (True, "portal v2"),
+        "evdev": (True, "reads 1 keyboard"),
+        "x11": (True, "XGrabKey"),
+        "pynput": (True, "XRecord"),
+    }
     defaults.update(availability)
     return {name: (lambda n=name, a=a: FakeBackend(n, *a, log)) for name, a in defaults.items()}
 
@@ -63,8 +68,9 @@ X11 = Environment("linux", "x11")
         (WAYLAND, {}, "portal", ["portal"]),
         (NIRI, {"portal": (False, "no GlobalShortcuts")}, "evdev", ["portal", "evdev"]),
         (NIRI, {"portal": (False, "no portal"), "evdev": (False, "permission denied")}, "none", ["portal", "evdev"]),
-        (X11, {}, "pynput", ["pynput"]),
-        (X11, {"pynput": (False, "no X")}, "evdev", ["pynput", "evdev"]),
+        (X11, {}, "x11", ["x11"]),  # grabs, so the hotkey never reaches the focused window
+        (X11, {"x11": (False, "no python-xlib")}, "pynput", ["x11", "pynput"]),
+        (X11, {"x11": (False, "no X"), "pynput": (False, "no X")}, "evdev", ["x11", "pynput", "evdev"]),
         (Environment("win32", "windows"), {}, "pynput", ["pynput"]),
         (Environment("darwin", "macos"), {}, "pynput", ["pynput"]),
         (Environment("linux", "console"), {}, "evdev", ["evdev"]),
@@ -83,6 +89,7 @@ def test_wayland_report_explains_every_backend():
     assert text.splitlines() == [
         "Hotkeys: portal (picked automatically; Wayland session (KDE)) — portal v2.",
         "  evdev: not tried: portal comes first here",
+        "  x11: not used — on Wayland X11 key grabs only catch keys typed into XWayland windows",
         "  pynput: not used — on Wayland its X11 hooks only see keys typed into XWayland windows",
     ]
 
@@ -107,7 +114,7 @@ def test_override_by_name_has_no_silent_fallback():
 
     log = []
     choice = choose_backend(" Portal ", environment=X11, factories=factories(log, portal=(False, "no portal")))
-    assert choice.backend is None and log == ["portal"]  # pynput would work, but wasn't asked for
+    assert choice.backend is None and log == ["portal"]  # x11 would work, but wasn't asked for
     assert choice.describe().startswith("Hotkeys: none — portal was chosen in settings but can't be used")
 
     choice = choose_backend("none", environment=X11, factories=factories(log))

@@ -1,0 +1,637 @@
+"""x11 backend: take the hotkey away from every application with XGrabKey (X11 sessions).
+
+Listening backends (pynput's XRecord, evdev) see the keys but cannot stop them: the focused window
+gets them as well, so F9 typed ``^[[20~`` into a terminal, and a held Space whose Ctrl and Alt went
+up first auto-repeated into the window. This backend grabs each hotkey on the root window instead,
+so the X server gives its press, its repeats and its release to this app alone:
+
+- One XGrabKey per key code of the main key, per modifier mask of the chord, per combination of the
+  lock modifiers (Caps Lock, Num Lock, and Scroll Lock where the layout maps it to a modifier), so
+  the hotkey works whatever locks are on. The other modifiers must be exactly the chord's: shift+F9
+  does not fire F9 and stays with the application.
+- A press of a grabbed chord makes the X server grab the whole keyboard for us until that key is
+  released, whatever happens to the modifiers meanwhile (X delivers the key's release to the grab,
+  also after Ctrl and Alt went up first). So the chord ends when its key is released, and what is
+  pressed or released while it is held (auto-repeat, the modifiers' releases) never reaches the window.
+- XkbSetDetectableAutoRepeat: a held key then repeats as presses only, without the fake release
+  before each one, so a held chord is one press and one release. Without XKB, a release directly
+  followed by a press of the same key at the same server time is recognised as a repeat instead.
+- Sided modifiers ("right_ctrl+space"): the core protocol has one Control modifier for both keys, so
+  such chords are grabbed synchronously: the server holds the keyboard until we have looked at which
+  keys are down, then hands the press back to the window (ReplayKeyboard) when it was the other side.
+- A binding is grabbed only while it is enabled (`set_enabled`): the app enables the cancel key while
+  it records, so Esc reaches applications the rest of the time.
+- A chord that another program grabbed first (a window manager's or xbindkeys' shortcut) fails with
+  BadAccess: it is left out, and one message names it (reported through ``on_error`` and kept in
+  `problems`, which `dictation status` and the doctor show).
+- A hotkey made only of modifiers ("right_ctrl") types nothing and does not auto-repeat, so there is
+  nothing to keep from the window, while grabbing it would take Ctrl+C away from applications as long
+  as it is held: such bindings are watched through pynput (XRecord) instead.
+- A new keyboard mapping (setxkbmap, xmodmap) re-grabs everything; stop() releases every grab.
+
+Everything X is done on the backend's own thread with its own connection; other threads only post
+requests to it and wake it through a pipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import logging
+import operator
+import os
+import queue
+import select
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from dictation.hotkeys.base import HotkeyBackend
+from dictation.hotkeys.errors import HotkeyBackendError
+from dictation.hotkeys.hotkey import Hotkey, parse_hotkey
+from dictation.hotkeys.keys import KEYS, MODIFIER_SIDES
+
+log = logging.getLogger(__name__)
+
+# Keysyms a physical key may carry besides its own: layouts with AltGr put ISO_Level3_Shift on the
+# right Alt key (pynput reports it as alt_gr, which keys.py counts as right_alt too).
+EXTRA_KEYSYMS = {"right_alt": ("ISO_Level3_Shift",)}
+LOCK_KEYSYMS = ("Caps_Lock", "Num_Lock", "Scroll_Lock")
+MODIFIER_BITS = 0xFF  # Shift, Lock, Control, Mod1-Mod5; the higher bits of a key event's state are buttons
+XKB_USE_CORE_KBD = 0x100
+XKB_PCF_DETECTABLE_AUTO_REPEAT = 1
+STOP_JOIN_S = 2.0
+POLL_S = 1.0
+
+
+def conflict_message(hotkey: Hotkey | str, name: str = "") -> str:
+    what = "The cancel key" if name == "cancel" else "The hotkey"
+    return (
+        f"{what} {hotkey} is already taken by another program on this X display (it grabbed that key "
+        "combination first), so it does nothing here: choose another key on the Recording page, or remove "
+        "that shortcut from the other program (window manager, xbindkeys, ...)"
+    )
+
+
+def _xkb_requests() -> tuple[type, type]:
+    """The two XKB requests python-xlib lacks: UseExtension and PerClientFlags (XKBproto.h)."""
+    from Xlib.protocol import rq
+
+    class UseExtension(rq.ReplyRequest):
+        _request = rq.Struct(
+            rq.Card8("opcode"),
+            rq.Opcode(0),
+            rq.RequestLength(),
+            rq.Card16("wanted_major"),
+            rq.Card16("wanted_minor"),
+        )
+        _reply = rq.Struct(
+            rq.ReplyCode(),
+            rq.Bool("supported"),
+            rq.Card16("sequence_number"),
+            rq.ReplyLength(),
+            rq.Card16("server_major"),
+            rq.Card16("server_minor"),
+            rq.Pad(20),
+        )
+
+    class PerClientFlags(rq.ReplyRequest):
+        _request = rq.Struct(
+            rq.Card8("opcode"),
+            rq.Opcode(21),
+            rq.RequestLength(),
+            rq.Card16("device_spec"),
+            rq.Pad(2),
+            rq.Card32("change"),
+            rq.Card32("value"),
+            rq.Card32("ctrls_to_change"),
+            rq.Card32("auto_ctrls"),
+            rq.Card32("auto_ctrl_values"),
+        )
+        _reply = rq.Struct(
+            rq.ReplyCode(),
+            rq.Card8("device_id"),
+            rq.Card16("sequence_number"),
+            rq.ReplyLength(),
+            rq.Card32("supported"),
+            rq.Card32("value"),
+            rq.Card32("auto_ctrls"),
+            rq.Card32("auto_ctrl_values"),
+            rq.Pad(8),
+        )
+
+    return UseExtension, PerClientFlags
+
+
+def set_detectable_auto_repeat(display: Any) -> bool:
+    """XkbSetDetectableAutoRepeat(True) for this connection; False where the server can't."""
+    try:
+        ext = display.query_extension("XKEYBOARD")
+        if ext is None or not ext.present:
+            return False
+        use_extension, per_client_flags = _xkb_requests()
+        used = use_extension(display=display.display, opcode=ext.major_opcode, wanted_major=1, wanted_minor=0)
+        if not used.supported:
+            return False
+        reply = per_client_flags(
+            display=display.display,
+            opcode=ext.major_opcode,
+            device_spec=XKB_USE_CORE_KBD,
+            change=XKB_PCF_DETECTABLE_AUTO_REPEAT,
+            value=XKB_PCF_DETECTABLE_AUTO_REPEAT,
+            ctrls_to_change=0,
+            auto_ctrls=0,
+            auto_ctrl_values=0,
+        )
+        return bool(reply.value & XKB_PCF_DETECTABLE_AUTO_REPEAT)
+    except Exception:  # an XKB that answers oddly: fall back to recognising the fake releases
+        log.debug("XkbSetDetectableAutoRepeat failed", exc_info=True)
+        return False
+
+
+@dataclass(frozen=True)
+class Chord:
+    """One binding as X sees it: the key codes of its main key and the modifier masks that fire it."""
+
+    name: str
+    hotkey: Hotkey
+    keycodes: frozenset[int]
+    masks: frozenset[int]  # exact modifier states (without the locks) that fire it
+    sided: tuple[frozenset[int], ...]  # per sided modifier ("right_ctrl"): its key codes, one must be down
+
+    @property
+    def sync(self) -> bool:
+        """Grab synchronously, so a press with the other side's modifier can be handed back."""
+        return bool(self.sided)
+
+
+class Keyboard:
+    """Key codes and modifier masks of the current keyboard mapping of one X connection."""
+
+    def __init__(self, display: Any) -> None:
+        from Xlib import XK
+
+        XK.load_keysym_group("xkb")  # ISO_Level3_Shift; latin1 and miscellany are loaded already
+        self._display = display
+        self._xk = XK
+        self._modmap = [frozenset(c for c in codes if c) for codes in display.get_modifier_mapping()]
+        locks = 1 << 1  # the Lock modifier (Caps Lock), whatever key carries it
+        for keysym in LOCK_KEYSYMS:
+            locks |= self.mask_of(self.keycodes(keysym))
+        self.lock_mask = locks
+
+    def keycodes(self, keysym_name: str) -> frozenset[int]:
+        keysym = self._xk.string_to_keysym(keysym_name)
+        if not keysym:
+            return frozenset()
+        return frozenset(code for code, _index in self._display.keysym_to_keycodes(keysym))
+
+    def key_codes(self, name: str) -> frozenset[int]:
+        """Key codes of a physical key name ("space", "right_alt")."""
+        codes = self.keycodes(KEYS[name].xkb)
+        for extra in EXTRA_KEYSYMS.get(name, ()):
+            codes |= self.keycodes(extra)
+        return codes
+
+    def mask_of(self, keycodes: Iterable[int]) -> int:
+        codes = set(keycodes)
+        return sum(1 << i for i, members in enumerate(self._modmap) if members & codes)
+
+    def lock_combinations(self, used: int = 0) -> list[int]:
+        """Every combination of the lock modifiers (those a chord does not use itself)."""
+        bits = [1 << i for i in range(8) if (self.lock_mask & ~used) & (1 << i)]
+        return sorted({sum(combo) for r in range(len(bits) + 1) for combo in itertools.combinations(bits, r)})
+
+    def chord(self, name: str, hotkey: Hotkey) -> Chord:
+        """Raise HotkeyBackendError when this keyboard can't produce ``hotkey``."""
+        keycodes = self.key_codes(hotkey.key)
+        if not keycodes:
+            raise HotkeyBackendError(f"{hotkey}: no key of this keyboard layout produces {hotkey.key!r}", backend="x11")
+        options: list[set[int]] = []
+        sided: list[frozenset[int]] = []
+        for part in sorted(hotkey.modifiers):
+            physical = MODIFIER_SIDES.get(part, (part,))
+            masks = {self.mask_of(self.key_codes(p)) for p in physical} - {0}
+            if not masks:
+                raise HotkeyBackendError(
+                    f"{hotkey}: no modifier of this keyboard layout is carried by {part!r}", backend="x11"
+                )
+            options.append(masks)
+            if part not in MODIFIER_SIDES:
+                sided.append(self.key_codes(part))
+        masks = frozenset(functools.reduce(operator.or_, combo, 0) for combo in itertools.product(*options))
+        return Chord(name, hotkey, keycodes, masks, tuple(sided))
+
+
+class X11GrabBackend(HotkeyBackend):
+    """See the module docstring. ``display_name`` defaults to $DISPLAY."""
+
+    name = "x11"
+
+    def __init__(self, display_name: str | None = None) -> None:
+        super().__init__()
+        self._display_name = display_name
+        self._display: Any = None
+        self._thread: threading.Thread | None = None
+        self._requests: queue.Queue = queue.Queue()
+        self._wake_r = self._wake_w = -1
+        self._watcher: HotkeyBackend | None = None  # pynput, for modifier-only bindings
+        self._problems: dict[str, str] = {}
+        self.repeats_suppressed = 0
+        self.detectable_auto_repeat = False
+        # Thread state (the backend's thread only).
+        self._chords: dict[str, Chord] = {}
+        self._grabs: dict[tuple[int, int], set[str]] = {}  # (keycode, state) -> bindings it serves
+        self._active: dict[str, tuple[int, int]] = {}  # pressed binding -> (keycode, matched mask)
+        self._grab_key: int | None = None  # the key whose press made the server grab the keyboard for us
+        self._keyboard: Keyboard | None = None
+        self._pushback: list[Any] = []
+
+    # -- availability --------------------------------------------------------------------------------
+    def _target(self) -> str | None:
+        return self._display_name or os.environ.get("DISPLAY") or None
+
+    def is_available(self) -> tuple[bool, str]:
+        try:
+            import Xlib.display
+        except ImportError:
+            return False, "the Python package 'python-xlib' is not installed (pip install python-xlib)"
+        target = self._target()
+        if not target:
+            return False, "no X display (DISPLAY is unset)"
+        try:
+            display = Xlib.display.Display(target)
+        except Exception as exc:
+            return False, f"cannot connect to the X display {target}: {exc}"
+        display.close()
+        return True, f"X11 key grabs on display {target}: the hotkey's keys reach this app only, not the focused window"
+
+    @property
+    def problems(self) -> list[str]:
+        """One line per binding that can't be used (taken by another program, no such key)."""
+        return list(self._problems.values())
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def _start(self) -> None:
+        import Xlib.display
+
+        target = self._target()
+        if not target:
+            raise HotkeyBackendError("no X display (DISPLAY is unset)", backend=self.name)
+        try:
+            self._display = Xlib.display.Display(target)
+        except Exception as exc:
+            raise HotkeyBackendError(f"cannot connect to the X display {target}: {exc}", backend=self.name) from exc
+        self._problems = {}
+        self._requests = queue.Queue()
+        self._wake_r, self._wake_w = os.pipe()
+        modifier_only = {n: hk for n, hk in self.bindings.items() if hk.is_modifier_only}
+        if modifier_only:
+            self._start_watcher(modifier_only)
+        self._thread = threading.Thread(target=self._run, name="hotkeys-x11", daemon=True)
+        self._thread.start()
+
+    def _start_watcher(self, bindings: dict[str, Hotkey]) -> None:
+        from dictation.hotkeys.pynput_backend import PynputBackend
+
+        watcher = PynputBackend()
+        ok, reason = watcher.is_available()
+        if not ok:
+            for name, hotkey in bindings.items():
+                self._problems[name] = f"{hotkey}: a hotkey made only of modifiers needs pynput here, but {reason}"
+            return
+        watcher.start(
+            bindings,
+            lambda name, pressed: self._emit([(name, pressed)]),
+            lambda error: self._report(str(error), fatal=error.fatal),
+        )
+        self._watcher = watcher
+
+    def _enabled_changed(self, name: str, enabled: bool) -> None:
+        self._post(("enable", name, enabled))
+
+    def settle(self, timeout: float = 5.0) -> bool:
+        """Wait until the backend's thread has carried out every earlier request (`set_enabled`), so
+        the grabs are in place on the server; False on timeout or when not running."""
+        if not self.running or self._thread is None:
+            return False
+        done = threading.Event()
+        self._post(("barrier", done))
+        return done.wait(timeout)
+
+    def _post(self, request: tuple) -> None:
+        self._requests.put(request)
+        with contextlib.suppress(OSError):  # stopped meanwhile
+            os.write(self._wake_w, b"x")
+
+    def _stop(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+        thread = self._thread
+        self._post(("stop",))
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(STOP_JOIN_S)
+            if thread.is_alive():
+                log.warning("the x11 hotkey thread did not stop within %.0f s", STOP_JOIN_S)
+        self._thread = None
+
+    # -- the backend's thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        display = self._display
+        try:
+            try:
+                self._setup()
+            finally:
+                if self._watcher is not None:
+                    self._watcher.wait_ready(10.0)
+                self._ready.set()
+            while not self._stopped.is_set():
+                if self._handle_requests():
+                    break
+                while self._pushback or display.pending_events():
+                    self._handle(self._pushback.pop(0) if self._pushback else display.next_event())
+                ready, _, _ = select.select([display.fileno(), self._wake_r], [], [], POLL_S)
+                if self._wake_r in ready:
+                    os.read(self._wake_r, 4096)
+        except Exception as exc:
+            if not self._stopped.is_set():
+                self._report(f"the X11 key grabs stopped working: {type(exc).__name__}: {exc}", fatal=True)
+        finally:
+            self._cleanup()
+
+    def _setup(self) -> None:
+        display = self._display
+        self.detectable_auto_repeat = set_detectable_auto_repeat(display)
+        if not self.detectable_auto_repeat:
+            log.info("x11 hotkeys: XKB detectable auto-repeat unavailable; recognising repeats by their timing")
+        self._regrab(report=True)
+
+    def _regrab(self, report: bool) -> None:
+        """(Re)build the chords from the current keyboard mapping and grab every enabled one."""
+        self._ungrab_all()
+        self._keyboard = Keyboard(self._display)
+        self._chords = {}
+        for name in [n for n, hk in self.bindings.items() if not hk.is_modifier_only]:
+            self._problems.pop(name, None)
+        for name, hotkey in self.bindings.items():
+            if hotkey.is_modifier_only:
+                continue
+            try:
+                self._chords[name] = self._keyboard.chord(name, hotkey)
+            except HotkeyBackendError as exc:
+                self._problems[name] = str(exc)
+        for name in self._chords:
+            if self.is_enabled(name):
+                self._grab(name)
+        if report:
+            for message in self._problems.values():
+                self._report(message, fatal=False)
+            if not self._grabs and self._watcher is None and any(self.is_enabled(n) for n in self.bindings):
+                self._report("no hotkey could be grabbed", fatal=True)
+
+    def _grab(self, name: str) -> bool:
+        """Grab one binding for every lock combination; on BadAccess undo and remember the conflict."""
+        from Xlib import X, error
+
+        chord = self._chords.get(name)
+        if chord is None or self._keyboard is None:
+            return False
+        mode = X.GrabModeSync if chord.sync else X.GrabModeAsync
+        root = self._display.screen().root
+        catcher = error.CatchError(error.BadAccess)
+        added = []
+        for keycode in sorted(chord.keycodes):
+            for mask in sorted(chord.masks):
+                for lock in self._keyboard.lock_combinations(used=mask):
+                    key = (keycode, mask | lock)
+                    holders = self._grabs.setdefault(key, set())
+                    if not holders or chord.sync:
+                        root.grab_key(keycode, mask | lock, False, X.GrabModeAsync, mode, onerror=catcher)
+                    holders.add(name)
+                    added.append(key)
+        self._display.sync()
+        if catcher.get_error() is None:
+            self._problems.pop(name, None)
+            return True
+        for key in added:
+            self._release_grab(key, name)
+        self._display.sync()
+        self._problems[name] = conflict_message(chord.hotkey, name)
+        return False
+
+    def _ungrab(self, name: str) -> None:
+        for key in [k for k, holders in self._grabs.items() if name in holders]:
+            self._release_grab(key, name)
+        self._display.flush()
+
+    def _release_grab(self, key: tuple[int, int], name: str) -> None:
+        holders = self._grabs.get(key)
+        if holders is None:
+            return
+        holders.discard(name)
+        if not holders:
+            del self._grabs[key]
+            self._display.screen().root.ungrab_key(key[0], key[1])
+
+    def _ungrab_all(self) -> None:
+        if self._display is None:
+            return
+        for keycode, state in list(self._grabs):
+            self._display.screen().root.ungrab_key(keycode, state)
+        self._grabs.clear()
+
+    def _handle_requests(self) -> bool:
+        """Carry out what other threads asked for; True on stop."""
+        while True:
+            try:
+                request = self._requests.get_nowait()
+            except queue.Empty:
+                return False
+            if request[0] == "stop":
+                return True
+            if request[0] == "barrier":
+                self._display.sync()
+                request[1].set()
+                continue
+            _, name, enabled = request
+            if name not in self._chords:
+                continue
+            if enabled and self.is_enabled(name):
+                known = self._problems.get(name)
+                if not self._grab(name) and self._problems[name] != known:  # say it once, not at every recording
+                    self._report(self._problems[name], fatal=False)
+            elif not enabled and not self.is_enabled(name):
+                self._ungrab(name)
+
+    def _cleanup(self) -> None:
+        from Xlib import X
+
+        display, self._display = self._display, None
+        try:
+            if display is not None:
+                try:
+                    for keycode, state in list(self._grabs):
+                        display.screen().root.ungrab_key(keycode, state)
+                    display.allow_events(X.AsyncKeyboard, X.CurrentTime)  # never leave the keyboard frozen
+                    display.sync()
+                finally:
+                    display.close()
+        except Exception:
+            log.debug("closing the x11 hotkey connection failed", exc_info=True)
+        self._grabs.clear()
+        self._active.clear()
+        self._grab_key = None
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+    def _handle(self, event: Any) -> None:
+        from Xlib import X
+
+        if event.type == X.KeyPress:
+            self._key_press(event)
+        elif event.type == X.KeyRelease:
+            self._key_release(event)
+        elif event.type == X.MappingNotify and event.request in (X.MappingKeyboard, X.MappingModifier):
+            self._display.refresh_keyboard_mapping(event)
+            log.info("x11 hotkeys: the keyboard mapping changed; grabbing the hotkeys again")
+            self._release_active()
+            self._regrab(report=False)
+
+    def _down(self) -> set[int]:
+        return {keycode for keycode, _mask in self._active.values()}
+
+    def _key_press(self, event: Any) -> None:
+        from Xlib import X
+
+        keycode = event.detail
+        if keycode in self._down():
+            self.repeats_suppressed += 1  # auto-repeat of a key we hold
+            return
+        activation = self._grab_key is None  # this press made the server grab the keyboard for us
+        match = self._match(keycode, event.state)
+        if activation:
+            # Thaws a synchronous grab: keeps the keyboard, or gives the press to the window after all.
+            self._display.allow_events(X.AsyncKeyboard if match else X.ReplayKeyboard, event.time)
+            self._display.flush()
+            holders = self._grabs.get((keycode, event.state & MODIFIER_BITS), ())
+            replayed = match is None and any(n in self._chords and self._chords[n].sync for n in holders)
+            if not replayed:  # the keyboard is ours until this key goes up
+                self._grab_key = keycode
+        if match is None:
+            return
+        name, mask = match
+        self._active[name] = (keycode, mask)
+        self._emit([(name, True)])
+
+    def _key_release(self, event: Any) -> None:
+        keycode = event.detail
+        if keycode not in self._down() and keycode != self._grab_key:
+            return
+        if not self.detectable_auto_repeat and self._is_fake_release(event):
+            self.repeats_suppressed += 1
+            return
+        ended = [name for name, (code, _mask) in self._active.items() if code == keycode]
+        if keycode == self._grab_key:
+            # The server ended its grab with this release: whatever else is held is no longer ours.
+            ended += [name for name in self._active if name not in ended]
+            self._grab_key = None
+        for name in ended:
+            del self._active[name]
+        self._emit([(name, False) for name in ended])
+
+    def _release_active(self) -> None:
+        ended = list(self._active)
+        self._active.clear()
+        self._grab_key = None
+        self._emit([(name, False) for name in ended])
+
+    def _is_fake_release(self, event: Any) -> bool:
+        """Without detectable auto-repeat, X sends a release and a press with the same time per repeat."""
+        from Xlib import X
+
+        if not self._pushback and not self._display.pending_events():
+            return False
+        following = self._pushback[0] if self._pushback else self._display.next_event()
+        if not self._pushback:
+            self._pushback.append(following)
+        if following.type == X.KeyPress and following.detail == event.detail and following.time == event.time:
+            self._pushback.pop(0)
+            return True
+        return False
+
+    def _match(self, keycode: int, state: int) -> tuple[str, int] | None:
+        """The enabled binding this press fires, with the mask it matched; modifiers held for a
+        binding that is already pressed don't count against another (Esc while the chord is held)."""
+        if self._keyboard is None:
+            return None
+        clean = state & MODIFIER_BITS & ~self._keyboard.lock_mask
+        held = 0
+        for _code, mask in self._active.values():
+            held |= mask
+        keymap = None
+        for chord in self._chords.values():
+            if keycode not in chord.keycodes or not self.is_enabled(chord.name) or chord.name in self._active:
+                continue
+            if chord.name in self._problems:
+                continue
+            for mask in chord.masks:
+                if mask & ~clean or (clean & ~mask) & ~held:
+                    continue
+                if chord.sided:
+                    keymap = keymap if keymap is not None else self._display.query_keymap()
+                    if not all(any(_is_down(keymap, code) for code in codes) for codes in chord.sided):
+                        continue
+                return chord.name, mask
+        return None
+
+
+def _is_down(keymap: list[int], keycode: int) -> bool:
+    return bool(keymap[keycode >> 3] & (1 << (keycode & 7)))
+
+
+def probe_grabs(hotkeys: Iterable[str], display_name: str | None = None) -> dict[str, str | None]:
+    """Try to grab each hotkey (every lock combination) and let go at once: hotkey -> problem or None.
+
+    For `dictation doctor`. BadAccess means another client holds the grab, which is the running app
+    itself for the hotkey it uses."""
+    import Xlib.display
+    from Xlib import X, error
+
+    target = display_name or os.environ.get("DISPLAY")
+    display = Xlib.display.Display(target)
+    results: dict[str, str | None] = {}
+    try:
+        keyboard = Keyboard(display)
+        root = display.screen().root
+        for text in hotkeys:
+            hotkey = parse_hotkey(text)
+            if hotkey.is_modifier_only:
+                results[text] = None  # watched, never grabbed
+                continue
+            try:
+                chord = keyboard.chord("probe", hotkey)
+            except HotkeyBackendError as exc:
+                results[text] = str(exc)
+                continue
+            catcher = error.CatchError(error.BadAccess)
+            grabbed = [
+                (code, mask | lock)
+                for code in sorted(chord.keycodes)
+                for mask in sorted(chord.masks)
+                for lock in keyboard.lock_combinations(used=mask)
+            ]
+            for code, state in grabbed:
+                root.grab_key(code, state, False, X.GrabModeAsync, X.GrabModeAsync, onerror=catcher)
+            display.sync()
+            for code, state in grabbed:
+                root.ungrab_key(code, state)
+            display.sync()
+            results[text] = None if catcher.get_error() is None else conflict_message(hotkey)
+    finally:
+        display.close()
+    return results
