@@ -155,3 +155,10 @@ def test_new_and_changed_entries_appear_and_the_selection_stays(window, controll
     assert window.entry_at(0).id == new
     assert window.selected_id() == entries[0]
     assert cell(window, 3, COL_OUTCOME).text() == "Pasted"
+
+
+def test_a_recovered_dictation_is_labelled_so():
+    from dictation.app.history_window import outcome_label
+
+    assert outcome_label(Outcome.RECOVERED) == "Recovered"
+    assert outcome_label(Outcome.PENDING) == "Pending"
