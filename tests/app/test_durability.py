@@ -300,6 +300,7 @@ def test_leftovers_without_audio_are_marked_and_empty_takes_removed(rig, qtbot, 
     assert not empty.path.exists()
     outcome = r.history.get(lost).outcome
     assert outcome.startswith(Outcome.FAILED_PREFIX) and "recording was not kept" in outcome
+    r.wait_status(Status.IDLE)  # (the model loaded: the app quits cleanly)
 
 
 def test_pruning_never_removes_the_audio_of_a_pending_entry(qtbot, tmp_path):
