@@ -34,8 +34,8 @@ transcription"; the job enters the FIFO), `DiscardCapture(id)` (the app drops th
 app's own `RecordingFailed(id, ...)`. Discarded ids are never reused, so ids have gaps. Recorder and
 worker events carry the id; events for an id that is not current (late, duplicated) are ignored.
 `Transcribe(id)` is always emitted after that job's `StopCapture(id)`, never before. If the app
-cannot save a job's audio, it answers with `TranscriptionFailed(id, message)` (at any time); the job
-then makes way like any failed job.
+cannot save a job's audio it still transcribes the take from memory (the text matters more than
+the file); `TranscriptionFailed(id, message, audio_saved=False)` then says the audio is gone too.
 
 Inputs and modes
 ----------------
@@ -89,8 +89,9 @@ Decisions
   is never typed minutes later into whatever window then has focus; re-transcribing saved audio is
   a history feature. Jobs already transcribing are unaffected. `ModelLoading` (a retry) shows
   LOADING; `ModelReady` clears the error and, after a failure, says so with an info `Notify`.
-- Transcription failure of one job: error `Notify` + sound at once; the job is then skipped in the
-  FIFO, so later jobs are typed as soon as they are done and at their turn.
+- Transcription failure of one job: error `Notify` + sound at once (saying whether the recording
+  was saved, as the event tells); the job is then skipped in the FIFO, so later jobs are typed as
+  soon as they are done and at their turn.
 - Empty transcript (only whitespace, e.g. silence or a muted mic): no `DeliverText`; an info `Notify`
   at the job's turn, because "nothing happened" is otherwise indistinguishable from a broken mic.
   Non-empty text is delivered unchanged (spacing between dictations is the output layer's job).
@@ -263,6 +264,7 @@ class TranscriptionDone:
 class TranscriptionFailed:
     job_id: int
     message: str
+    audio_saved: bool = True  # False: the recording could not be written either (disk full, read-only)
 
 
 @dataclass(frozen=True)
@@ -573,12 +575,13 @@ class DictationSession:
                     return []
                 job.state, job.text, job.language = _JobState.DONE, text, language
                 return self._flush()
-            case TranscriptionFailed(job_id, message):
+            case TranscriptionFailed(job_id, message, audio_saved):
                 job = self._jobs.get(job_id)
                 if job is None or job.state in (_JobState.DONE, _JobState.FAILED):
                     return []
                 job.state = _JobState.FAILED
-                failed = f"Transcription failed: {message}. The recording was saved."
+                kept = "The recording was saved." if audio_saved else "The recording could not be saved either."
+                failed = f"Transcription failed: {message}. {kept}"
                 return [PlaySound(Sound.ERROR), Notify(Level.ERROR, failed), *self._flush()]
             case SettingsChanged(settings):
                 self.settings = settings
@@ -626,7 +629,7 @@ class DictationSession:
                 *actions,
                 SkipTranscription(job_id, reason),
                 PlaySound(Sound.ERROR),
-                Notify(Level.WARNING, f"{reason}. The recording was saved but not transcribed."),
+                Notify(Level.WARNING, f"{reason}. The recording was not transcribed."),
             ]
         actions.append(PlaySound(cue))
         if self._model is ModelState.READY:

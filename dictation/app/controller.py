@@ -9,15 +9,21 @@ Event flow: hotkey thread / tray / IPC / worker signal -> `_dispatch(event)` -> 
 -> actions performed in order (`_perform`). Events raised while actions run are queued, so the
 actions of one event always run before the next event is handled.
 
-Per job (one recording): StartCapture -> audio worker starts -> RecordingStarted; StopCapture ->
-the worker stops, saves the WAV, trims -> `saved`; Transcribe -> the engine worker transcribes
-(as soon as both the Transcribe action and the saved audio are there) -> TranscriptionDone.
+Per job (one recording): StartCapture -> audio worker starts writing the take to disk ->
+RecordingStarted, and the history worker makes the take's entry (pending, no text, the path of
+its audio) -> `ready`; StopCapture -> the worker stops, saves the WAV whole, trims -> `saved`;
+Transcribe -> the engine worker transcribes (as soon as the Transcribe action, the saved audio and
+the entry are there) -> TranscriptionDone.
 With the model loaded and ``engine.stream_while_recording`` on, a take is streamed: the engine
 worker is fed its audio while it records (and shows live previews, `preview_changed`), the
 release interrupts a running preview, and Transcribe finishes the stream (see `workers.py`);
-DeliverText -> text options applied, history.add (before typing), output worker delivers ->
-history outcome set. Nothing a user said is lost: the audio is on disk before transcription,
-the text in history before it is typed.
+DeliverText -> text options applied, the history worker stores the text (`stored`), only then the
+output worker types it -> the history worker sets the outcome. Nothing a user said is lost: the
+audio is on disk while it is recorded, the entry exists before transcription, the text is in the
+history (or its fallback journal) before it is typed; if the recordings folder cannot be written,
+the take is transcribed from memory. The GUI thread never writes to SQLite (`HistoryWorker`).
+Takes a crash interrupted are transcribed at the next start into the history as "recovered",
+never typed (`_on_recovered`).
 """
 
 from __future__ import annotations
@@ -27,13 +33,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from dictation import session as S
+from dictation.app.history_worker import HistoryWorker
 from dictation.app.workers import (
     AudioWorker,
     DownloadWorker,
@@ -45,6 +51,7 @@ from dictation.app.workers import (
     stop_thread,
 )
 from dictation.config import History, Outcome, Settings
+from dictation.config.history import IN_MEMORY
 from dictation.config.schema import FieldError, validate
 from dictation.config.store import SettingsStore
 
@@ -110,8 +117,10 @@ class _Job:
     transcribe_wanted: bool = False
     skip_reason: str | None = None
     transcript: Any = None
-    history_id: int | None = None
     streaming: bool = False  # the engine worker has a stream for it (begun, not finished or cancelled)
+    started: bool = False  # the audio worker started it, so the history worker has its entry
+    ready: bool = False  # its history entry (or journal record) exists: it may be transcribed
+    text: str | None = None  # the text to type, once the history worker has stored it
 
 
 @dataclass
@@ -124,9 +133,24 @@ class Services:
     audio_worker: AudioWorker = field(default_factory=AudioWorker)
     output_worker: OutputWorker = field(default_factory=OutputWorker)
     download_worker: DownloadWorker = field(default_factory=DownloadWorker)
+    history_worker: HistoryWorker | None = None  # None: one writing to ``history``'s file
     hotkey_chooser: Callable[[str], Any] | None = None  # preference -> BackendChoice
     sound_factory: Callable[[Settings], Any] | None = None  # settings -> object with play(kind)
     clock: Callable[[], float] = time.monotonic
+
+
+def _history_worker_for(history: History, max_entries: int) -> HistoryWorker:
+    """A worker writing to ``history``'s file on its own connection; where the history lives in
+    memory (its file could not be opened), the worker writes into that same in-memory history, its
+    journal goes to the data folder (never the working directory), and no recording is pruned."""
+    if str(history.path) != IN_MEMORY:
+        return HistoryWorker(history.path, max_entries=max_entries)
+    from dictation import paths
+    from dictation.config.journal import FILE_NAME
+
+    return HistoryWorker(
+        history.path, max_entries=max_entries, journal_path=paths.data_dir() / FILE_NAME, opener=lambda: history
+    )
 
 
 class AppController(QObject):
@@ -157,13 +181,23 @@ class AppController(QObject):
     _cancel_take = Signal(int)
     _audio_configure = Signal(object)
     _audio_start = Signal(int, float, bool)
-    _audio_stop = Signal(int, float, bool, int)
+    _audio_stop = Signal(int, float, bool)
     _audio_cancel = Signal(int)
     _audio_close = Signal()
     _output_configure = Signal(object)
     _deliver = Signal(int, str)
     _output_flush = Signal()
     _download = Signal(str)
+    _history_open = Signal()
+    _history_begin = Signal(int, object)  # job id, path of the take's file (or None)
+    _history_store = Signal(int, object)  # job id, fields (text first: before it is typed)
+    _history_finish = Signal(int, object, bool, int)  # job id, fields, delete the audio, recordings kept
+    _history_discard = Signal(int, bool, int)  # job id, delete the audio, recordings kept
+    _history_update = Signal(int, object)  # entry id, fields
+    _history_delete = Signal(int)
+    _history_size = Signal(int)
+    _history_drain = Signal()  # blocking: returns once the history worker did everything queued
+    _history_close = Signal()  # blocking
     # from the hotkey thread
     _hotkey_event = Signal(str, bool, float)
     _hotkey_error = Signal(str, bool)
@@ -180,8 +214,10 @@ class AppController(QObject):
         self._dispatching = False
         self._event_t = 0.0
         self._jobs: dict[int, _Job] = {}
-        self._pending_history: dict[int, int] = {}  # history entry id -> job id, while delivering
-        self._retranscribe: dict[int, tuple[int, bool]] = {}  # engine request id -> history entry id, streamed
+        # engine request id -> (history entry id, streamed, a take recovered after a crash)
+        self._retranscribe: dict[int, tuple[int, bool, bool]] = {}
+        self._recovery: list[Any] = []  # RecoveredTakes waiting for the model
+        self._recover_counts = [0, 0, 0]  # recovered takes: found, transcribed so far, with text
         self._next_retranscribe = RETRANSCRIBE_BASE
         self._model_label = ""
         self._model_status = ""
@@ -196,6 +232,9 @@ class AppController(QObject):
         self._threads: list[Any] = []
         self._log_bridge: Any = None
         self._started = False
+        self._history_worker = services.history_worker or _history_worker_for(
+            services.history, self._settings.general.history_size
+        )
 
         self._idle_timer = QTimer(self)
         self._idle_timer.setSingleShot(True)
@@ -212,6 +251,8 @@ class AppController(QObject):
         """Start the worker threads, open the microphone, load the model, register the hotkeys."""
         s = self._s
         self._wire_workers()
+        self._history_thread = start_thread(self._history_worker, "history")
+        self._history_open.emit()  # first: replay what was kept aside, find interrupted takes
         self._threads = [
             start_thread(s.engine_worker, "engine"),
             start_thread(s.audio_worker, "audio"),
@@ -249,7 +290,13 @@ class AppController(QObject):
             stop_thread(thread)
         self._threads = []
         # The workers have stopped; results they queued for us (a delivery's outcome, a finished
-        # transcript) are handled now, while history is still open, not after it is closed.
+        # transcript) are handled now, and what that asks of the history worker is done before
+        # it stops: it drains its queue, answers, then closes its connection.
+        QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
+        self._history_drain.emit()
+        QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
+        self._history_close.emit()
+        stop_thread(self._history_thread)
         QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
 
     def _wire_workers(self) -> None:
@@ -278,10 +325,9 @@ class AppController(QObject):
         self._audio_stop.connect(a.stop)
         self._audio_cancel.connect(a.cancel)
         self._audio_close.connect(a.close)
-        a.started.connect(lambda job: self._dispatch(S.RecordingStarted(job)))
+        a.started.connect(self._on_started)
         a.start_failed.connect(self._on_start_failed)
         a.saved.connect(self._on_saved)
-        a.save_failed.connect(self._on_save_failed)
         a.open_failed.connect(lambda msg: self._notify("warning", f"Microphone: {msg}"))
         self._output_configure.connect(o.configure)
         self._deliver.connect(o.deliver)
@@ -291,6 +337,22 @@ class AppController(QObject):
         self._download.connect(d.run)
         d.progress.connect(self.download_progress)
         d.finished.connect(self._on_download_finished)
+        h = self._history_worker
+        self._history_open.connect(h.open)
+        self._history_begin.connect(h.begin_take)
+        self._history_store.connect(h.store_text)
+        self._history_finish.connect(h.finish_take)
+        self._history_discard.connect(h.discard_take)
+        self._history_update.connect(h.update_entry)
+        self._history_delete.connect(h.delete_entry)
+        self._history_size.connect(h.set_max_entries)
+        self._history_drain.connect(h.drain, Qt.ConnectionType.BlockingQueuedConnection)
+        self._history_close.connect(h.close, Qt.ConnectionType.BlockingQueuedConnection)
+        h.ready.connect(self._on_history_ready)
+        h.stored.connect(self._on_stored)
+        h.changed.connect(self.history_changed)
+        h.recovered.connect(self._on_recovered)
+        h.problem.connect(self._notify)
 
     # ---- the face used by the tray, windows and IPC --------------------------------------------
 
@@ -433,8 +495,7 @@ class AppController(QObject):
         QTimer.singleShot(400, lambda: self._deliver.emit(-entry_id, entry.text))
 
     def delete_entry(self, entry_id: int) -> None:
-        if self.history.delete(entry_id):
-            self.history_changed.emit()
+        self._history_delete.emit(entry_id)  # history_changed follows once it is done
 
     def retranscribe_entry(self, entry_id: int) -> None:
         from dictation.audio.wav import load_audio_16k
@@ -461,7 +522,7 @@ class AppController(QObject):
             samples = samples[0 if streamed else span.start : span.end]  # a streamed take kept its start
         request = self._next_retranscribe
         self._next_retranscribe += 1
-        self._retranscribe[request] = (entry_id, streamed)
+        self._retranscribe[request] = (entry_id, streamed, False)
         language, context = self._language_context()
         self._transcribe.emit(request, samples, language, context)
 
@@ -497,7 +558,7 @@ class AppController(QObject):
                 else:
                     self._unload.emit()
         if old.general.history_size != new.general.history_size:
-            self.history.max_entries = new.general.history_size
+            self._history_size.emit(new.general.history_size)
         if old.general.start_at_login != new.general.start_at_login:
             self._set_autostart(new.general.start_at_login)
         self._restart_idle_timer()
@@ -551,6 +612,7 @@ class AppController(QObject):
             # Not when a press started the load: that take is recorded or waiting to be transcribed,
             # and must not queue behind the warm-up's own pass.
             self._warm_up.emit()
+        self._transcribe_recovered()
 
     def _on_load_failed(self, message: str, gpu_failure: bool) -> None:
         self._model_label = ""
@@ -705,14 +767,15 @@ class AppController(QObject):
             self._poll.start()
         elif isinstance(action, S.StopCapture):
             self._s.engine_worker.interrupt(action.job_id)  # a running preview must not delay the text
-            r = self._settings.recording
-            self._audio_stop.emit(action.job_id, self._event_t, r.trim_silence, self._settings.general.keep_recordings)
+            self._audio_stop.emit(action.job_id, self._event_t, self._settings.recording.trim_silence)
         elif isinstance(action, S.DiscardCapture):
             self._s.engine_worker.interrupt(action.job_id)
             self._end_stream(action.job_id)
-            self._jobs.pop(action.job_id, None)
+            job = self._jobs.pop(action.job_id, None)
             self._set_preview("")
-            self._audio_cancel.emit(action.job_id)
+            self._audio_cancel.emit(action.job_id)  # deletes the take's file
+            if job is not None and job.started:
+                self._history_discard.emit(action.job_id, False, self._settings.general.keep_recordings)
         elif isinstance(action, S.LoadModel):
             if self._settings.engine.model:
                 self._load.emit(engine_options(self._settings))
@@ -770,13 +833,23 @@ class AppController(QObject):
 
     # ---- jobs ---------------------------------------------------------------------------------
 
+    def _on_started(self, job_id: int, path: Any) -> None:
+        """The mic is live and the take is being written to ``path``: its history entry comes next."""
+        job = self._jobs.get(job_id)
+        if job is not None and not job.started:  # not if it was discarded before it even started
+            job.started = True
+            self._history_begin.emit(job_id, path)
+        self._dispatch(S.RecordingStarted(job_id))
+
     def _on_start_failed(self, job_id: int, message: str) -> None:
         self._end_stream(job_id)
         self._dispatch(S.RecordingFailed(job_id, message))
 
-    def _on_save_failed(self, job_id: int, message: str) -> None:
-        self._end_stream(job_id)
-        self._dispatch(S.TranscriptionFailed(job_id, message))
+    def _on_history_ready(self, job_id: int, durable: bool) -> None:
+        job = self._jobs.get(job_id)
+        if job is not None:
+            job.ready = True
+            self._maybe_transcribe(job_id)
 
     def _end_stream(self, job_id: int) -> None:
         """The engine worker drops the stream of a take that will not be finished by streaming."""
@@ -797,15 +870,22 @@ class AppController(QObject):
     def _on_saved(self, job_id: int, saved: SavedTake) -> None:
         job = self._jobs.setdefault(job_id, _Job())
         job.saved = saved
-        log.info("recording %d saved: %s (%.1f s)", job_id, saved.path, saved.duration_s)
+        if saved.path is not None:
+            log.info("recording %d saved: %s (%.1f s)", job_id, saved.path, saved.duration_s)
         if saved.error:
             self._notify("warning", saved.error)
+        if saved.save_error is not None and job.skip_reason is None:
+            self._notify(
+                "warning",
+                f"The recording could not be saved ({saved.save_error}). It is transcribed from memory and "
+                "typed as usual, and its text is kept in the history, but the audio is not kept.",
+            )
         self._maybe_transcribe(job_id)
         self._maybe_record_skip(job_id)
 
     def _maybe_transcribe(self, job_id: int) -> None:
         job = self._jobs.get(job_id)
-        if job is None or not job.transcribe_wanted or job.saved is None:
+        if job is None or not job.transcribe_wanted or job.saved is None or not job.ready:
             return
         job.transcribe_wanted = False
         saved = job.saved
@@ -813,6 +893,7 @@ class AppController(QObject):
             self._end_stream(job_id)
             if saved.silence_reason is not None:
                 self._notify("warning", saved.silence_reason)
+            self._no_text(job_id)
             self._dispatch(S.TranscriptionDone(job_id, ""))
             return
         language, context = self._language_context()
@@ -824,18 +905,35 @@ class AppController(QObject):
             self._transcribe.emit(job_id, saved.speech, language, context)
 
     def _maybe_record_skip(self, job_id: int) -> None:
-        """A skipped job's audio stays findable: an untranscribed history entry points at it."""
+        """A skipped job's audio stays findable: its entry, untranscribed, points at it."""
         job = self._jobs.get(job_id)
         if job is None or job.skip_reason is None or job.saved is None:
             return
         self._end_stream(job_id)
-        self._record_untranscribed(job.saved, f"not transcribed: {job.skip_reason}")
-        self._jobs.pop(job_id, None)
+        self._record_untranscribed(job_id, f"not transcribed: {job.skip_reason}")
 
-    def _record_untranscribed(self, saved: SavedTake, reason: str) -> None:
-        """An empty history entry pointing at the saved audio, so it can be re-transcribed later."""
-        self.history.add("", duration_s=saved.duration_s, audio_path=saved.path, outcome=Outcome.failed(reason))
-        self.history_changed.emit()
+    def _record_untranscribed(self, job_id: int, reason: str) -> None:
+        """The job's entry keeps no text, an outcome saying why, and the saved audio, so it can be
+        re-transcribed later; without audio there is nothing to keep, and the user is told."""
+        job = self._jobs.pop(job_id, None)
+        if job is None or not job.started:
+            return
+        saved = job.saved
+        keep = self._settings.general.keep_recordings
+        if saved is None or saved.path is None:
+            self._history_discard.emit(job_id, False, keep)
+            why = saved.save_error if saved is not None else "it was not saved"
+            self._notify("error", f"The recording could not be saved either ({why}), so this dictation is lost.")
+            return
+        fields = {"outcome": Outcome.failed(reason), "duration_s": saved.duration_s, "audio_path": saved.path}
+        self._history_finish.emit(job_id, fields, False, keep)
+
+    def _no_text(self, job_id: int) -> None:
+        """A take without speech: no history entry (as before), its recording pruned as usual."""
+        job = self._jobs.pop(job_id, None)
+        if job is not None and job.started:
+            keep = self._settings.general.keep_recordings
+            self._history_discard.emit(job_id, keep == 0, keep)
 
     def _on_transcribed(self, request_id: int, transcript: Any) -> None:
         if request_id >= RETRANSCRIBE_BASE:
@@ -846,34 +944,48 @@ class AppController(QObject):
             job.transcript = transcript
         language = transcript.language or "not named by the model"
         log.info("transcribed job %d: %d characters, language %s", request_id, len(transcript.text), language)
+        if not transcript.text.strip():
+            self._no_text(request_id)
         self._dispatch(S.TranscriptionDone(request_id, transcript.text, transcript.language or None))
 
     def _on_transcribe_failed(self, request_id: int, message: str) -> None:
         if request_id >= RETRANSCRIBE_BASE:
-            request = self._retranscribe.pop(request_id, None)
-            self._notify("error", f"Re-transcription failed: {message}")
-            if request is not None:
-                self.retranscribed.emit(request[0], f"Re-transcription failed: {message}")
+            entry_id, _, recovering = self._retranscribe.pop(request_id, (0, False, False))
+            if recovering:
+                outcome = Outcome.failed(f"interrupted by a crash; transcribing it at the next start failed: {message}")
+                self._history_update.emit(entry_id, {"outcome": outcome})
+                self._count_recovered()
+            else:
+                self._notify("error", f"Re-transcription failed: {message}")
+                if entry_id:
+                    self.retranscribed.emit(entry_id, f"Re-transcription failed: {message}")
             return
-        self._dispatch(S.TranscriptionFailed(request_id, f"Transcription failed: {message}"))
-        job = self._jobs.pop(request_id, None)
+        job = self._jobs.get(request_id)
+        audio_saved = job is None or job.saved is None or job.saved.path is not None
+        self._dispatch(S.TranscriptionFailed(request_id, message, audio_saved=audio_saved))
         if job is not None and job.saved is not None:
-            self._record_untranscribed(job.saved, f"transcription failed: {message}")
+            self._record_untranscribed(request_id, f"transcription failed: {message}")
 
     def _on_retranscribed(self, request_id: int, transcript: Any) -> None:
         request = self._retranscribe.pop(request_id, None)
         if request is None:
             return
-        entry_id, streamed = request
-        text = _apply_textops(transcript.text, self._settings)
-        self.history.update_text(
-            entry_id,
-            text,
-            language=transcript.language or None,
-            model_label=self._model_label,
-            timings=_timings(transcript, streamed),
-        )
-        self.history_changed.emit()
+        entry_id, streamed, recovering = request
+        text = _apply_textops(transcript.text, self._settings) if transcript.text.strip() else ""
+        fields = {
+            "text": text,
+            "language": transcript.language or None,
+            "model_label": self._model_label,
+            "timings": _timings(transcript, streamed),
+        }
+        if recovering:  # into the history only: old text is never typed into whatever has the focus now
+            fields["outcome"] = Outcome.RECOVERED
+            if self._settings.general.keep_recordings == 0:  # its text is safe: the recording goes
+                fields["audio_path"] = None
+            self._history_update.emit(entry_id, fields)
+            self._count_recovered(bool(text))
+            return
+        self._history_update.emit(entry_id, fields)
         self.retranscribed.emit(entry_id, "")
         self._notify(
             "info",
@@ -881,40 +993,85 @@ class AppController(QObject):
             log_as=f"history entry {entry_id} transcribed again: {len(text)} characters",
         )
 
+    # ---- takes a crash interrupted ----------------------------------------------------------------
+
+    def _on_recovered(self, takes: list[Any]) -> None:
+        """Takes the last run left untranscribed (killed while recording or transcribing): they are
+        transcribed into the history once the model is ready, each as "recovered", never typed."""
+        self._recovery.extend(takes)
+        self._recover_counts[0] += len(takes)
+        self._transcribe_recovered()
+
+    def _transcribe_recovered(self) -> None:
+        if self.session.model_state is not S.ModelState.READY:
+            return  # they wait (and stay pending in the history) until a model works
+        language, context = self._language_context()
+        while self._recovery:
+            take = self._recovery.pop(0)
+            samples = take.samples
+            if self._settings.recording.trim_silence:
+                from dictation.audio.trim import find_speech
+
+                span = find_speech(samples)
+                samples = samples[span.start : span.end]
+            request = self._next_retranscribe
+            self._next_retranscribe += 1
+            self._retranscribe[request] = (take.entry_id, False, True)
+            self._transcribe.emit(request, samples, language, context)
+
+    def _count_recovered(self, with_text: bool = False) -> None:
+        counts = self._recover_counts
+        counts[1] += 1
+        counts[2] += int(with_text)
+        if counts[1] < counts[0]:
+            return
+        kept = counts[2]
+        self._recover_counts = [0, 0, 0]
+        if kept:
+            self._notify(
+                "info",
+                f"Recovered {kept} dictation(s) interrupted when the app last stopped. Their text is in the "
+                "History, marked Recovered; nothing was typed.",
+            )
+
     def _deliver_text(self, action: S.DeliverText) -> None:
-        job = self._jobs.get(action.job_id) or _Job()
+        """History first: the text is stored (database or journal), then typed (`_on_stored`)."""
+        job = self._jobs.setdefault(action.job_id, _Job())
         text = _apply_textops(action.text, self._settings)
         transcript, saved = job.transcript, job.saved
-        entry_id = self.history.add(
-            text,
-            language=action.language,
-            duration_s=saved.duration_s if saved else None,
-            model_label=self._model_label or None,
-            audio_path=saved.path if saved else None,
-            timings=_timings(transcript, saved is not None and saved.streamed) if transcript is not None else None,
-        )
-        self._pending_history[entry_id] = action.job_id
-        self.history_changed.emit()
-        self._deliver.emit(entry_id, text)
+        job.text = text
+        fields = {
+            "text": text,
+            "language": action.language,
+            "duration_s": saved.duration_s if saved else None,
+            "model_label": self._model_label or None,
+            "audio_path": saved.path if saved else None,
+            "timings": _timings(transcript, saved is not None and saved.streamed) if transcript is not None else None,
+        }
+        self._history_store.emit(action.job_id, fields)
 
-    def _on_delivered(self, entry_id: int, result: Any) -> None:
-        if entry_id < 0:  # a re-type from the history window
+    def _on_stored(self, job_id: int, durable: bool) -> None:
+        job = self._jobs.get(job_id)
+        if job is None or job.text is None:
+            return
+        if not self._started:  # quitting: the output worker has stopped; the text stays in history
+            self._jobs.pop(job_id, None)
+            fields = {"outcome": Outcome.failed("the app quit before the text could be typed")}
+            self._history_finish.emit(job_id, fields, False, self._settings.general.keep_recordings)
+            return
+        self._deliver.emit(job_id, job.text)
+
+    def _on_delivered(self, key: int, result: Any) -> None:
+        if key < 0:  # a re-type from the history window (minus the entry id)
             if not result.ok:
                 self._notify("warning", result.message)
             return
-        job_id = self._pending_history.pop(entry_id, None)
-        self.history.set_outcome(entry_id, outcome_of(result))
+        job = self._jobs.pop(key, None)
         if not result.ok:
             self._notify("warning", _delivery_message(result))
-        job = self._jobs.pop(job_id, None) if job_id is not None else None
-        if self._settings.general.keep_recordings == 0 and job is not None and job.saved is not None:
-            # The text is safely in history: the recording is no longer needed.
-            try:
-                Path(job.saved.path).unlink(missing_ok=True)
-                self.history.set_audio_path(entry_id, None)
-            except OSError as exc:
-                log.warning("cannot delete recording %s: %s", job.saved.path, exc)
-        self.history_changed.emit()
+        # keep == 0: the text is safely in history, the recording is no longer needed
+        keep = self._settings.general.keep_recordings
+        self._history_finish.emit(key, {"outcome": outcome_of(result)}, keep == 0 and job is not None, keep)
 
     def _on_output_described(self, text: str) -> None:
         self._output_description = text

@@ -48,6 +48,7 @@ _OUTCOME_LABELS = {
     Outcome.TYPED: "Typed",
     Outcome.PASTED: "Pasted",
     Outcome.CLIPBOARD_ONLY: "On clipboard",
+    Outcome.RECOVERED: "Recovered",  # interrupted by a crash, transcribed at the next start, not typed
 }
 
 

@@ -5,9 +5,13 @@ signals and hears back through the worker's signals, so nothing here ever blocks
 
 - `EngineWorker` owns the `AsrEngine`: load, transcribe (one at a time, in request order), unload;
   and takes transcribed while they are recorded (streaming, with live previews; see below).
-- `AudioWorker` owns the `Recorder`: open, start, stop (blocks ~0.25 s for the tail), and saving
-  the take to disk *before* anything is transcribed (principle 7), then trimming for the engine.
-  While a streamed take records, it hands the new audio to the engine every ``STREAM_PULL_MS``.
+- `AudioWorker` owns the `Recorder`: open, start, stop (blocks ~0.25 s for the tail), and the
+  take on disk *while* it is recorded (`TakeFile`: the new audio is appended every
+  ``STREAM_PULL_MS``, so a crash loses at most that much) and whole before anything is transcribed
+  (principle 7), then trimming for the engine. If the recordings folder cannot be written (full,
+  read-only), the take is transcribed from memory all the same and ``SavedTake.save_error`` says
+  why the audio was not kept. While a streamed take records, the same pulls hand the new audio to
+  the engine.
 - `OutputWorker` owns the `OutputChain`: delivering text blocks while keys are sent.
 - `DownloadWorker` fetches a model into the Hugging Face cache with byte progress and cancel.
 
@@ -435,9 +439,9 @@ class RecorderConfig:
 
 @dataclass(frozen=True)
 class SavedTake:
-    """A finished recording, on disk, and which part of it to transcribe."""
+    """A finished recording, on disk (unless ``save_error``), and which part of it to transcribe."""
 
-    path: Path
+    path: Path | None  # None: the audio could not be written (``save_error`` says why)
     samples: np.ndarray  # the whole take, 16 kHz float32 (as saved, before rounding to 16 bits)
     start: int  # samples[start:end] is transcribed: silence trimmed when asked; empty = no speech
     end: int
@@ -445,6 +449,7 @@ class SavedTake:
     silence_reason: str | None  # the microphone delivered nothing (muted?)
     error: str | None  # the device failed during the take
     streamed: bool = False  # fed to the engine while recording: only its trailing silence is trimmed
+    save_error: str | None = None  # why the audio could not be kept (the samples are still transcribed)
 
     @property
     def speech(self) -> np.ndarray:
@@ -455,10 +460,9 @@ class SavedTake:
 class AudioWorker(QObject):
     """Owns the Recorder. ``recorder_factory(RecorderConfig) -> Recorder-like``."""
 
-    started = Signal(int)  # job id: the mic is live
+    started = Signal(int, object)  # job id, the take's file being written (None: it could not be created)
     start_failed = Signal(int, str)
-    saved = Signal(int, object)  # job id, SavedTake
-    save_failed = Signal(int, str)  # job id, why the audio could not be saved
+    saved = Signal(int, object)  # job id, SavedTake (also when the file could not be written)
     opened = Signal(str)  # device name, when the stream was opened ahead of a press
     open_failed = Signal(str)
     chunk_ready = Signal(int, int, object)  # job id, index of the first sample in the take, 16 kHz samples
@@ -476,7 +480,9 @@ class AudioWorker(QObject):
         self._recorder_config: RecorderConfig | None = None  # what self.recorder was built with
         self._job: int | None = None
         self._streaming = False  # the current take's audio goes to the engine as it arrives
-        self._pulled = 0  # samples of the current take handed on so far
+        self._pulled = 0  # samples of the current take read from the recorder so far
+        self._file: Any = None  # the current take's TakeFile, appended at every pull
+        self._file_error: str | None = None
         self._pull_timer = QTimer(self)  # a child: it moves to the audio thread with the worker
         self._pull_timer.timeout.connect(self._pull)
 
@@ -526,12 +532,33 @@ class AudioWorker(QObject):
             return
         self._job = job_id
         self._pulled = 0
+        self._open_file(job_id)
         self._streaming = stream and self._can_stream()
-        if self._streaming:
+        if self._file is not None or self._streaming:
             self._pull_timer.start(STREAM_PULL_MS)
-        elif stream:
+        if stream and not self._streaming:
             log.info("take %d is transcribed after the recording: the microphone runs at %s Hz", job_id, self._rate())
-        self.started.emit(job_id)
+        self.started.emit(job_id, self._file.path if self._file is not None else None)
+
+    def _open_file(self, job_id: int) -> None:
+        """The take's file, written while it records (if the recorder can be read while it records)."""
+        from dictation.audio.recordings import TakeFile
+
+        self._file, self._file_error = None, None
+        if not hasattr(self.recorder, "take_samples"):
+            return
+        try:
+            self._file = TakeFile.create(self._rate() or SAMPLE_RATE, directory=self._dir)
+        except OSError as exc:  # the take goes on in memory; the save at the end tries again
+            self._file_error = str(exc)
+            log.warning("take %d: cannot write the recording while it records: %s", job_id, exc)
+
+    def _close_file(self, discard: bool) -> None:
+        take_file, self._file = self._file, None
+        if take_file is not None and discard:
+            take_file.discard()
+        elif take_file is not None:
+            take_file.close()
 
     def _rate(self) -> Any:
         return getattr(self.recorder, "device_sample_rate", None)
@@ -541,31 +568,38 @@ class AudioWorker(QObject):
         return hasattr(self.recorder, "take_samples") and self._rate() == SAMPLE_RATE
 
     def _pull(self) -> None:
-        """Hand on the audio that arrived since the last pull."""
-        if self._job is None or not self._streaming:
+        """Append the audio that arrived since the last pull to the take's file, and hand it on."""
+        if self._job is None or (self._file is None and not self._streaming):
             self._pull_timer.stop()
             return
         try:
             chunk = self.recorder.take_samples(self._pulled)
-        except Exception:  # the engine gets the rest from the saved take
+        except Exception:  # the engine gets the rest from the saved take, the file at the stop
             log.warning("reading the take while recording failed", exc_info=True)
             self._pull_timer.stop()
             return
-        if len(chunk):
+        if not len(chunk):
+            return
+        if self._file is not None and self._file_error is None:
+            try:
+                self._file.append(chunk)
+            except OSError as exc:  # the disk filled up: the take goes on in memory
+                self._file_error = str(exc)
+                log.warning("take %d: %s", self._job, exc)
+        if self._streaming:
             self.chunk_ready.emit(self._job, self._pulled, chunk)
-            self._pulled += len(chunk)
+        self._pulled += len(chunk)
 
     def _end_streaming(self) -> bool:
         self._pull_timer.stop()
         streamed, self._streaming = self._streaming, False
         return streamed
 
-    @Slot(int, float, bool, int)
-    def stop(self, job_id: int, t_release: float, trim: bool, keep: int) -> None:
-        """Stop, save to disk, then trim. ``keep``: recordings to keep on disk (0: the app deletes
-        each file itself once its text is in history). A streamed take keeps its start: that audio
-        was transcribed during the recording already, so only the trailing silence is cut."""
-        from dictation.audio.recordings import save_recording
+    @Slot(int, float, bool)
+    def stop(self, job_id: int, t_release: float, trim: bool) -> None:
+        """Stop, save to disk, then trim. A streamed take keeps its start: that audio was transcribed
+        during the recording already, so only the trailing silence is cut. Old recordings are
+        pruned by the history worker, which knows which ones are still needed."""
         from dictation.audio.trim import find_speech
 
         if self._job != job_id or self.recorder is None:
@@ -573,12 +607,7 @@ class AudioWorker(QObject):
         self._job = None
         streamed = self._end_streaming()
         take = self.recorder.stop(t_release)
-        try:
-            # keep == 0: no pruning here; the app deletes each file once its text is in history
-            path = save_recording(take.samples, take.sample_rate, directory=self._dir, keep=keep if keep > 0 else None)
-        except OSError as exc:
-            self.save_failed.emit(job_id, f"the recording could not be saved ({exc}); nothing was transcribed")
-            return
+        path, save_error = self._save(job_id, take)
         samples = take.samples
         silence = take.silence_reason
         start, end = 0, len(samples)
@@ -587,8 +616,25 @@ class AudioWorker(QObject):
         elif trim:  # one speech search both trims and says whether there is speech at all
             span = find_speech(samples, take.sample_rate)
             start, end = (0 if streamed else span.start, span.end) if span.has_speech else (0, 0)
-        self.saved.emit(job_id, SavedTake(path, samples, start, end, take.duration_s, silence, take.error, streamed))
+        saved = SavedTake(path, samples, start, end, take.duration_s, silence, take.error, streamed, save_error)
+        self.saved.emit(job_id, saved)
         self._apply_pending_config()
+
+    def _save(self, job_id: int, take: Any) -> tuple[Path | None, str | None]:
+        """The whole take on disk, replacing the file written while it recorded: (path, None), or
+        (None, why) when it cannot be written; then the partial file is deleted too."""
+        from dictation.audio.recordings import save_recording
+
+        take_file, self._file = self._file, None
+        try:
+            if take_file is not None:
+                return take_file.finish(take.samples, take.sample_rate), None
+            return save_recording(take.samples, take.sample_rate, directory=self._dir), None
+        except (OSError, ValueError) as exc:
+            log.warning("take %d: the recording could not be saved: %s", job_id, exc)
+            if take_file is not None:
+                take_file.discard()
+            return None, str(exc)
 
     @Slot(int)
     def cancel(self, job_id: int) -> None:
@@ -597,6 +643,7 @@ class AudioWorker(QObject):
         self._job = None
         self._end_streaming()
         self.recorder.cancel()
+        self._close_file(discard=True)
         self._apply_pending_config()
 
     def _apply_pending_config(self) -> None:
@@ -610,7 +657,12 @@ class AudioWorker(QObject):
 
     @Slot()
     def close(self) -> None:
+        """Quitting: a take still recording is kept on disk as far as it got (its history entry
+        is pending, so the next start transcribes it)."""
         self._end_streaming()
+        if self._job is not None:
+            self._pull()  # the audio since the last pull
+            self._close_file(discard=False)
         if self.recorder is not None:
             self.recorder.close()
             self.recorder = None

@@ -1,4 +1,11 @@
-"""Every take on disk before it is transcribed (DESIGN.md §1.7), and only the newest N kept.
+"""Every take on disk while it is recorded and before it is transcribed (DESIGN.md §1.7); the
+newest N kept.
+
+A take is written as it is recorded (`TakeFile`): the app appends the new audio and updates the
+WAV header's sizes about every half second, so a crash or ``kill -9`` mid-take leaves a valid WAV
+that lacks at most the last half second, under the name the finished take will have. At the end
+`TakeFile.finish` replaces it atomically with the complete take (16 kHz), so the file is always
+either the growing take or the whole take, never a torn one.
 
 Files are named ``rec-YYYYmmddTHHMMSS.fffZ.wav`` in UTC (``-2``, ``-3``... when two takes fall in the
 same millisecond), so names sort by time, never collide across time zones or clock changes, and
@@ -11,6 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import struct
+from collections.abc import Collection
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -71,15 +80,28 @@ def list_recordings(directory: str | os.PathLike | None = None) -> list[Path]:
 
 
 def prune_recordings(
-    keep: int, *, directory: str | os.PathLike | None = None, protect: Path | None = None
+    keep: int,
+    *,
+    directory: str | os.PathLike | None = None,
+    protect: Path | Collection[Path] | None = None,
 ) -> list[Path]:
-    """Delete our recordings older than the newest ``keep``; returns the deleted paths."""
+    """Delete our recordings older than the newest ``keep``; returns the deleted paths.
+
+    ``protect``: a path or paths never deleted (the take just saved, takes still being recorded
+    or transcribed, history entries whose text is not known yet); they count among the newest.
+    """
     if keep < 1:
         raise ValueError(f"keep must be at least 1, got {keep}")
+    if protect is None:
+        protected: set[Path] = set()
+    elif isinstance(protect, (str, os.PathLike)):
+        protected = {Path(protect).resolve()}
+    else:
+        protected = {Path(p).resolve() for p in protect}
     recordings = list_recordings(directory)
     deleted = []
     for path in recordings[: max(0, len(recordings) - keep)]:
-        if protect is not None and path == protect:
+        if path.resolve() in protected:
             continue
         try:
             path.unlink()
@@ -104,3 +126,104 @@ def _reserve_name(folder: Path, now: datetime) -> Path:
         os.close(fd)
         return path
     raise OSError(f"{folder}: no free recording name for {stamp}")
+
+
+class TakeFile:
+    """A take written to disk while it is recorded (16-bit PCM WAV at the device's rate).
+
+    `create` reserves the take's name; `append` adds samples and updates the header's sizes, so
+    what has been appended is a valid WAV at once (one ``write`` per call, no buffering in this
+    process: a killed app loses nothing appended). `finish` replaces the file atomically with the
+    whole take; `discard` deletes it. Errors raise OSError naming the file.
+    """
+
+    def __init__(self, path: Path, fd: int, sample_rate: int) -> None:
+        self.path = path
+        self.sample_rate = sample_rate
+        self.frames = 0
+        self._fd: int | None = fd
+
+    @classmethod
+    def create(
+        cls,
+        sample_rate: int = SAMPLE_RATE,
+        *,
+        directory: str | os.PathLike | None = None,
+        now: datetime | None = None,
+    ) -> TakeFile:
+        folder = Path(directory) if directory is not None else recordings_dir()
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = _reserve_name(folder, now or datetime.now(timezone.utc))
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, _wav_header(sample_rate, 0))
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return cls(path, fd, int(sample_rate))
+
+    def append(self, samples: np.ndarray) -> None:
+        """Write ``samples`` (float in [-1, 1]) after the audio so far, then the new sizes."""
+        if self._fd is None:
+            raise ValueError(f"{self.path}: the take file is closed")
+        pcm = np.clip(np.round(np.asarray(samples, dtype=np.float32) * 32768.0), -32768, 32767).astype("<i2")
+        if not len(pcm):
+            return
+        data = pcm.tobytes()
+        offset = _HEADER_BYTES + self.frames * 2
+        try:
+            written = os.pwrite(self._fd, data, offset)
+            if written != len(data):
+                raise OSError(f"short write ({written} of {len(data)} bytes)")
+            frames = self.frames + len(pcm)
+            os.pwrite(self._fd, struct.pack("<I", 36 + frames * 2), 4)
+            os.pwrite(self._fd, struct.pack("<I", frames * 2), _HEADER_BYTES - 4)
+        except OSError as exc:
+            raise OSError(exc.errno, f"{self.path}: cannot write the recording ({exc.strerror or exc})") from None
+        self.frames = frames
+
+    def finish(self, samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> Path:
+        """Replace the file with the whole take (atomically, fsynced) and close it; its path."""
+        self._close()
+        write_wav(self.path, samples, sample_rate)
+        return self.path
+
+    def close(self) -> None:
+        """Leave the file as it is (the app quits mid-take: the next start transcribes it)."""
+        self._close()
+
+    def discard(self) -> None:
+        """Close and delete the file (a cancelled take, or one that could not be kept whole)."""
+        self._close()
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot delete the recording %s: %s", self.path, exc)
+
+    def _close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+_HEADER_BYTES = 44
+
+
+def _wav_header(sample_rate: int, frames: int) -> bytes:
+    """The 44-byte header of a mono 16-bit PCM WAV holding ``frames`` frames."""
+    data = frames * 2
+    return b"".join(
+        [
+            b"RIFF",
+            struct.pack("<I", 36 + data),
+            b"WAVE",
+            b"fmt ",
+            struct.pack("<IHHIIHH", 16, 1, 1, int(sample_rate), int(sample_rate) * 2, 2, 16),
+            b"data",
+            struct.pack("<I", data),
+        ]
+    )

@@ -1,9 +1,12 @@
 """The dictation history: one SQLite row per dictation (DESIGN.md §1.7).
 
-The transcript goes in *before* it is typed: ``entry_id = history.add(text, ...)`` with the
-outcome ``"pending"``, then ``history.set_outcome(entry_id, "pasted")`` (or ``"typed"``,
-``"clipboard_only"``, ``Outcome.failed("no paste tool")``). A crash between the two leaves the text
-in the history, marked pending.
+Every take gets its row when its recording starts: empty text, outcome ``"pending"`` and the
+path of the recording being written (`pending_takes` finds the ones a crash interrupted, so the
+app can transcribe them at its next start; the app never deletes their audio). The transcript goes
+in *before* it is typed (`update`), then the outcome: ``"pasted"`` (or ``"typed"``,
+``"clipboard_only"``, ``"recovered"`` for a take transcribed after a crash and never typed,
+``Outcome.failed("no paste tool")``). A crash between the two leaves the text in the history,
+marked pending.
 
 Durability: WAL journal, ``synchronous=FULL`` and one transaction per change, so a committed row
 survives the process being killed and the machine losing power; an interrupted write rolls back.
@@ -11,8 +14,11 @@ A file that is not a database at all is moved aside (``history.sqlite3.bad-<UTC 
 one started, so dictation keeps working. The folder is 0700 and the database with its -wal/-shm
 files 0600, whatever the umask (`_make_private`).
 
-Threads: one connection guarded by a lock; the app writes from a worker thread and reads from
-the GUI thread. Each call holds the lock for one short statement or transaction.
+Threads: one connection guarded by a lock; each call holds the lock for one short statement or
+transaction. The app writes through its own History on a worker thread (`HistoryWorker`, with a
+short ``busy_timeout_s``: a database locked by another program makes it fall back to a file
+instead of waiting) and reads through another on the GUI thread (WAL readers do not wait for
+writers).
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ class Outcome:
     TYPED = "typed"
     PASTED = "pasted"
     CLIPBOARD_ONLY = "clipboard_only"  # left on the clipboard; the user was told to paste it
-    KNOWN = (PENDING, TYPED, PASTED, CLIPBOARD_ONLY)
+    RECOVERED = "recovered"  # a take a crash interrupted, transcribed at the next start; never typed
+    KNOWN = (PENDING, TYPED, PASTED, CLIPBOARD_ONLY, RECOVERED)
     FAILED_PREFIX = "failed: "
 
     @staticmethod
@@ -106,11 +113,14 @@ def default_path() -> Path:
 class History:
     """The history store. ``max_entries``: keep only the newest N (pruned on every insert)."""
 
-    def __init__(self, path: Path | str | None = None, max_entries: int = DEFAULT_MAX_ENTRIES):
+    def __init__(
+        self, path: Path | str | None = None, max_entries: int = DEFAULT_MAX_ENTRIES, *, busy_timeout_s: float = 10.0
+    ):
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self.path = Path(path) if path is not None else default_path()
         self._max_entries = max_entries
+        self._busy_timeout_s = busy_timeout_s  # how long a write waits for another program's lock
         self._lock = threading.RLock()
         self._conn = self._open()
 
@@ -152,7 +162,7 @@ class History:
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions; _transaction() opens them explicitly.
-        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal" and str(self.path) != IN_MEMORY:
@@ -230,7 +240,7 @@ class History:
         if created.tzinfo is None:
             raise ValueError("created must be timezone-aware")
         row = (
-            created.astimezone(timezone.utc).isoformat(timespec="milliseconds"),
+            _created_text(created),
             text,
             language or None,
             None if duration_s is None else float(duration_s),
@@ -271,6 +281,44 @@ class History:
         with self._transaction() as conn:
             sql = "UPDATE dictations SET text = ?, language = ?, model_label = ?, timings = ? WHERE id = ?"
             return conn.execute(sql, row).rowcount == 1
+
+    def update(self, entry_id: int, **fields: Any) -> bool:
+        """Change any of an entry's fields (``text``, ``language``, ``duration_s``, ``model_label``,
+        ``audio_path``, ``outcome``, ``timings``) in one transaction; False if the entry is gone."""
+        columns, values = _row_values(fields)
+        if not columns:
+            return self.get(entry_id) is not None
+        with self._transaction() as conn:
+            sql = f"UPDATE dictations SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?"
+            return conn.execute(sql, (*values, entry_id)).rowcount == 1
+
+    def restore(self, entry_id: int | None, created: datetime, **fields: Any) -> int:
+        """Bring an entry to these fields: update ``entry_id`` if it still exists, else the entry made
+        at ``created`` with the same audio (an earlier replay), else add it. Replaying the same record
+        twice changes nothing. Returns the entry's id."""
+        created_text = _created_text(created)
+        with self._transaction() as conn:
+            found = None
+            if entry_id is not None and conn.execute("SELECT 1 FROM dictations WHERE id = ?", (entry_id,)).fetchone():
+                found = entry_id
+            if found is None:
+                row = conn.execute(
+                    "SELECT id FROM dictations WHERE created = ? AND coalesce(audio_path, '') = ?",
+                    (created_text, "" if fields.get("audio_path") is None else str(fields["audio_path"])),
+                ).fetchone()
+                found = row[0] if row else None
+            if found is None:
+                fields.setdefault("text", "")
+                columns, values = _row_values(fields)
+                sql = f"INSERT INTO dictations (created, {', '.join(columns)}) VALUES (?{', ?' * len(columns)})"
+                found = conn.execute(sql, (created_text, *values)).lastrowid
+                self._prune(conn)
+            else:
+                columns, values = _row_values(fields)
+                if columns:
+                    sql = f"UPDATE dictations SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?"
+                    conn.execute(sql, (*values, found))
+        return found
 
     def set_audio_path(self, entry_id: int, audio_path: Path | str | None) -> bool:
         """Point the entry at its recording, or at none (the file was deleted); False if the entry is gone."""
@@ -335,6 +383,22 @@ class History:
         )
         return [_entry(r) for r in rows]
 
+    def pending_takes(self) -> list[HistoryEntry]:
+        """Takes not transcribed yet (outcome pending, no text), oldest first: after a crash, the
+        ones it interrupted."""
+        rows = self._query(
+            f"SELECT {', '.join(COLUMNS)} FROM dictations WHERE outcome = ? AND text = '' ORDER BY id",
+            (Outcome.PENDING,),
+        )
+        return [_entry(r) for r in rows]
+
+    def pending_audio(self) -> set[Path]:
+        """The recordings of every entry still pending: never pruned."""
+        rows = self._query(
+            "SELECT audio_path FROM dictations WHERE outcome = ? AND audio_path IS NOT NULL", (Outcome.PENDING,)
+        )
+        return {Path(r[0]) for r in rows}
+
     def count(self) -> int:
         return self._query("SELECT COUNT(*) FROM dictations")[0][0]
 
@@ -352,6 +416,42 @@ class History:
 def _check_outcome(outcome: str) -> None:
     if not isinstance(outcome, str) or not Outcome.is_valid(outcome):
         raise ValueError(f"unknown outcome {outcome!r}; use one of {Outcome.KNOWN} or Outcome.failed(reason)")
+
+
+_FIELDS = ("text", "language", "duration_s", "model_label", "audio_path", "outcome", "timings")
+
+
+def _created_text(created: datetime) -> str:
+    if created.tzinfo is None:
+        raise ValueError("created must be timezone-aware")
+    return created.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _row_values(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
+    """Column names and stored values for ``fields`` (checked as `add` checks them)."""
+    unknown = set(fields) - set(_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown history fields: {sorted(unknown)}")
+    columns, values = [], []
+    for name in _FIELDS:
+        if name not in fields:
+            continue
+        value = fields[name]
+        if name == "text" and not isinstance(value, str):
+            raise TypeError(f"text must be str, got {type(value).__name__}")
+        if name == "outcome":
+            _check_outcome(value)
+        elif name in ("language", "model_label"):
+            value = value or None
+        elif name == "duration_s":
+            value = None if value is None else float(value)
+        elif name == "audio_path":
+            value = None if value is None else str(value)
+        elif name == "timings":
+            value = None if value is None else json.dumps(value)
+        columns.append(name)
+        values.append(value)
+    return columns, values
 
 
 def _casefold(text: str | None) -> str | None:

@@ -100,7 +100,9 @@ def test_a_broken_model_folder_shows_the_error_state_and_saves_recordings_untran
     r.wait_status(Status.ERROR)
     assert any(level == "error" and "not-a-model" in m for level, m in r.notes)
     r.dictate(speech())
-    qtbot.waitUntil(lambda: r.history.count() == 1, timeout=10_000)
+    qtbot.waitUntil(
+        lambda: r.history.count() == 1 and r.history.recent(1)[0].outcome != Outcome.PENDING, timeout=10_000
+    )
     entry = r.history.recent(1)[0]
     assert entry.text == "" and entry.outcome.startswith(Outcome.FAILED_PREFIX)
     assert entry.audio_path.is_file()
@@ -269,7 +271,7 @@ def test_retranscribe_replaces_the_entry_text_with_the_current_context(rig, qtbo
     r.start()
     r.wait_status(Status.IDLE)
     r.dictate(speech(seed=9))
-    qtbot.waitUntil(lambda: r.history.count() == 1, timeout=20_000)
+    qtbot.waitUntil(lambda: r.history.count() == 1 and bool(r.history.recent(1)[0].text), timeout=20_000)
     entry = r.history.recent(1)[0]
     assert len(calls) == 1 and not calls[0][1]
     context = "Kubernetes, PySide6"

@@ -296,3 +296,10 @@ def test_a_recording_that_cannot_be_played_is_explained(qtbot, controller, entri
     qtbot.mouseClick(window.play_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.play_button.text() == "Play" and window.message_text() != "", timeout=5000)
     assert window.message_text().startswith("Cannot play the recording: ") and "take-2.wav" in window.message_text()
+
+
+def test_a_recovered_dictation_is_labelled_so():
+    from dictation.app.history_window import outcome_label
+
+    assert outcome_label(Outcome.RECOVERED) == "Recovered"
+    assert outcome_label(Outcome.PENDING) == "Pending"

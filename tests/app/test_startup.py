@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import stat
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -105,6 +106,10 @@ def assert_running_with_history_in_memory(qtbot, app) -> None:
     history = app.controller.history
     entry = history.add("kept for this session")
     assert history.get(entry).text == "kept for this session"
+    # the app's writes (on the history worker's thread) go into that same in-memory history
+    app.controller._history_update.emit(entry, {"text": "changed by the worker"})
+    qtbot.waitUntil(lambda: history.get(entry).text == "changed by the worker", timeout=5000)
+    assert not Path("history-unsaved.jsonl").exists()  # never a journal in the working directory
     assert not any(r.exc_info for r in records(app))
 
 

@@ -178,7 +178,7 @@ def test_a_microphone_not_at_16k_is_transcribed_after_the_recording(rig, qtbot, 
     audio = take_audio(3.0)
     r.dictate(audio)
     qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
-    assert streams == [] and r.recorders.recorder.reads == []
+    assert streams == []  # nothing reached the engine while recording (the reads only went to disk)
     assert r.chain.delivered == [expected_text(engine_factory, ckpt_untied, trim_silence(audio))]  # both ends
     assert STREAMED_KEY not in r.history.recent(1)[0].timings
 
@@ -334,7 +334,7 @@ def test_streaming_off_transcribes_after_the_recording_and_trims_both_ends(rig, 
     audio = take_audio(3.0)
     r.dictate(audio)
     qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
-    assert streams == [] and r.recorders.recorder.reads == []
+    assert streams == []  # nothing reached the engine while recording (the reads only went to disk)
     assert r.chain.delivered == [expected_text(engine_factory, ckpt_untied, trim_silence(audio))]
 
 
@@ -369,7 +369,7 @@ def test_retranscribing_a_streamed_take_trims_only_its_end_again(rig, qtbot):
     r.wait_status(Status.IDLE)
     audio = take_audio(3.0)
     r.dictate(audio)
-    qtbot.waitUntil(lambda: r.history.count() == 1, timeout=20_000)
+    qtbot.waitUntil(lambda: r.history.count() == 1 and bool(r.history.recent(1)[0].text), timeout=20_000)
     entry = r.history.recent(1)[0]
     qtbot.waitUntil(lambda: r.history.get(entry.id).outcome == Outcome.PASTED, timeout=20_000)
     before = len(transcribed)
@@ -438,7 +438,7 @@ def test_the_audio_worker_hands_a_real_recorders_take_on_while_it_records(qtbot,
     class Driver(QObject):
         configure = Signal(object)
         start = Signal(int, float, bool)
-        stop = Signal(int, float, bool, int)
+        stop = Signal(int, float, bool)
 
     clock = FakeClock()
     backend = FakeBackend([InputDevice(0, "Fake Mic", 48_000, 1, True)], clock=clock)
@@ -465,7 +465,7 @@ def test_the_audio_worker_hands_a_real_recorders_take_on_while_it_records(qtbot,
             if a in (rate, 2 * rate) and not refuse_16k:  # the worker hands on what came so far
                 qtbot.waitUntil(lambda n=a: sum(len(c) for _, _, c in chunks) >= n, timeout=5000)
         with qtbot.waitSignal(worker.saved, timeout=5000) as saved_signal:
-            driver.stop.emit(7, clock(), False, 5)
+            driver.stop.emit(7, clock(), False)
         job_id, saved = saved_signal.args
         if refuse_16k:
             assert chunks == [] and not saved.streamed

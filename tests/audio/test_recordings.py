@@ -99,3 +99,97 @@ def test_name_pattern_is_filesystem_safe(home):
     name = save_recording(tone(0.05)).name
     assert re.fullmatch(r"rec-\d{8}T\d{6}\.\d{3}Z\.wav", name)
     assert os.sep not in name and ":" not in name  # valid on Windows too
+
+
+# ---- takes written while they are recorded --------------------------------------------------------
+
+
+def test_a_take_file_is_a_complete_wav_after_every_append_and_finish_replaces_it_whole(home):
+    from dictation.audio.recordings import TakeFile
+
+    take = TakeFile.create(48_000, now=T0)
+    assert take.path == home / "data" / "recordings" / "rec-20260121T143015.123Z.wav"
+    assert stat.S_IMODE(take.path.stat().st_mode) == 0o600
+    written = []
+    for seconds in (0.5, 0.5, 0.25):
+        chunk = tone(seconds)
+        take.append(chunk)
+        written.append(chunk)
+        samples, rate = read_wav(take.path)  # a player (or the app after a crash) reads it as it is
+        assert rate == 48_000
+        np.testing.assert_allclose(samples, np.concatenate(written), atol=1 / 32768)
+    assert list_recordings() == [take.path]  # pruning counts it, under the name the take keeps
+    final = tone(0.8)
+    assert take.finish(final, 16_000) == take.path
+    samples, rate = read_wav(take.path)
+    assert rate == 16_000
+    np.testing.assert_allclose(samples, final, atol=1 / 32768)
+    assert stat.S_IMODE(take.path.stat().st_mode) == 0o600
+    assert [p.name for p in take.path.parent.iterdir()] == [take.path.name]  # no temp files left
+    with pytest.raises(ValueError, match="closed"):
+        take.append(tone(0.1))
+
+
+def test_a_discarded_take_file_is_gone(home):
+    from dictation.audio.recordings import TakeFile
+
+    take = TakeFile.create(now=T0)
+    take.append(tone(0.1))
+    take.discard()
+    assert list_recordings() == []
+
+
+_WRITER = """
+import sys, time
+import numpy as np
+from dictation.audio.recordings import TakeFile
+take = TakeFile.create(16000, directory=sys.argv[1])
+print(take.path, flush=True)
+rng = np.random.default_rng(3)
+n = 0
+while True:
+    chunk = (rng.standard_normal(8000) * 0.1).astype(np.float32)  # 0.5 s, as the app appends
+    take.append(chunk)
+    n += len(chunk)
+    print(n, flush=True)
+    time.sleep(0.02)
+"""
+
+
+def test_kill_9_while_a_take_is_written_keeps_everything_appended(tmp_path):
+    """A real process appending as the app does, killed with SIGKILL mid-take: the file holds every
+    sample appended before the kill, as a WAV any reader opens."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    path = proc.stdout.readline().strip()
+    appended = 0
+    for _ in range(6):
+        appended = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    rest = proc.stdout.read().split()
+    appended = int(rest[-1]) if rest else appended  # appends reported after the sixth, before the kill
+    samples, rate = read_wav(path)
+    assert rate == 16_000
+    assert len(samples) >= appended  # nothing reported as appended was lost (maybe one more chunk)
+    assert len(samples) % 8000 == 0 and len(samples) <= appended + 8000
+    rng = np.random.default_rng(3)  # the writer's chunks, drawn again in the same order
+    expected = np.concatenate(
+        [(rng.standard_normal(8000) * 0.1).astype(np.float32) for _ in range(len(samples) // 8000)]
+    )
+    np.testing.assert_allclose(samples, np.clip(expected, -1, 1), atol=1 / 32768)
+
+
+def test_pruning_never_deletes_a_protected_recording(home):
+    saved = [save_recording(tone(0.05), now=T0 + timedelta(minutes=i)) for i in range(5)]
+    deleted = prune_recordings(2, protect={saved[0], saved[2]})
+    assert deleted == [saved[1]]
+    assert list_recordings() == [saved[0], saved[2], saved[3], saved[4]]

@@ -316,3 +316,77 @@ def test_update_text_replaces_a_transcript_and_survives_reopening(history, db_pa
     assert entry.audio_path == Path("/r/a.wav")
     assert reopened.update_text(entry_id + 100, "x") is False
     reopened.close()
+
+
+# ---- takes: pending entries, changes in one step, replay, another program's lock -------------------
+
+
+def test_a_take_is_pending_without_text_until_its_transcript_comes(history, tmp_path):
+    audio = tmp_path / "rec-1.wav"
+    take = history.add("", audio_path=audio)
+    done = history.add("typed before", audio_path=tmp_path / "rec-0.wav", outcome=Outcome.PASTED)
+    typing = history.add("being typed", audio_path=tmp_path / "rec-2.wav")
+    assert [e.id for e in history.pending_takes()] == [take]  # pending text is not a pending take
+    assert history.pending_audio() == {audio, tmp_path / "rec-2.wav"}  # neither audio may be pruned
+    assert history.update(take, text="Hi.", language="English", duration_s=1.5, timings={"decode": 0.1})
+    entry = history.get(take)
+    assert (entry.text, entry.language, entry.duration_s, entry.timings) == ("Hi.", "English", 1.5, {"decode": 0.1})
+    assert history.pending_takes() == []
+    assert history.update(take, outcome=Outcome.RECOVERED, audio_path=None)
+    assert history.get(take).outcome == Outcome.RECOVERED and history.get(take).audio_path is None
+    assert history.pending_audio() == {tmp_path / "rec-2.wav"}
+    assert not history.update(9999, text="gone")
+    with pytest.raises(ValueError, match="unknown outcome"):
+        history.update(done, outcome="bogus")
+    with pytest.raises(TypeError, match="unknown history fields"):
+        history.update(done, colour="red")
+    assert history.get(typing).text == "being typed"
+
+
+def test_restore_updates_or_adds_and_a_second_replay_changes_nothing(history, tmp_path):
+    created = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=timezone.utc)
+    audio = tmp_path / "rec-a.wav"
+    first = history.restore(None, created, text="kept aside", audio_path=audio, outcome=Outcome.PASTED)
+    again = history.restore(None, created, text="kept aside", audio_path=audio, outcome=Outcome.PASTED)
+    assert first == again and history.count() == 1  # found by its time and audio, not added twice
+    existing = history.add("", audio_path=tmp_path / "rec-b.wav")
+    assert history.restore(existing, created, text="its text", outcome=Outcome.TYPED) == existing
+    assert history.get(existing).text == "its text" and history.get(existing).outcome == Outcome.TYPED
+    assert history.count() == 2
+
+
+_LOCKER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+conn.execute("COMMIT")
+"""
+
+
+def test_a_short_busy_timeout_gives_up_on_another_programs_lock_quickly(db_path):
+    """Another program holding the write lock: the app's writer gives up after its timeout (then
+    the app keeps the entry aside) instead of waiting the default 10 s."""
+    import time
+
+    writer, reader = History(db_path, busy_timeout_s=0.3), History(db_path)
+    locker = subprocess.Popen(
+        [sys.executable, "-c", _LOCKER, str(db_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert locker.stdout.readline().strip() == "locked"
+        t0 = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            writer.add("blocked")
+        assert time.monotonic() - t0 < 2.0
+        assert reader.count() == 0  # an open connection reads on under the lock (WAL)
+        with pytest.raises(HistoryError, match="locked"):
+            History(db_path, busy_timeout_s=0.3)  # opening needs the write lock (schema check)
+    finally:
+        locker.stdin.close()
+        locker.wait(10)
+        reader.close()
+    writer.add("after")
+    assert writer.count() == 1
+    writer.close()

@@ -34,13 +34,13 @@ def _run(env, *argv, timeout=30) -> subprocess.CompletedProcess:
 
 
 class RunningApp:
-    def __init__(self, env: dict[str, str], home: Path):
+    def __init__(self, env: dict[str, str], home: Path, module: str = "dictation"):
         self.env = env
         self.home = home
         self.log = home / "app-stdout.log"
-        with open(self.log, "wb") as out:
+        with open(self.log, "ab") as out:  # appended: a restarted app keeps the first one's output
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dictation", "-v"], env=env, stdout=out, stderr=subprocess.STDOUT
+                [sys.executable, "-m", module, "-v"], env=env, stdout=out, stderr=subprocess.STDOUT
             )
 
     def command(self, *args: str) -> subprocess.CompletedProcess:

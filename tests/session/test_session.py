@@ -256,6 +256,15 @@ CASES = [
             ERR_SOUND, Notify(Level.ERROR, "Transcription failed: decoder error. The recording was saved."), IDLE,
         ]),
     ]),
+    Case("a failure of a take whose audio could not be saved says so, never 'saved'", [
+        (Down(0.0), [StartCapture(1), REC]),
+        (Up(1.0), [*stopped(1), TRANS]),
+        (TranscriptionFailed(1, "decoder error", audio_saved=False), [
+            ERR_SOUND,
+            Notify(Level.ERROR, "Transcription failed: decoder error. The recording could not be saved either."),
+            IDLE,
+        ]),
+    ]),
     Case("empty transcript: nothing typed, a gentle note at its turn", [
         (Down(0.0), [StartCapture(1), REC]),
         (Up(1.0), [*stopped(1), TRANS]),
@@ -306,7 +315,7 @@ CASES = [
         (RecordingStarted(2), [START]),
         (Up(3.0), [
             StopCapture(2), SkipTranscription(2, UNAVAILABLE), ERR_SOUND,
-            Notify(Level.WARNING, f"{UNAVAILABLE}. The recording was saved but not transcribed."), ERROR,
+            Notify(Level.WARNING, f"{UNAVAILABLE}. The recording was not transcribed."), ERROR,
         ]),
         (ModelLoading(), [LOADING]),  # the app retries
         (ModelReady(), [Notify(Level.INFO, "Speech model ready."), IDLE]),
@@ -332,7 +341,7 @@ CASES = [
         (ModelFailed(OOM), [ERR_SOUND, Notify(Level.ERROR, f"Speech model failed to load: {OOM}.")]),
         (Up(1.0), [
             StopCapture(1), SkipTranscription(1, UNAVAILABLE), ERR_SOUND,
-            Notify(Level.WARNING, f"{UNAVAILABLE}. The recording was saved but not transcribed."), ERROR,
+            Notify(Level.WARNING, f"{UNAVAILABLE}. The recording was not transcribed."), ERROR,
         ]),
     ], model=ModelState.LOADING, end=Status.ERROR),
     Case("unloaded model: loading starts with the recording and overlaps the speech", [
