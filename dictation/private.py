@@ -60,13 +60,17 @@ def create_private_file(path: str | os.PathLike) -> Path:
     if not _ENABLED:
         path.touch(exist_ok=True)
         return path
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
     try:
-        st = os.fstat(fd)
-        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    except FileExistsError:
+        # An existing file is never opened here: closing any descriptor of a file drops every POSIX
+        # lock this process holds on it, such as SQLite's on a database another of our connections
+        # has open (the history's worker reconnecting beside the GUI's reader broke its WAL locks).
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path)) from None
+        make_private(path)
+        return path
+    os.close(fd)
     return path
 
 

@@ -198,3 +198,39 @@ def test_recordings_folder_and_files_are_private(home, umask):
     path = save_recording(np.zeros(1600, dtype=np.float32))
     assert path.parent == home / "data" / "recordings"
     assert all_private(home / "data") == {}
+
+
+def test_an_existing_file_is_made_private_without_dropping_this_processs_locks_on_it(tmp_path):
+    """Closing any descriptor of a file drops every POSIX lock the process holds on it: opening an
+    existing database to tighten its mode would silently release SQLite's locks of another of our
+    connections (the history worker reconnecting beside the GUI's reader did exactly that)."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    db = tmp_path / "locked.sqlite3"
+    ours = sqlite3.connect(db, isolation_level=None)
+    ours.execute("CREATE TABLE t (x)")
+    db.chmod(0o644)
+    ours.execute("BEGIN IMMEDIATE")  # a RESERVED lock on the file: no other writer may start
+    try:
+        private.create_private_file(db)
+        assert stat.S_IMODE(db.stat().st_mode) == 0o600
+        other = subprocess.run(
+            [sys.executable, "-c", WRITER, str(db)], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert other.stdout.strip() == "locked", other.stdout + other.stderr
+    finally:
+        ours.execute("ROLLBACK")
+        ours.close()
+
+
+WRITER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)
+try:
+    conn.execute("BEGIN IMMEDIATE")
+    print("got the lock")
+except sqlite3.OperationalError as exc:
+    print("locked" if "locked" in str(exc) else exc)
+"""

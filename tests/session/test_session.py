@@ -397,7 +397,7 @@ CASES = [
         (ModelNotChosen(), []),
         (Up(3.0), [
             StopCapture(2), SkipTranscription(2, NO_MODEL), ERR_SOUND,
-            Notify(Level.WARNING, f"{NO_MODEL}. The recording was saved but not transcribed."), ERROR,
+            Notify(Level.WARNING, f"{NO_MODEL}. The recording was not transcribed."), ERROR,
         ]),
         (Done(1, "one"), [DeliverText(1, "one")]),
     ], end=Status.ERROR),
