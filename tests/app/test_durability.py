@@ -38,10 +38,8 @@ def quick_retries(monkeypatch):
 
 
 def _rows(db_path: Path) -> list[tuple]:
-    """The history's rows as another reader sees them (no schema check). Not ``mode=ro``: a read-only
-    connection cannot recreate the WAL index that SQLite removes whenever the last connection closes
-    (as the app's worker does while it waits out a lock), and then fails with "disk I/O error"."""
-    conn = sqlite3.connect(db_path)
+    """The history's rows as another reader sees them (read-only: no lock taken, no schema check)."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         return conn.execute("SELECT id, text, outcome, audio_path FROM dictations ORDER BY id").fetchall()
     finally:
