@@ -5,7 +5,8 @@ eagerly: CUDA's path wherever no graph is captured) and ``plain`` (the plain ste
 which CUDA no longer uses). ``graph`` must give exactly the ids of ``static`` in every dtype: the same
 kernels on the same shapes, replayed. Against ``plain`` the ids are identical in fp32; in bf16 the
 static step's attention over the whole masked cache sums in another order than the plain step's over
-the filled part, so only the first ids are compared.
+the filled part (other kernels), so the ids may part at a near tie: each id ``graph`` picks must be the
+plain step's argmax up to bf16 rounding (``pick_gaps``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from tests.asr.test_cuda import (
     gpu_memory_in_use,
 )
 from tests.asr.test_fast_paths import (
+    BF16_PICK_TOLERANCE,
     CLIPS,
     FUSED_SHAPES,
     decode,
     fused_layers_for,
+    pick_gaps,
     prompt_embeds,
     stop_after,
 )
@@ -80,7 +83,12 @@ def check_clips(engine: AsrEngine, exact_plain: bool, clips=CLIPS, **kw) -> list
         if exact_plain:
             assert (graph.token_ids, graph.stopped_on_eos) == (plain.token_ids, plain.stopped_on_eos)
         else:
-            assert graph.token_ids[:4] == plain.token_ids[:4]
+            # Other kernels (attention over the masked whole cache, fused projections), other rounding:
+            # the ids may part at a near tie (the first H100 run: from the second id on one clip). Each
+            # id the graph picks is the plain step's argmax up to bf16 rounding.
+            with mode(engine, "plain"):
+                gaps = pick_gaps(engine, embeds, graph.token_ids)
+            assert max(gaps) <= BF16_PICK_TOLERANCE, gaps
         out.append(graph.token_ids)
     return out
 
@@ -163,7 +171,8 @@ def test_unmerged_adapters_decode_with_the_same_step_uncaptured(ckpt_untied, tmp
     graph = engine.model.decode_graph
     assert isinstance(graph, DecodeGraph) and not graph.captured and graph.graph is None
     assert got.token_ids == run(engine, embeds, "static").token_ids
-    assert got.token_ids[:4] == run(engine, embeds, "plain").token_ids[:4]
+    with mode(engine, "plain"):
+        assert max(pick_gaps(engine, embeds, got.token_ids)) <= BF16_PICK_TOLERANCE
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
