@@ -38,7 +38,8 @@ class StaticCall:
         self.fn = fn
         self.pool = pool
         self.name = name
-        self.inputs = [t.detach().clone() for t in example]
+        with torch.inference_mode(False):  # ordinary tensors: loadable in and out of inference mode
+            self.inputs = [t.detach().clone() for t in example]
         self.graph: torch.cuda.CUDAGraph | None = None
         self.output: torch.Tensor | None = None
         self.expected: torch.Tensor | None = None  # the warm-up's output, until the first replay

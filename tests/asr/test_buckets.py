@@ -179,3 +179,14 @@ def test_the_warm_up_builds_every_bucket_so_that_no_dictation_builds_one(ckpt_un
     for seconds in (1.5, 10.0, 25.0):
         engine.transcribe(synth_audio(seconds, seed=8), max_new_tokens=4)
     assert made == []
+
+
+def test_a_static_call_made_in_inference_mode_runs_outside_it_too():
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with torch.inference_mode():
+        call = StaticCall(double, [torch.ones(3)], capture=False, name="test")
+        assert torch.equal(call([torch.ones(3)]), torch.full((3,), 2.0))
+    assert torch.equal(call([torch.arange(3.0)]), torch.tensor([0.0, 2.0, 4.0]))
+    assert not call.captured and not call.failed
