@@ -304,3 +304,26 @@ def test_a_streamed_text_that_differs_stops_fp32_and_is_counted_otherwise(workdi
     assert bench_main(args) == 0
     release = json.loads(out.read_text(encoding="utf-8"))["results"][0]["clips"][0]["ours"][variant]["release"]
     assert release["streamed_same_ids"] == 0.0 and release["release_ms"] > 0
+
+
+def test_random_checkpoints_are_drawn_on_all_cores_with_the_serial_values(monkeypatch):
+    """The GPU check draws 1.7B and 0.6B checkpoints (~2.8 G normal draws) on the GPU machine's CPU
+    cores: each tensor from its own generator, so the checkpoint is the one a serial draw gives."""
+    import threading
+
+    import torch
+
+    from dictation.asr.config import AsrConfig
+    from dictation.asr.model import AsrModel
+    from dictation.bench import checkpoints
+
+    with torch.device("meta"):
+        model = AsrModel(AsrConfig.from_dict(checkpoints.config_dict("tiny")))
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    threads = set()
+    serial = checkpoints._fill
+    monkeypatch.setattr(checkpoints, "_fill", lambda *a: threads.add(threading.get_ident()) or serial(*a))
+    drawn = checkpoints.draw(shapes, 7)
+    assert list(drawn) == list(shapes)
+    assert all(torch.equal(drawn[name], serial(name, shape, 7)) for name, shape in shapes.items())
+    assert len(threads) >= min(2, os.cpu_count() or 1)

@@ -258,7 +258,10 @@ class Attention(_Projections):
         group = self.n_heads // self.n_kv_heads
         q = q.reshape(1, self.n_kv_heads, group * s, self.head_dim)  # row g * s + i: head kv*group+g, token i
         o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask.repeat(group, 1))
-        return o.view(1, self.n_heads, s, self.head_dim).transpose(1, 2).reshape(1, s, self.n_heads * self.head_dim)
+        # Only split the row dim (a view whatever o's strides): CUDA's kernels return o as a transpose
+        # of [1, rows, kv_heads, hd] in memory, where merging kv_heads and group by a view is impossible.
+        o = o.unflatten(2, (group, s))  # [1, kv_heads, group, s, hd]
+        return o.permute(0, 3, 1, 2, 4).reshape(1, s, self.n_heads * self.head_dim)
 
     def forward_static(
         self,

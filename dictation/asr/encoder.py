@@ -18,6 +18,18 @@ from dictation.asr.features import conv_out_len, n_audio_tokens
 # Chunks per conv batch: a memory bound (no numeric effect). 100 one-second chunks of the first
 # conv's output are 600 MB in fp32; the checkpoint's 500 would be 3 GB for long clips.
 CONV_BATCH = 100
+# Buckets (issue 16): on CUDA a clip of at least one chunk is encoded padded to the smallest of these
+# numbers of 8-s attention windows that holds it, as one CUDA graph per bucket (graphs.StaticCall), so
+# that what is left of the encoder at release is a few launches. Longer clips run uncaptured, padded
+# to whole windows. The padding is exact: chunks, rows and windows are computed independently (the
+# CPU tests check bucketed == unpadded bit for bit in fp32) and padded keys are masked.
+# Up to 32 s: dictation's usual lengths; each bucket's graph keeps its activations (one pool shared by
+# all buckets, the largest bucket's size: ~0.1 GB for 1.7B in bf16 with the conv run a window at a time).
+ENCODER_BUCKETS = (1, 2, 3, 4)
+# None: bucketed on CUDA, unpadded elsewhere (fewer rows: faster on a CPU); True / False force it.
+BUCKETED: bool | None = None
+# False: never capture (the bucketed computation then runs eagerly on CUDA).
+USE_ENCODER_GRAPH = True
 
 
 def sinusoid_table(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
@@ -38,31 +50,26 @@ class EncoderAttention(nn.Module):
         self.v_proj = nn.Linear(d, d)
         self.out_proj = nn.Linear(d, d)
 
-    def forward(self, x: torch.Tensor, window: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, window: int, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Bidirectional attention inside consecutive blocks of ``window`` tokens, none across.
 
-        Full windows go through one batched SDPA call; the shorter tail window through a second.
+        All windows go through one batched SDPA call: a shorter tail window is padded to ``window``
+        rows (only inside the attention) and its padded keys hidden by ``key_mask``
+        (``[n_windows, 1, 1, window]`` bool, :func:`window_key_mask`), so that a clip padded to more
+        windows (``AudioEncoder.forward_bucketed``) computes its rows exactly as the clip alone.
         """
         n, d = x.shape
         heads = self.n_heads
+        rows = -(-n // window) * window
 
-        def split(t: torch.Tensor) -> torch.Tensor:  # [n_win, w, d] -> [n_win, heads, w, hd]
-            return t.view(t.shape[0], t.shape[1], heads, d // heads).transpose(1, 2)
+        def split(t: torch.Tensor) -> torch.Tensor:  # [rows, d] -> [n_win, heads, window, hd]
+            t = F.pad(t, (0, 0, 0, rows - n)) if rows != n else t
+            return t.view(rows // window, window, heads, d // heads).transpose(1, 2)
 
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        n_full = (n // window) * window
-        parts = []
-        for start, stop, w in ((0, n_full, window), (n_full, n, n - n_full)):
-            if stop == start:
-                continue
-            shape = ((stop - start) // w, w, d)
-            o = F.scaled_dot_product_attention(
-                split(q[start:stop].reshape(shape)),
-                split(k[start:stop].reshape(shape)),
-                split(v[start:stop].reshape(shape)),
-            )
-            parts.append(o.transpose(1, 2).reshape(stop - start, d))
-        return self.out_proj(torch.cat(parts) if len(parts) > 1 else parts[0])
+        o = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=key_mask)
+        o = o.transpose(1, 2).reshape(rows, d)
+        return self.out_proj(o[:n] if rows != n else o)
 
 
 class EncoderLayer(nn.Module):
@@ -74,13 +81,23 @@ class EncoderLayer(nn.Module):
         self.fc2 = nn.Linear(cfg.encoder_ffn_dim, cfg.d_model)
         self.final_layer_norm = nn.LayerNorm(cfg.d_model)
 
-    def forward(self, h: torch.Tensor, window: int) -> torch.Tensor:
-        h = h + self.self_attn(self.self_attn_layer_norm(h), window)
+    def forward(self, h: torch.Tensor, window: int, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = h + self.self_attn(self.self_attn_layer_norm(h), window, key_mask)
         h = h + self.fc2(F.gelu(self.fc1(self.final_layer_norm(h))))
         if h.dtype == torch.float16:
             limit = torch.finfo(torch.float16).max - 1000
             h = h.clamp(-limit, limit)
         return h
+
+
+def window_key_mask(n_valid: int | torch.Tensor, rows: int, window: int, device: torch.device) -> torch.Tensor:
+    """``[rows // window, 1, 1, window]`` bool: which keys a query of each window sees. The first
+    ``n_valid`` rows are the clip; keys past them are hidden, except in windows holding no row of the
+    clip, which see themselves (their rows are dropped; this keeps them finite). ``n_valid`` may be a
+    0-d device tensor (a captured graph's input)."""
+    index = torch.arange(rows, device=device)
+    starts = (index // window) * window
+    return ((index < n_valid) | (starts >= n_valid)).view(rows // window, 1, 1, window)
 
 
 class AudioEncoder(nn.Module):
@@ -106,6 +123,11 @@ class AudioEncoder(nn.Module):
         self.register_buffer("positions", torch.empty(rows, cfg.d_model), persistent=False)
         if self.positions.device.type != "meta":
             self.reset_buffers()
+        # Bucketed encoders (graphs.StaticCall) by number of windows, with the weights' stamp they
+        # were made for; dropped by a move or cast (_apply).
+        self._graphs: dict[int, object] = {}
+        self._graphs_key: tuple | None = None
+        self._graph_pool = None  # one memory pool for all of them: they never run at the same time
 
     def _position_table(self, device: torch.device | None = None) -> torch.Tensor:
         rows = conv_out_len(self.cfg.chunk_frames)
@@ -115,11 +137,14 @@ class AudioEncoder(nn.Module):
         """Recompute the position table (after construction on the meta device)."""
         self.positions = self._position_table(self.conv_out.weight.device)
 
-    def conv_tokens(self, features: torch.Tensor, clip_frames: int | None = None) -> torch.Tensor:
+    def conv_tokens(
+        self, features: torch.Tensor, clip_frames: int | None = None, batch: int = CONV_BATCH
+    ) -> torch.Tensor:
         """Conv stack per 1-s chunk, positions restarting every chunk, valid rows gathered.
 
         ``clip_frames``: the length of the whole clip when ``features`` is a part of it that starts at
-        a chunk boundary (the padding width depends on the clip, not on the part).
+        a chunk boundary (the padding width depends on the clip, not on the part). ``batch``: chunks
+        per conv call (memory only: each chunk's result is the same).
         """
         n_mels, frames = features.shape
         c = self.cfg.chunk_frames
@@ -129,7 +154,7 @@ class AudioEncoder(nn.Module):
         x = F.pad(features, (0, n_chunks * width - frames))
         x = x.view(n_mels, n_chunks, width).permute(1, 0, 2).unsqueeze(1).contiguous()  # [n_chunks, 1, n_mels, width]
         outs = []
-        for part in x.split(min(self.cfg.conv_chunksize, CONV_BATCH)):
+        for part in x.split(min(self.cfg.conv_chunksize, batch)):
             y = F.gelu(self.conv2d1(part))
             y = F.gelu(self.conv2d2(y))
             y = F.gelu(self.conv2d3(y))  # [n, ch, 16, t]
@@ -158,13 +183,81 @@ class AudioEncoder(nn.Module):
         With ``clip_frames``, ``features`` are the frames of a clip of that length from a multiple of
         :attr:`window_frames` on (whole attention windows and possibly the clip's tail): the result
         is those windows' rows of the whole clip's embeddings, since nothing crosses a window.
+
+        On CUDA a clip of at least one chunk runs padded to a bucket of whole windows, captured per
+        bucket (``ENCODER_BUCKETS``, :meth:`forward_bucketed`); elsewhere unpadded.
         """
         frames = features.shape[-1]
         clip = frames if clip_frames is None else clip_frames
+        windows = self.bucket(frames, clip)
+        if windows is not None:
+            return self._run_bucketed(features, windows)
         h = self.conv_tokens(features.to(self.conv2d1.weight.dtype), clip)
         expected = n_audio_tokens(frames, self.cfg.chunk_frames)
         assert h.shape[0] == expected, f"encoder produced {h.shape[0]} tokens, expected {expected}"
         window = self.attention_window(clip)
+        key_mask = None
+        if h.shape[0] % window:
+            key_mask = window_key_mask(h.shape[0], -(-h.shape[0] // window) * window, window, h.device)
+        return self._layers(h, window, key_mask)
+
+    def _layers(self, h: torch.Tensor, window: int, key_mask: torch.Tensor | None) -> torch.Tensor:
         for layer in self.layers:
-            h = layer(h, window)
+            h = layer(h, window, key_mask)
         return self.proj2(F.gelu(self.proj1(self.ln_post(h))))
+
+    def bucket(self, frames: int, clip: int) -> int | None:
+        """Windows to pad ``frames`` (from a window boundary of a clip of ``clip`` frames) to, or None
+        where the encoder runs unpadded: off CUDA (``BUCKETED``), and for clips under one chunk, whose
+        chunks are narrower. Past the largest bucket: whole windows, uncaptured."""
+        on = self.conv2d1.weight.is_cuda if BUCKETED is None else BUCKETED
+        if not on or clip < self.cfg.chunk_frames:
+            return None
+        needed = -(-frames // self.window_frames)
+        return next((b for b in ENCODER_BUCKETS if b >= needed), needed)
+
+    def forward_bucketed(self, features: torch.Tensor, n_valid: int | torch.Tensor) -> torch.Tensor:
+        """The encoder on ``features [n_mels, windows * window_frames]`` (a clip, or a clip's part from a
+        window boundary, zero-padded), of which the first ``n_valid`` output rows are the clip's
+        (``n_valid`` may be a 0-d device tensor): every row, padded ones included. Static shapes: what
+        a CUDA graph captures per bucket. Its first ``n_valid`` rows equal :meth:`forward` of the clip."""
+        per_window = self.window_frames // self.cfg.chunk_frames  # conv a window at a time: less memory
+        h = self.conv_tokens(features.to(self.conv2d1.weight.dtype), self.cfg.chunk_frames, batch=per_window)
+        window = self.attention_window(self.cfg.chunk_frames)
+        return self._layers(h, window, window_key_mask(n_valid, h.shape[0], window, h.device))
+
+    def _run_bucketed(self, features: torch.Tensor, windows: int) -> torch.Tensor:
+        n_mels, frames = features.shape
+        n = n_audio_tokens(frames, self.cfg.chunk_frames)
+        padded = F.pad(features.to(self.conv2d1.weight.dtype), (0, windows * self.window_frames - frames))
+        if windows not in ENCODER_BUCKETS:
+            return self.forward_bucketed(padded, n)[:n]
+        from dictation.asr.decoder import stamp
+        from dictation.asr.graphs import StaticCall
+
+        key = tuple(stamp(m) for m in self.modules())
+        if key != self._graphs_key:  # new weights (addresses): the old graphs read the old ones
+            self.release_graphs()
+            self._graphs_key = key
+        n_valid = torch.tensor(n, device=features.device)
+        call = self._graphs.get(windows)
+        if call is None:
+            capture = USE_ENCODER_GRAPH and features.is_cuda
+            if capture and self._graph_pool is None:
+                self._graph_pool = torch.cuda.graph_pool_handle()
+            call = StaticCall(
+                self.forward_bucketed, [padded, n_valid], capture=capture, name="audio encoder", pool=self._graph_pool
+            )
+            self._graphs[windows] = call
+        return call([padded, n_valid])[:n]
+
+    def release_graphs(self) -> None:
+        for call in self._graphs.values():
+            call.close()
+        self._graphs = {}
+        self._graphs_key = None
+        self._graph_pool = None
+
+    def _apply(self, fn, recurse: bool = True):
+        self.release_graphs()  # a move or cast gives every weight new storage
+        return super()._apply(fn, recurse)

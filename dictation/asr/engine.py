@@ -11,7 +11,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -171,32 +172,38 @@ class AsrEngine:
         return self._model is not None
 
     def prepare(self) -> None:
-        """Load the model once; later calls return at once. Safe to call from any thread."""
+        """Load the model once; later calls return at once. Safe to call from any thread, and inside
+        ``torch.inference_mode()``: the model is built as ordinary tensors whatever mode the caller is
+        in (:func:`setting_up`)."""
         with self._lock:
             if self._model is not None:
                 return
-            from dictation.asr.adapters import load_adapters
+            with setting_up():
+                self._load()
 
-            t0 = time.perf_counter()
-            model, prompt, folder, variant = self._load_base()
-            adapters = load_adapters(self.options.adapters, model)
-            state = self._quantize(model, variant, adapters)
-            state.apply(adapters)
-            model.sync_weights()  # fused q/k/v and gate/up planned now, not at the first dictation
-            self._model, self._prompt, self._mel = model, prompt, LogMel(model.cfg.audio.num_mel_bins, model.device)
-            self._weights_version += 1
-            self._adapters = state
-            self.folder = folder
-            self._variant = variant
-            self._label = self._make_label()
-            self.load_seconds = time.perf_counter() - t0
-            log.info(
-                "loaded %s from %s in %.2f s (weights %s)",
-                self._label,
-                folder,
-                self.load_seconds,
-                format_bytes(weight_bytes(model)),
-            )
+    def _load(self) -> None:
+        from dictation.asr.adapters import load_adapters
+
+        t0 = time.perf_counter()
+        model, prompt, folder, variant = self._load_base()
+        adapters = load_adapters(self.options.adapters, model)
+        state = self._quantize(model, variant, adapters)
+        state.apply(adapters)
+        model.sync_weights()  # fused q/k/v and gate/up planned now, not at the first dictation
+        self._model, self._prompt, self._mel = model, prompt, LogMel(model.cfg.audio.num_mel_bins, model.device)
+        self._weights_version += 1
+        self._adapters = state
+        self.folder = folder
+        self._variant = variant
+        self._label = self._make_label()
+        self.load_seconds = time.perf_counter() - t0
+        log.info(
+            "loaded %s from %s in %.2f s (weights %s)",
+            self._label,
+            folder,
+            self.load_seconds,
+            format_bytes(weight_bytes(model)),
+        )
 
     def _load_base(self) -> tuple[AsrModel, PromptBuilder, Path, str]:
         """(model with floating or pre-quantized weights, prompt builder, folder, variant name)."""
@@ -263,7 +270,7 @@ class AsrEngine:
         from dictation.asr.adapters import load_adapters
 
         adapters = tuple(adapters)
-        with self._lock:
+        with self._lock, setting_up():
             if self._model is None:
                 self.options = replace(self.options, adapters=adapters)
                 return
@@ -300,8 +307,9 @@ class AsrEngine:
     def warm_up(self) -> float:
         """One short pass over quiet noise, its output discarded, so that the first dictation does
         not pay for one-time set-up: kernel selection and loading, the int4 kernels' packed layouts,
-        the CUDA graph capture, and a KV cache of ``WARM_UP_CACHE`` positions (utterances up to about
-        40 s fit without growing it, so the captured decode step is kept). Returns its seconds."""
+        the CUDA graph captures (the decode step, and the encoder and the prefill for every bucket:
+        ``AsrModel.prepare_graphs``), and a KV cache of ``WARM_UP_CACHE`` positions (utterances up to
+        about 40 s fit without growing it, so the captured decode step is kept). Returns its seconds."""
         with self._lock:
             self.prepare()
             t0 = time.perf_counter()
@@ -309,6 +317,8 @@ class AsrEngine:
             rng = np.random.default_rng(0)
             noise = (1e-3 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(np.float32)
             self._run_pass(noise, None, "", WARM_UP_TOKENS, quiet=True)  # greedy syncs at its end
+            self._model.prepare_graphs()  # CUDA: the encoder and prefill graphs of every bucket
+            sync_device(self._model.device)
             return time.perf_counter() - t0
 
     def unload(self) -> None:
@@ -462,6 +472,19 @@ class AsrEngine:
     def _budget(self, n_samples: int, max_new_tokens: int | None) -> int:
         budget = max_new_tokens if max_new_tokens is not None else self.options.max_new_tokens
         return _auto_budget(n_samples / SAMPLE_RATE) if budget is None else budget
+
+
+@contextmanager
+def setting_up() -> Iterator[None]:
+    """Where the engine builds or changes the model (loading, quantizing, adapters, fusing): ordinary
+    tensors without autograd, even inside a caller's ``torch.inference_mode()``. Tensors made in
+    inference mode are *inference tensors*, which outside it take no in-place change, no ``.data``
+    re-pointing and no view that needs a version counter; the model's weights get all of these when
+    adapters change or projections are fused again (``decoder.Fusion``, ``quant.fuse_rows``), so
+    weights loaded inside a caller's inference mode broke every later change ("Inference tensors
+    do not track version counter"). Passes still run in inference mode; they only read the weights."""
+    with torch.inference_mode(False), torch.no_grad():
+        yield
 
 
 def prepare_samples(samples: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dictation.asr.config import AsrConfig
@@ -17,6 +18,16 @@ PREFILL_CHUNK = 1024
 # Positions reserved for generated tokens at prefill; the cache grows in steps of this size.
 DECODE_RESERVE = 512
 CACHE_ROUND = 512
+# Prefill buckets (issue 16): on CUDA a prompt prefilled from position 0 that fits one of these lengths
+# runs padded to the smallest that holds it, as one CUDA graph per bucket (graphs.StaticCall), so that
+# the prefill at release is a few launches. Padding goes after the prompt, where the causal attention
+# keeps it from every prompt position; the cache positions it writes are overwritten before any step
+# reads them (as with a rejected draft). Longer prompts and later pieces (extend) run as before.
+PREFILL_BUCKETS = (64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024)
+# None: bucketed on CUDA only; True / False force it (the CPU tests).
+PREFILL_BUCKETED: bool | None = None
+# False: never capture (the bucketed prefill then runs eagerly on CUDA).
+USE_PREFILL_GRAPH = True
 
 
 class AsrModel(nn.Module):
@@ -34,6 +45,10 @@ class AsrModel(nn.Module):
         # The captured CUDA-graph decode step (generate.DecodeGraph) for this cache; released with it.
         self.decode_graph = None
         self.graph_failed = False  # capturing failed once: decode without a graph from then on
+        # Bucketed prefills (graphs.StaticCall) by length, for ``_prefill_for``: this cache and weights.
+        self._prefills: dict[int, object] = {}
+        self._prefills_for: tuple | None = None
+        self._prefill_pool = None  # one memory pool for all of them: they never run at the same time
 
     @property
     def output_weight(self) -> torch.Tensor:
@@ -73,6 +88,7 @@ class AsrModel(nn.Module):
         if self.decode_graph is not None:
             self.decode_graph.close()
             self.decode_graph = None
+        self._drop_prefills()
 
     def _apply(self, fn, recurse: bool = True):
         # A move or cast (.to("cpu") after a GPU failure, .half(), ...): the cache and a captured step
@@ -137,9 +153,86 @@ class AsrModel(nn.Module):
         """
         total = embeds.shape[1]
         self.sync_weights()
+        bucket = self.prefill_bucket(start, total)
         # Room for the usual output; decoding grows the cache if a long text needs more.
-        self.ensure_capacity(start + total + min(max_new_tokens, DECODE_RESERVE) + 1)
+        self.ensure_capacity(max(start + total + min(max_new_tokens, DECODE_RESERVE) + 1, bucket or 0))
+        if bucket is not None:
+            return self._bucketed_prefill(embeds, bucket)
         return self.logits(self._fill(embeds, start))
+
+    def prefill_bucket(self, start: int, total: int) -> int | None:
+        """The padded length a prefill of ``total`` positions from ``start`` runs at, or None (unpadded)."""
+        on = self.device.type == "cuda" if PREFILL_BUCKETED is None else PREFILL_BUCKETED
+        if not on or start != 0:
+            return None
+        return next((b for b in PREFILL_BUCKETS if b >= total), None)
+
+    def forward_prefill(self, embeds: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        """The prefill from position 0 of ``embeds [1, P, hidden]`` (a prompt and padding after it),
+        returning the logits at the device index ``last [1]`` (the prompt's last position). Static
+        shapes: what a CUDA graph captures per bucket. The cache must hold ``P`` positions."""
+        assert self.cache is not None and self._rope is not None
+        cos, sin = self._rope
+        length = embeds.shape[1]
+        h = embeds
+        for i, layer in enumerate(self.decoder.layers):  # TextDecoder.forward, but every position kept
+            h = layer(h, cos[:length], sin[:length], self.cache, i, 0)
+        return self.logits(self.decoder.norm(h.index_select(1, last)))
+
+    def _bucketed_prefill(self, embeds: torch.Tensor, bucket: int) -> torch.Tensor:
+        from dictation.asr.graphs import StaticCall
+
+        total = embeds.shape[1]
+        padded = F.pad(embeds, (0, 0, 0, bucket - total))
+        last = torch.tensor([total - 1], device=self.device)
+        # The graphs hold the cache's and the weights' addresses. Not weights_key(): it also counts the
+        # kernel layouts built lazily, which decoding adds to after the first prefill (entries added,
+        # none replaced: a layout is only dropped with its layer or a fusion planned again).
+        modules = [*self.decoder.modules(), *self.decoder.fused_layers()]
+        if self.lm_head is not None:
+            modules.append(self.lm_head)
+        key = (id(self.cache), self.decoder.weights_epoch, tuple(stamp(m) for m in modules))
+        if key != self._prefills_for:
+            self._drop_prefills()
+            self._prefills_for = key
+        call = self._prefills.get(bucket)
+        if call is not None:
+            return call([padded, last])
+        capture = USE_PREFILL_GRAPH and self.device.type == "cuda"
+        if capture and self._prefill_pool is None:
+            self._prefill_pool = torch.cuda.graph_pool_handle()
+        pool = self._prefill_pool
+        call = StaticCall(self.forward_prefill, [padded, last], capture=capture, name="prefill", pool=pool)
+        self._prefills[bucket] = call
+        return call([padded, last])
+
+    @torch.inference_mode()
+    def prepare_graphs(self) -> int:
+        """Build (on CUDA: capture) the bucketed encoder for every bucket and the bucketed prefill for
+        every bucket the cache holds, on zeros, so that no dictation pays for a capture (the warm-up
+        calls this). A no-op where nothing is bucketed. Returns how many were built."""
+        from dictation.asr import encoder as encoder_mod
+
+        built = 0
+        audio = self.audio_tower
+        if audio.bucket(audio.window_frames, audio.window_frames) is not None:
+            for windows in encoder_mod.ENCODER_BUCKETS:
+                if windows not in audio._graphs:
+                    audio(torch.zeros(self.cfg.audio.num_mel_bins, windows * audio.window_frames, device=self.device))
+                    built += 1
+        hidden = self.cfg.text.hidden_size
+        for bucket in PREFILL_BUCKETS:
+            if self.prefill_bucket(0, bucket) is None or self.cache is None or bucket > self.cache.max_len:
+                break
+            if bucket not in self._prefills:
+                self._bucketed_prefill(torch.zeros(1, bucket, hidden, dtype=self.dtype, device=self.device), bucket)
+                built += 1
+        return built
+
+    def _drop_prefills(self) -> None:
+        for call in self._prefills.values():
+            call.close()
+        self._prefills, self._prefills_for, self._prefill_pool = {}, None, None
 
     @torch.inference_mode()
     def extend(self, embeds: torch.Tensor, start: int, headroom: int = 0) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -31,14 +33,24 @@ def exact_fp32():
 
 
 def gpu_memory_in_use() -> int:
-    """Allocated GPU memory once the capture stream's cuBLAS workspaces exist. cuBLAS keeps one per
-    handle and stream for the life of the process; the first capture anywhere allocates the capture
-    stream's (generate.capture_stream), which is no leak, but would count as one in a test that
-    happens to run the first capture."""
+    """Allocated GPU memory once the garbage of earlier tests is collected and the capture stream's
+    cuBLAS workspaces exist.
+
+    Garbage: under ``pytest -n 8`` a worker runs many tests; a failed one's traceback keeps its frames,
+    and with them its engine, in a reference cycle until the garbage collector runs. Measured before
+    that, "before" counted an engine that a collection during the test (``AsrEngine.unload`` runs one)
+    then freed, and the test saw less memory in use after loading a model than before (the first H100
+    run: 114363392 > 116993024 failed).
+
+    Workspaces: cuBLAS keeps one per handle and stream for the life of the process; the first capture
+    anywhere allocates the capture stream's (generate.capture_stream), which is no leak, but would
+    count as one in a test that happens to run the first capture."""
+    gc.collect()
     with torch.cuda.stream(capture_stream(torch.device("cuda"))):
         for dtype in (torch.float32, torch.bfloat16):
             a = torch.ones(64, 64, device="cuda", dtype=dtype)
             a @ a  # noqa: B018 (run for its workspace)
+    del a
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     return torch.cuda.memory_allocated()

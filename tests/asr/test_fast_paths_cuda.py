@@ -5,7 +5,8 @@ eagerly: CUDA's path wherever no graph is captured) and ``plain`` (the plain ste
 which CUDA no longer uses). ``graph`` must give exactly the ids of ``static`` in every dtype: the same
 kernels on the same shapes, replayed. Against ``plain`` the ids are identical in fp32; in bf16 the
 static step's attention over the whole masked cache sums in another order than the plain step's over
-the filled part, so only the first ids are compared.
+the filled part (other kernels), so the ids may part at a near tie: each id ``graph`` picks must be the
+plain step's argmax up to bf16 rounding (``pick_gaps``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from tests.asr.test_cuda import (
     gpu_memory_in_use,
 )
 from tests.asr.test_fast_paths import (
+    BF16_PICK_TOLERANCE,
     CLIPS,
     FUSED_SHAPES,
     decode,
     fused_layers_for,
+    pick_gaps,
     prompt_embeds,
     stop_after,
 )
@@ -80,7 +83,12 @@ def check_clips(engine: AsrEngine, exact_plain: bool, clips=CLIPS, **kw) -> list
         if exact_plain:
             assert (graph.token_ids, graph.stopped_on_eos) == (plain.token_ids, plain.stopped_on_eos)
         else:
-            assert graph.token_ids[:4] == plain.token_ids[:4]
+            # Other kernels (attention over the masked whole cache, fused projections), other rounding:
+            # the ids may part at a near tie (the first H100 run: from the second id on one clip). Each
+            # id the graph picks is the plain step's argmax up to bf16 rounding.
+            with mode(engine, "plain"):
+                gaps = pick_gaps(engine, embeds, graph.token_ids)
+            assert max(gaps) <= BF16_PICK_TOLERANCE, gaps
         out.append(graph.token_ids)
     return out
 
@@ -163,7 +171,8 @@ def test_unmerged_adapters_decode_with_the_same_step_uncaptured(ckpt_untied, tmp
     graph = engine.model.decode_graph
     assert isinstance(graph, DecodeGraph) and not graph.captured and graph.graph is None
     assert got.token_ids == run(engine, embeds, "static").token_ids
-    assert got.token_ids[:4] == run(engine, embeds, "plain").token_ids[:4]
+    with mode(engine, "plain"):
+        assert max(pick_gaps(engine, embeds, got.token_ids)) <= BF16_PICK_TOLERANCE
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
@@ -304,3 +313,69 @@ def test_folded_masked_attention_on_cuda_equals_enable_gqa(ckpt_untied, monkeypa
         got[fold] = model.prefill(embeds, 8).float().cpu(), run(engine, embeds, "static").token_ids
     torch.testing.assert_close(got[True][0], got[False][0], atol=1e-4 * float(got[False][0].abs().max()), rtol=0)
     assert got[True][1] == got[False][1]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_encoder_is_captured_per_bucket_and_gives_the_uncaptured_rows(ckpt_untied, monkeypatch, dtype):
+    import dictation.asr.encoder as encoder_mod
+    from dictation.asr.graphs import StaticCall
+
+    engine = cuda_engine(ckpt_untied, dtype=dtype)
+    encoder = engine.model.audio_tower
+    clips = [(2.5, 1), (4.3, 2), (9.7, 3), (30.0, 4), (40.0, 5)]  # buckets 1, 1, 2, 4; 5 windows uncaptured
+    with torch.inference_mode():
+        features = [engine._mel(synth_audio(seconds, seed=seed)) for seconds, seed in clips]
+        monkeypatch.setattr(encoder_mod, "USE_ENCODER_GRAPH", False)
+        encoder.release_graphs()
+        uncaptured = [encoder(f) for f in features]
+        monkeypatch.setattr(encoder_mod, "BUCKETED", False)
+        unpadded = [encoder(f) for f in features]
+        monkeypatch.setattr(encoder_mod, "BUCKETED", None)
+        monkeypatch.setattr(encoder_mod, "USE_ENCODER_GRAPH", True)
+        encoder.release_graphs()
+        captured = [encoder(f) for f in features]
+        again = encoder(features[0])
+    assert sorted(encoder._graphs) == [1, 2, 4]
+    calls = list(encoder._graphs.values())
+    assert all(isinstance(c, StaticCall) and c.captured and not c.failed for c in calls)
+    for got, want, plain in zip(captured, uncaptured, unpadded, strict=True):
+        assert torch.equal(got, want)  # the same kernels, replayed
+        scale = float(plain.abs().max())
+        torch.testing.assert_close(got.float(), plain.float(), rtol=0, atol=(1e-5 if dtype == "fp32" else 3e-2) * scale)
+    assert torch.equal(again, captured[0])
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_prefill_is_captured_per_bucket_and_gives_the_uncaptured_logits_and_cache(ckpt_untied, monkeypatch, dtype):
+    engine = cuda_engine(ckpt_untied, dtype=dtype)
+    model = engine.model
+    embeds = [prompt_embeds(engine, synth_audio(s, seed=r)) for s, r in ((2.5, 1), (3.0, 2), (6.5, 3), (19.5, 13))]
+    runs = {}
+    with torch.inference_mode():
+        for capture in (False, True):
+            monkeypatch.setattr(model_mod, "USE_PREFILL_GRAPH", capture)
+            model._drop_prefills()
+            runs[capture] = []
+            for e in embeds:
+                logits = model.prefill(e, 8).clone()
+                runs[capture].append((logits, model.cache.keys[..., : e.shape[1], :].clone()))
+    assert sorted(model._prefills) == [64, 128, 320]  # 48, 54, 100 and 269 positions
+    assert all(call.captured and not call.failed for call in model._prefills.values())
+    for (got, got_keys), (want, want_keys) in zip(runs[True], runs[False], strict=True):
+        assert torch.equal(got, want) and torch.equal(got_keys, want_keys)  # the same kernels, replayed
+
+
+def test_the_warm_up_captures_every_bucket_the_first_dictations_use(ckpt_untied, monkeypatch):
+    from dictation.asr.graphs import StaticCall
+
+    engine = cuda_engine(ckpt_untied)
+    engine.warm_up()
+    model = engine.model
+    assert all(call.captured for call in [*model.audio_tower._graphs.values(), *model._prefills.values()])
+    assert len(model.audio_tower._graphs) == 4 and len(model._prefills) == 14
+    made = []
+    real = StaticCall.__init__
+    monkeypatch.setattr(StaticCall, "__init__", lambda self, *a, **k: made.append(1) or real(self, *a, **k))
+    for seconds in (1.5, 10.0, 25.0):
+        engine.transcribe(synth_audio(seconds, seed=8), max_new_tokens=4)
+    assert made == []

@@ -1,0 +1,192 @@
+"""The audio encoder padded to buckets of 8-s windows and the prefill padded to buckets of prompt
+lengths (issue 16): what CUDA captures per bucket (encoder.ENCODER_BUCKETS, model.PREFILL_BUCKETS,
+graphs.StaticCall), checked here on the CPU, uncaptured, against the unpadded computation: the
+encoder bit for bit in fp32; the prefill to float32 rounding (the CPU's causal attention kernel
+blocks its work by the sequence length) with the same ids. (Captured on a GPU: test_fast_paths_cuda.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dictation.asr.encoder as encoder_mod
+import dictation.asr.model as model_mod
+from dictation.asr import AsrEngine, EngineOptions
+from dictation.asr.features import n_audio_tokens
+from dictation.asr.graphs import StaticCall
+from tests.asr.test_fast_paths import prompt_embeds
+from tests.asr.test_variants import write_adapter
+from tests.oracle import synth_audio
+
+SECONDS = [1.0, 2.5, 4.3, 8.0, 9.7, 16.0, 19.5]
+
+
+@pytest.fixture(scope="module")
+def engine(ckpt_untied):
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
+    engine.prepare()
+    return engine
+
+
+def padded(features: torch.Tensor, windows: int) -> torch.Tensor:
+    return F.pad(features, (0, windows * 800 - features.shape[-1]))
+
+
+@pytest.mark.parametrize("seconds", SECONDS)
+def test_the_bucketed_encoder_gives_the_unpadded_rows_bit_for_bit(engine, seconds):
+    encoder = engine.model.audio_tower
+    with torch.inference_mode():
+        features = engine._mel(synth_audio(seconds, seed=3))
+        frames = features.shape[-1]
+        n = n_audio_tokens(frames)
+        want = encoder(features)  # unpadded on the CPU
+        assert encoder.bucket(frames, frames) is None and want.shape[0] == n
+        needed = -(-frames // 800)
+        for windows in (needed, needed + 1, needed + 3):
+            got = encoder.forward_bucketed(padded(features, windows), n)
+            assert got.shape[0] == windows * 104 and torch.isfinite(got).all()
+            assert torch.equal(got[:n], want), windows
+            # The same with the number of valid rows as a device tensor, as a captured graph gets it.
+            assert torch.equal(encoder.forward_bucketed(padded(features, windows), torch.tensor(n))[:n], want)
+
+
+def test_a_part_from_a_window_boundary_is_bucketed_like_the_clip(engine, monkeypatch):
+    """Streaming encodes a clip's windows and its tail apart (clip_frames)."""
+    encoder = engine.model.audio_tower
+    with torch.inference_mode():
+        features = engine._mel(synth_audio(19.5, seed=4))
+        total = features.shape[-1]
+        want = [encoder(features[:, :800], clip_frames=total), encoder(features[:, 1600:], clip_frames=total)]
+        monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+        assert encoder.bucket(total - 1600, total) == 1
+        got = [encoder(features[:, :800], clip_frames=total), encoder(features[:, 1600:], clip_frames=total)]
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_one_static_call_per_bucket_reused_and_dropped_with_a_move(engine, monkeypatch):
+    encoder = engine.model.audio_tower
+    monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+    encoder.release_graphs()
+    made = []
+    real = StaticCall.__init__
+    monkeypatch.setattr(StaticCall, "__init__", lambda self, *a, **k: made.append(a[1][0].shape) or real(self, *a, **k))
+    with torch.inference_mode():
+        for seconds in (2.5, 4.3, 9.7, 12.0, 0.5, 40.0):  # buckets 1, 1, 2, 2; under a chunk: unpadded; past them
+            features = engine._mel(synth_audio(seconds, seed=5))
+            out = encoder(features)
+            monkeypatch.setattr(encoder_mod, "BUCKETED", False)
+            assert torch.equal(out, encoder(features))
+            monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+    assert made == [(128, 800), (128, 1600)] and sorted(encoder._graphs) == [1, 2]
+    calls = list(encoder._graphs.values())
+    assert all(isinstance(c, StaticCall) and not c.captured for c in calls)  # no capture on the CPU
+    engine.model.float()  # a cast (here to the same dtype) drops them, as a move would
+    assert encoder._graphs == {}
+
+
+def test_bucketing_leaves_the_transcript_as_it_was(engine, monkeypatch):
+    audio = synth_audio(9.7, seed=6)
+    want = engine._run_pass(audio, None, "", 8, keep_first_logits=True)
+    monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+    got = engine._run_pass(audio, None, "", 8, keep_first_logits=True)
+    assert got.ids == want.ids and torch.equal(got.first_logits, want.first_logits)
+
+
+def test_a_tail_window_attends_only_to_itself(engine):
+    """The tail window is padded inside the attention only: its rows do not change when the padding's
+    values do, and they are the window's own attention (checked against the tail encoded alone)."""
+    encoder = engine.model.audio_tower
+    mask = encoder_mod.window_key_mask(130, 208, 104, torch.device("cpu"))
+    assert mask.shape == (2, 1, 1, 104) and mask[0].all() and mask[1, 0, 0, :26].all() and not mask[1, 0, 0, 26:].any()
+    empty = encoder_mod.window_key_mask(torch.tensor(130), 312, 104, torch.device("cpu"))
+    assert empty[2].all()  # a window with no row of the clip sees itself (finite, dropped)
+    with torch.inference_mode():
+        features = engine._mel(synth_audio(10.0, seed=7))
+        whole = encoder(features)
+        tail = encoder(features[:, 800:], clip_frames=features.shape[-1])
+    torch.testing.assert_close(whole[104:], tail, rtol=0, atol=1e-5 * float(tail.abs().max()))
+
+
+# --- the prefill ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("seconds", "seed"), [(0.62, 11), (2.5, 1), (6.5, 3), (19.5, 13)])
+def test_the_bucketed_prefill_gives_the_unpadded_logits_and_cache(engine, monkeypatch, seconds, seed):
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(seconds, seed=seed))
+    total = embeds.shape[1]
+    with torch.inference_mode():
+        want = model.prefill(embeds, 8)
+        keys, values = model.cache.keys[..., :total, :].clone(), model.cache.values[..., :total, :].clone()
+        model.cache.keys.fill_(float("nan"))  # nothing of the first run may be read
+        monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
+        bucket = model.prefill_bucket(0, total)
+        assert bucket == min(b for b in model_mod.PREFILL_BUCKETS if b >= total) and model.prefill_bucket(5, 9) is None
+        got = model.prefill(embeds, 8)
+    assert got.shape == want.shape and int(got.argmax()) == int(want.argmax())
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    # Layer 0's keys and values come from the rows' projections alone: bit for bit.
+    assert torch.equal(model.cache.keys[0, ..., :total, :], keys[0]) and torch.equal(
+        model.cache.values[0, ..., :total, :], values[0]
+    )
+    torch.testing.assert_close(model.cache.keys[..., :total, :], keys, rtol=0, atol=1e-5 * float(keys.abs().max()))
+    assert torch.isfinite(model.cache.keys[..., :bucket, :]).all()  # the padding's positions are written too
+
+
+def test_bucketed_prefills_leave_the_transcripts_as_they_were(engine, monkeypatch):
+    audio = [synth_audio(s, seed=r) for s, r in ((2.5, 1), (4.3, 12), (6.5, 3))]
+    want = [engine._run_pass(a, None, "", 12) for a in audio]
+    monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
+    monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+    got = [engine._run_pass(a, None, "", 12) for a in audio]
+    assert [g.ids for g in got] == [w.ids for w in want]
+
+
+def test_one_prefill_per_bucket_dropped_when_the_cache_or_the_weights_change(ckpt_untied, monkeypatch, tmp_path):
+    monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32", variant="int8"))
+    model = engine.model
+    made = []
+    real = StaticCall.__init__
+    monkeypatch.setattr(StaticCall, "__init__", lambda self, *a, **k: made.append(k["name"]) or real(self, *a, **k))
+    first = [engine._run_pass(synth_audio(s, seed=2), None, "", 4).ids for s in (2.5, 3.0, 6.5)]
+    assert made == ["prefill", "prefill"] and sorted(model._prefills) == [64, 128]  # 48, 54 and 100 positions
+    calls = dict(model._prefills)
+    model.ensure_capacity(model.cache.max_len + 1)  # a new cache: the old one's addresses are gone
+    assert model._prefills == {}
+    assert [engine._run_pass(synth_audio(s, seed=2), None, "", 4).ids for s in (2.5, 3.0, 6.5)] == first
+    assert model._prefills[64] is not calls[64]
+    calls = dict(model._prefills)
+    engine.set_adapters([str(write_adapter(tmp_path / "a", seed=1))])  # int8 layers quantized again: new addresses
+    changed = engine._run_pass(synth_audio(2.5, seed=2), None, "", 4).ids
+    assert model._prefills[64] is not calls[64] and list(model._prefills) == [64]
+    engine.set_adapters([])
+    assert engine._run_pass(synth_audio(2.5, seed=2), None, "", 4).ids == first[0] != changed
+
+
+def test_the_warm_up_builds_every_bucket_so_that_no_dictation_builds_one(ckpt_untied, monkeypatch):
+    monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
+    monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
+    engine.warm_up()
+    model = engine.model
+    assert sorted(model.audio_tower._graphs) == list(encoder_mod.ENCODER_BUCKETS)
+    assert sorted(model._prefills) == [b for b in model_mod.PREFILL_BUCKETS if b <= model.cache.max_len]
+    made = []
+    real = StaticCall.__init__
+    monkeypatch.setattr(StaticCall, "__init__", lambda self, *a, **k: made.append(1) or real(self, *a, **k))
+    for seconds in (1.5, 10.0, 25.0):
+        engine.transcribe(synth_audio(seconds, seed=8), max_new_tokens=4)
+    assert made == []
+
+
+def test_a_static_call_made_in_inference_mode_runs_outside_it_too():
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with torch.inference_mode():
+        call = StaticCall(double, [torch.ones(3)], capture=False, name="test")
+        assert torch.equal(call([torch.ones(3)]), torch.full((3,), 2.0))
+    assert torch.equal(call([torch.arange(3.0)]), torch.tensor([0.0, 2.0, 4.0]))
+    assert not call.captured and not call.failed
