@@ -3,13 +3,15 @@
 A module of its own, imported at the first use: importing triton takes about a second, and kernels
 that call each other (``norm_rope``) must be module globals for Triton's interpreter to find them.
 Every cast to the activation dtype below is a rounding the torch code makes at the same point.
+Row counts and start positions are not specialized on (``do_not_specialize``): a prompt of another
+length must not compile the kernel again (about a second each, at the user's first dictation).
 """
 
 import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def rms_norm_rows(x_ptr, delta_ptr, w_ptr, h_ptr, y_ptr, M, N, stride_x, stride_d, eps, HAS_DELTA: tl.constexpr,
                   ROWS: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     # ROWS rows per program: h = x + delta (rounded), y = weight * (h * rsqrt(mean(h^2) + eps)).to(dtype).
@@ -51,7 +53,7 @@ def norm_rope(x_ptr, w_ptr, cos, sin, eps, NH: tl.constexpr, NH_P2: tl.constexpr
     return (a + b).to(dtype)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["S", "start"])
 def rope_rows(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_out_ptr, kc_ptr, vc_ptr, S, start, stride_q,
               stride_k, stride_v, stride_cache, eps, HEADS: tl.constexpr, HEADS_P2: tl.constexpr, KV: tl.constexpr,
               KV_P2: tl.constexpr, HD: tl.constexpr):  # fmt: skip
@@ -152,7 +154,7 @@ def combine_splits(acc_ptr, ml_ptr, o_ptr, SPLITS: tl.constexpr, SPLITS_P2: tl.c
     tl.store(o_ptr + head * HD + d, out.to(o_ptr.dtype.element_ty))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def silu_mul_rows(g_ptr, u_ptr, o_ptr, M, N, stride_g, stride_u, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     # silu(gate) rounded to the dtype (as F.silu), times up, rounded again; out [M, N] contiguous.
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]

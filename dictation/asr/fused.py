@@ -58,17 +58,18 @@ _SCHEMAS = {
     "Tensor cos, Tensor sin, Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor position, float eps, "
     "int splits) -> Tensor",
 }
-_IMPLS = {
-    "rms_norm": triton_fused.rms_norm,
-    "silu_mul": triton_fused.silu_mul,
-    "rope_qk_cache": triton_fused.rope_qk_cache,
-    "decode_attention": triton_fused.decode_attention,
-}
-_LIBRARY = torch.library.Library("dictation", "FRAGMENT")  # noqa: TID251 (kept alive with the module)
+_LIBRARY = torch.library.Library("dictation", "FRAGMENT")  # kept alive with the module
+
+
+def _implementation(name: str):
+    # Looked up at each call, so that a test can stand in for a kernel (triton_fused.<name>).
+    return lambda *args: getattr(triton_fused, name)(*args)
+
+
 for _name, _schema in _SCHEMAS.items():
     if not hasattr(torch.ops.dictation, _name):  # a re-imported module: already defined
         _LIBRARY.define(_schema)
-        _LIBRARY.impl(_name, _IMPLS[_name], "CompositeExplicitAutograd")
+        _LIBRARY.impl(_name, _implementation(_name), "CompositeExplicitAutograd")
 OPS = torch.ops.dictation
 
 
@@ -99,7 +100,7 @@ def decode_attention(q, k, v, q_norm: nn.Module, k_norm: nn.Module, cos, sin, ke
 
 
 def reference_rms_norm(x, delta, weight, eps):
-    h = x if delta is None else x + delta
+    h = x.clone() if delta is None else x + delta
     h32 = h.float()
     return h, weight * (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype)
 
@@ -111,8 +112,22 @@ def reference_norm_rope(x, weight, cos, sin, eps):
     return y * cos + torch.cat([-y[..., half:], y[..., :half]], dim=-1) * sin
 
 
-def reference_decode_attention(q, k, v, q_weight, k_weight, cos, sin, keys, values, position, eps):
-    """One token at ``position`` (int): what the static step computes; writes k/v into the cache."""
+def reference_rope_qk_cache(q, k, v, q_weight, k_weight, cos, sin, keys, values, start, eps):
+    """triton_fused.rope_qk_cache in torch ops (decoder.Attention._qkv + StaticKVCache.write)."""
+    hd = keys.shape[-1]
+    s = q.shape[-2]
+    qh = reference_norm_rope(q.reshape(s, -1, hd), q_weight, cos[:, None], sin[:, None], eps)
+    keys[0, :, start : start + s] = reference_norm_rope(
+        k.reshape(s, -1, hd), k_weight, cos[:, None], sin[:, None], eps
+    ).transpose(0, 1)
+    values[0, :, start : start + s] = v.reshape(s, -1, hd).transpose(0, 1)
+    return qh.transpose(0, 1)[None].contiguous()
+
+
+def reference_decode_attention(q, k, v, q_weight, k_weight, cos, sin, keys, values, position, eps, splits=1):
+    """triton_fused.decode_attention in torch ops (what the static step computes), ``position`` a
+    device tensor [1] or an int; writes k/v into the cache."""
+    position = int(position)
     hd = keys.shape[-1]
     heads, kv = q.shape[-1] // hd, k.shape[-1] // hd
     qh = reference_norm_rope(q.reshape(heads, hd), q_weight, cos[position], sin[position], eps)
@@ -122,6 +137,19 @@ def reference_decode_attention(q, k, v, q_weight, k_weight, cos, sin, keys, valu
     qg = qh.view(1, kv, heads // kv, hd)
     o = F.scaled_dot_product_attention(qg, keys[:, :, : position + 1], values[:, :, : position + 1])
     return o.reshape(1, 1, heads * hd)
+
+
+def reference_silu_mul(gate, up):
+    return F.silu(gate) * up
+
+
+# The torch code of each kernel (same arguments): the probe's reference, and the tests' stand-ins.
+REFERENCES = {
+    "rms_norm": reference_rms_norm,
+    "silu_mul": reference_silu_mul,
+    "rope_qk_cache": reference_rope_qk_cache,
+    "decode_attention": reference_decode_attention,
+}
 
 
 # --- where they run -------------------------------------------------------------------------------------
@@ -194,17 +222,10 @@ def _probe_error(device: torch.device, dtype: torch.dtype) -> str | None:
         keys, values = rand(1, kv, max_len, hd), rand(1, kv, max_len, hd)
         ref_keys, ref_values = keys.clone(), values.clone()
         start = 2
-        got_q = OPS.rope_qk_cache(
-            q, k, v, qw, kw, cos[start : start + rows], sin[start : start + rows], keys, values, start, 1e-6
-        )
-        want_q = reference_norm_rope(
-            q.reshape(rows, heads, hd), qw, cos[start : start + rows, None], sin[start : start + rows, None], 1e-6
-        )
-        ref_keys[0, :, start : start + rows] = reference_norm_rope(
-            k.reshape(rows, kv, hd), kw, cos[start : start + rows, None], sin[start : start + rows, None], 1e-6
-        ).transpose(0, 1)
-        ref_values[0, :, start : start + rows] = v.reshape(rows, kv, hd).transpose(0, 1)
-        errors += [("rope_qk_cache q", got_q, want_q.transpose(0, 1)[None]), ("rope_qk_cache k", keys, ref_keys)]
+        rows_cos, rows_sin = cos[start : start + rows], sin[start : start + rows]
+        got_q = OPS.rope_qk_cache(q, k, v, qw, kw, rows_cos, rows_sin, keys, values, start, 1e-6)
+        want_q = reference_rope_qk_cache(q, k, v, qw, kw, rows_cos, rows_sin, ref_keys, ref_values, start, 1e-6)
+        errors += [("rope_qk_cache q", got_q, want_q), ("rope_qk_cache k", keys, ref_keys)]
         errors.append(("rope_qk_cache v", values, ref_values))
         for splits in (1, 3):
             position = max_len - 2
