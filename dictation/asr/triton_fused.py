@@ -90,7 +90,8 @@ def rms_norm(
 
 
 def _warps(elements: int) -> int:
-    return min(max(elements // 512, 1), 8)
+    """Warps for a program of ``elements`` values: about 16 per thread, a power of two, 1 to 8."""
+    return min(1 << (max(elements // 512, 1).bit_length() - 1), 8)
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
