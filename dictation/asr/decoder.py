@@ -381,11 +381,11 @@ class TextDecoder(nn.Module):
     def uses_kernels(self, h: torch.Tensor) -> bool:
         """Whether the layers run the fused kernels for activations like ``h`` (asked for on its device,
         and checked there once: fused.usable)."""
-        return (
-            fused.wanted(h.device, self.kernels)
-            and self.norm.weight.dtype == h.dtype
-            and fused.usable(h.device, h.dtype)
-        )
+        if not (fused.wanted(h.device, self.kernels) and self.norm.weight.dtype == h.dtype):
+            return False
+        c = self.cfg
+        dims = fused.Dims(c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+        return fused.usable(h.device, h.dtype, dims)
 
     def forward(
         self,

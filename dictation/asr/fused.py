@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -166,20 +167,36 @@ def wanted(device: torch.device, setting: bool | None = None) -> bool:
     return device.type == "cuda" if setting is None else setting
 
 
-def usable(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the kernels run and answer right on (device, dtype): checked once (:func:`probe`)."""
+class Dims(NamedTuple):
+    """The decoder's sizes the kernels are specialized for (the probe compiles those variants)."""
+
+    hidden: int = 96
+    intermediate: int = 160
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 128
+
+
+SMALL = Dims()  # the probe's default: small, with the real head size
+
+
+def usable(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL) -> bool:
+    """Whether the kernels run and answer right on (device, dtype): checked once (:func:`probe`),
+    with the first model's ``dims``."""
     key = (device.type, device.index, dtype)
     if key not in _USABLE:
-        _USABLE[key] = probe(device, dtype)
+        _USABLE[key] = probe(device, dtype, dims)
     return _USABLE[key]
 
 
-def probe(device: torch.device, dtype: torch.dtype) -> bool:
-    """Run every kernel once on a small problem (decoder-like head size, both attention variants)
-    against :func:`reference_rms_norm` & co. A kernel that cannot run (no Triton, no compiler, an
-    unsupported GPU) or answers wrongly: False, logged once."""
+def probe(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL) -> bool:
+    """Run every kernel once against :func:`reference_rms_norm` & co., on a few rows of the model's
+    sizes: one row and several (decode, prefill), both forms of the decode attention. So Triton
+    compiles here, once, the variants the model then uses (on a GPU's first start, a second each;
+    then Triton's on-disk cache). A kernel that cannot run (no Triton, no compiler, an unsupported
+    GPU) or answers wrongly: False, logged once."""
     try:
-        error = _probe_error(device, dtype)
+        error = _probe_error(device, dtype, dims)
     except Exception as exc:  # ImportError, a compile error, a CPU tensor outside the interpreter, ...
         log.warning(
             "fused decoder kernels unavailable on %s for %s (%s: %s); using the torch ops",
@@ -198,22 +215,24 @@ def probe(device: torch.device, dtype: torch.dtype) -> bool:
     return True
 
 
-def _probe_error(device: torch.device, dtype: torch.dtype) -> str | None:
+def _probe_error(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL) -> str | None:
     gen = torch.Generator().manual_seed(4321)
-    heads, kv, hd, max_len, rows, hidden = 4, 2, 128, 8, 3, 96
+    hidden, inter, heads, kv, hd = dims
+    max_len, rows = 8, 3
 
     def rand(*shape, scale=1.0):
         return (torch.randn(*shape, generator=gen) * scale).to(device=device, dtype=dtype)
 
     errors: list[tuple[str, torch.Tensor, torch.Tensor]] = []
     with torch.inference_mode():
-        x, delta, weight = rand(rows, hidden), rand(rows, hidden), rand(hidden, scale=0.1) + 1
-        for d in (None, delta):
-            got, want = OPS.rms_norm(x, d, weight, 1e-6), reference_rms_norm(x, d, weight, 1e-6)
-            errors += [("rms_norm residual", got[0], want[0]), ("rms_norm", got[1], want[1])]
-        gate_up = rand(rows, 2 * hidden)
-        gate, up = gate_up.split(hidden, dim=-1)
-        errors.append(("silu_mul", OPS.silu_mul(gate, up), F.silu(gate) * up))
+        weight = rand(hidden, scale=0.1) + 1
+        for n in (1, rows):  # the decode step's one row, the prefill's several per program
+            x, delta = rand(n, hidden), rand(n, hidden)
+            for d in (None, delta):
+                got, want = OPS.rms_norm(x, d, weight, 1e-6), reference_rms_norm(x, d, weight, 1e-6)
+                errors += [("rms_norm residual", got[0], want[0]), ("rms_norm", got[1], want[1])]
+            gate, up = rand(n, 2 * inter).split(inter, dim=-1)
+            errors.append(("silu_mul", OPS.silu_mul(gate, up), F.silu(gate) * up))
         angles = torch.rand(max_len, hd, generator=gen) * 6
         cos, sin = angles.cos().to(device, dtype), angles.sin().to(device, dtype)
         qw, kw = rand(hd, scale=0.1) + 1, rand(hd, scale=0.1) + 1

@@ -39,7 +39,8 @@ def both(engine, embeds, how: str = "graph", **kw):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_the_kernels_pass_their_probe_on_this_gpu(dtype):
     device = torch.device("cuda", torch.cuda.current_device())
-    assert fused._probe_error(device, dtype) is None
+    for dims in (fused.SMALL, fused.Dims(2048, 6144, 16, 8, 128), fused.Dims(1024, 3072, 16, 8, 128)):  # 1.7B, 0.6B
+        assert fused._probe_error(device, dtype, dims) is None, dims
     assert fused.usable(device, dtype)
 
 

@@ -96,7 +96,9 @@ SCRIPT = textwrap.dedent(
                     check(tag, dname, got, want)
                     check(tag + " k cache", dname, kc, kr)
                     check(tag + " v cache", dname, vc, vr)
-        report["probe"][dname] = fused.probe(torch.device("cpu"), dtype)
+        dims = fused.Dims(hidden=64, intermediate=128, heads=16, kv_heads=8, head_dim=128)  # the tiny model's
+        cpu = torch.device("cpu")
+        report["probe"][dname] = [fused.probe(cpu, dtype), fused.probe(cpu, dtype, dims)]
 
     # The tiny model decoding with the kernels (fp32: the plain step's ids exactly).
     import dictation.asr.generate as generate_mod
@@ -173,7 +175,9 @@ def test_every_kernel_matches_the_torch_code_it_replaces(interpreted):
 
 
 def test_the_probe_accepts_the_kernels(interpreted):
-    assert interpreted["probe"] == {"fp32": True, "fp16": True, "bf16": True}
+    # bf16 only on a GPU (test_fused_cuda.py): the interpreter's truncation to bf16 (see TOLERANCE)
+    # compounds past the probe's tolerance, which is set for rounding to nearest.
+    assert interpreted["probe"]["fp32"] == interpreted["probe"]["fp16"] == [True, True]
 
 
 def test_decoding_with_the_kernels_gives_the_plain_ids(interpreted):
