@@ -334,3 +334,18 @@ def test_a_streamed_text_that_differs_stops_fp32_and_is_counted_otherwise(workdi
     assert bench_main(args) == 0
     release = json.loads(out.read_text(encoding="utf-8"))["results"][0]["clips"][0]["ours"][variant]["release"]
     assert release["streamed_same_ids"] == 0.0 and release["release_ms"] > 0
+
+
+def test_the_decode_profile_script_lists_what_one_step_runs(workdir, capsys):
+    import benchmarks.profile_decode as profile_decode
+
+    code = profile_decode.main(
+        ["--sizes", "tiny", "--device", "cpu", "--steps", "unfused", "--tokens", "3", "--repeats", "1"]
+        + ["--position", "20", "--top", "3", "--workdir", str(workdir)]
+    )
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(line for line in lines if line.startswith("[tiny fp32 unfused]"))
+    assert "ms/token" in head and "operators per step" in head and "per layer" in head
+    listed = lines[lines.index(head) + 1 : lines.index(head) + 4]
+    assert len(listed) == 3 and all("aten::" in line and "ms" in line for line in listed)
