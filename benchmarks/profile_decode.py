@@ -3,7 +3,8 @@
     python benchmarks/profile_decode.py --sizes 1.7B 0.6B --device cuda --steps unfused fused compiled
 
 Per model and step kind (``unfused``: the torch ops, the path before the fused kernels; ``fused``:
-our Triton kernels, CUDA's default; ``compiled``: the step compiled by torch.compile), on a random
+our Triton kernels, CUDA's default; ``gemv``: those plus our GEMV with the norms, SiLU and residual
+adds folded in; ``compiled``: the step compiled by torch.compile), on a random
 checkpoint (or ``--model``) with the cache filled to ``--position`` (180: a 10-s clip's prompt and
 text): the warm-up's seconds (kernel compiles, the graph capture), the decode time per token over
 ``--tokens`` steps as decoding runs them (captured on CUDA), the bandwidth floor, the kernels one
@@ -30,7 +31,7 @@ from dictation.asr import generate as generate_mod  # noqa: E402
 from dictation.bench import checkpoints  # noqa: E402
 from dictation.bench.runner import decode_weight_bytes, gpu_bandwidth, kv_cache_bytes  # noqa: E402
 
-STEPS = ("unfused", "fused", "compiled")
+STEPS = ("unfused", "fused", "gemv", "compiled")
 
 
 def load(folder: Path, args: argparse.Namespace, step: str) -> tuple[AsrEngine, float]:
@@ -38,6 +39,7 @@ def load(folder: Path, args: argparse.Namespace, step: str) -> tuple[AsrEngine, 
     engine.prepare()
     model = engine.model
     model.decoder.kernels = False if step == "unfused" else None
+    model.decoder.gemv = step == "gemv"
     model.compile_step = step == "compiled"
     t0 = time.perf_counter()
     engine.warm_up()
@@ -87,8 +89,10 @@ def run(folder: Path, label: str, args: argparse.Namespace) -> None:
         used = ""
         if step == "compiled" and not model.compiled_step:
             used = " (not compiled: the default step ran, see the log)"
-        elif step == "fused" and not model.decoder.uses_kernels(embeds):
+        elif step in ("fused", "gemv") and not model.decoder.uses_kernels(embeds):
             used = " (fused kernels unavailable: the torch ops ran, see the log)"
+        elif step == "gemv" and not model.decoder.uses_gemv(embeds):
+            used = " (the GEMV option did not apply: the fused step ran, see the log)"
         floor = ""
         bandwidth = gpu_bandwidth(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
         if bandwidth:

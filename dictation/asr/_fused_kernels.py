@@ -165,3 +165,39 @@ def silu_mul_rows(g_ptr, u_ptr, o_ptr, M, N, stride_g, stride_u, ROWS: tl.conste
     u = tl.load(u_ptr + rows * stride_u + cols, mask=ok, other=0.0).to(tl.float32)
     s = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
     tl.store(o_ptr + rows * N + cols, (s * u).to(dtype), mask=ok)
+
+
+@triton.jit
+def gemv_rows(x_ptr, w_ptr, y_ptr, res_ptr, nw_ptr, N, K, eps, PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+    # One row: y[n] = sum_k w[n, k] * a[k] for BLOCK_N outputs, a = x (PROLOGUE 0), RMSNorm(x) * nw
+    # (1: computed here from the whole x, rounded as decoder.RMSNorm rounds) or silu(x[:K]) * x[K:]
+    # (2, rounded as F.silu(gate) * up). RESIDUAL: y = res + y, rounded after each, as h + linear(..).
+    dtype = y_ptr.dtype.element_ty
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    rstd = 0.0
+    if PROLOGUE == 1:
+        squares = tl.zeros([BLOCK_K], tl.float32)
+        for start in range(0, K, BLOCK_K):
+            cols = start + tl.arange(0, BLOCK_K)
+            x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+            squares += x * x
+        rstd = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    for start in range(0, K, BLOCK_K):
+        cols = start + tl.arange(0, BLOCK_K)
+        col_ok = cols < K
+        a = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        if PROLOGUE == 1:
+            nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+            a = (nw * (a * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+        if PROLOGUE == 2:
+            up = tl.load(x_ptr + K + cols, mask=col_ok, other=0.0).to(tl.float32)
+            a = ((a / (1.0 + tl.exp(-a))).to(dtype).to(tl.float32) * up).to(dtype).to(tl.float32)
+        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+        acc += w.to(tl.float32) * a[None, :]
+    y = tl.sum(acc, axis=1).to(dtype)
+    if RESIDUAL:
+        y = (y.to(tl.float32) + tl.load(res_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)).to(dtype)
+    tl.store(y_ptr + rows, y, mask=row_ok)

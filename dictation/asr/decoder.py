@@ -358,6 +358,28 @@ class DecoderLayer(nn.Module):
         h, x = fused.rms_norm(h, attn, self.post_attention_layernorm)
         return h, self.mlp(x, kernels=True)
 
+    def gemv_ready(self) -> bool:
+        """Whether :meth:`forward_gemv` applies: fused float q/k/v and gate/up, float o and down."""
+        attn, mlp = self.self_attn, self.mlp
+        return (
+            attn.fusion is not None
+            and attn.fusion.weight is not None
+            and mlp.fusion is not None
+            and mlp.fusion.weight is not None
+            and all(type(m) is nn.Linear and m.bias is None for m in (attn.o_proj, mlp.down_proj))
+        )
+
+    def forward_gemv(self, h: torch.Tensor, cos, sin, cache: StaticKVCache, layer: int, position) -> torch.Tensor:
+        """:meth:`forward_fused` for one token with the projections through our GEMV (the FUSED_GEMV
+        option, fused.py), each norm, SiLU * up and residual add folded into the GEMV next to it:
+        5 kernels. Takes and returns the residual stream ``h``."""
+        attn, mlp = self.self_attn, self.mlp
+        q, k, v = fused.gemv(h, attn.fusion.weight, norm=self.input_layernorm).split(attn.fusion.sizes, dim=-1)
+        o = fused.decode_attention(q, k, v, attn.q_norm, attn.k_norm, cos, sin, *cache.layer(layer), position)
+        h = fused.gemv(o, attn.o_proj.weight, residual=h)
+        gate_up = fused.gemv(h, mlp.fusion.weight, norm=self.post_attention_layernorm)
+        return fused.gemv(gate_up, mlp.down_proj.weight, residual=h, silu=True)
+
 
 class TextDecoder(nn.Module):
     """Embeddings → layers → final norm. The output head lives in :class:`AsrModel`."""
@@ -375,17 +397,31 @@ class TextDecoder(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         # Bumped whenever a fusion is planned again: what a captured decode step read may be gone.
         self.weights_epoch = 0
-        # The fused kernels (fused.py): None = fused.FUSED_KERNELS's choice, True / False force them.
+        # The fused kernels (fused.py): None = fused.FUSED_KERNELS's choice, True / False force them;
+        # and with them the decode step's GEMV option (None = fused.FUSED_GEMV).
         self.kernels: bool | None = None
+        self.gemv: bool | None = None
 
     def uses_kernels(self, h: torch.Tensor) -> bool:
         """Whether the layers run the fused kernels for activations like ``h`` (asked for on its device,
         and checked there once: fused.usable)."""
         if not (fused.wanted(h.device, self.kernels) and self.norm.weight.dtype == h.dtype):
             return False
+        return fused.usable(h.device, h.dtype, self._dims())
+
+    def uses_gemv(self, h: torch.Tensor) -> bool:
+        """Whether the fused decode step runs its projections through our GEMV (``gemv``, the FUSED_GEMV
+        option; every layer's weights float and fused, and the kernel checked on this device)."""
+        return (
+            (self.gemv if self.gemv is not None else fused.FUSED_GEMV)
+            and self.uses_kernels(h)
+            and all(layer.gemv_ready() for layer in self.layers)
+            and fused.usable(h.device, h.dtype, self._dims(), gemv=True)
+        )
+
+    def _dims(self) -> fused.Dims:
         c = self.cfg
-        dims = fused.Dims(c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
-        return fused.usable(h.device, h.dtype, dims)
+        return fused.Dims(c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
 
     def forward(
         self,
@@ -418,7 +454,11 @@ class TextDecoder(nn.Module):
     def forward_fused_step(self, h, cos, sin, cache: StaticKVCache, position) -> torch.Tensor:
         """:meth:`forward_static` with the fused kernels: one token ``h [1, 1, hidden]`` at the device
         position ``position [1]``, ``cos``/``sin`` the whole RoPE tables; attention reads only the
-        filled part of the cache (``Attention.forward_decode``)."""
+        filled part of the cache (``Attention.forward_decode``). With the GEMV option, 5 kernels a layer."""
+        if self.uses_gemv(h):
+            for i, layer in enumerate(self.layers):
+                h = layer.forward_gemv(h, cos, sin, cache, i, position)
+            return fused.rms_norm(h, None, self.norm)[1]
         delta = None
         for i, layer in enumerate(self.layers):
             h, delta = layer.forward_fused(h, delta, cos, sin, cache, i, position)

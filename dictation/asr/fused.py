@@ -40,6 +40,9 @@ def _env_flag(name: str) -> bool | None:
 
 # None: on CUDA (where Triton runs them right); True: on every device; False: never.
 FUSED_KERNELS: bool | None = _env_flag("DICTATION_FUSED_KERNELS")
+# The decode step's float projections through our GEMV with the norms, SiLU * up and residual adds
+# folded in (5 kernels per layer instead of 8); an option to measure: TextDecoder.gemv overrides.
+FUSED_GEMV: bool = bool(_env_flag("DICTATION_FUSED_GEMV"))
 # Programs per query head of the decode attention: None = triton_fused.attention_splits(cache size).
 ATTENTION_SPLITS: int | None = (
     int(os.environ["DICTATION_ATTENTION_SPLITS"]) if os.environ.get("DICTATION_ATTENTION_SPLITS") else None
@@ -58,6 +61,7 @@ _SCHEMAS = {
     "decode_attention": "decode_attention(Tensor q, Tensor k, Tensor v, Tensor q_weight, Tensor k_weight, "
     "Tensor cos, Tensor sin, Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor position, float eps, "
     "int splits) -> Tensor",
+    "gemv": "gemv(Tensor x, Tensor weight, Tensor? norm_weight, Tensor? residual, float eps, bool silu) -> Tensor",
 }
 _LIBRARY = torch.library.Library("dictation", "FRAGMENT")  # kept alive with the module
 
@@ -87,6 +91,13 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 def rope_qk_cache(q, k, v, q_norm: nn.Module, k_norm: nn.Module, cos, sin, key_cache, value_cache, start: int):
     """See triton_fused.rope_qk_cache (``q_norm``/``k_norm``: the attention's RMSNorm modules)."""
     return OPS.rope_qk_cache(q, k, v, q_norm.weight, k_norm.weight, cos, sin, key_cache, value_cache, start, q_norm.eps)
+
+
+def gemv(x, weight, norm: nn.Module | None = None, residual=None, silu: bool = False):
+    """``weight @ a + residual`` for one row, ``a`` = ``norm(x)``, ``silu(gate) * up`` of ``x = [gate,
+    up]``, or ``x`` (see triton_fused.gemv)."""
+    eps = norm.eps if norm is not None else 0.0
+    return OPS.gemv(x, weight, norm.weight if norm is not None else None, residual, eps, silu)
 
 
 def decode_attention(q, k, v, q_norm: nn.Module, k_norm: nn.Module, cos, sin, key_cache, value_cache, position):
@@ -144,12 +155,23 @@ def reference_silu_mul(gate, up):
     return F.silu(gate) * up
 
 
+def reference_gemv(x, weight, norm_weight, residual, eps, silu):
+    """triton_fused.gemv in torch ops (the decoder's code for the same work)."""
+    if norm_weight is not None:
+        x = reference_rms_norm(x, None, norm_weight, eps)[1]
+    elif silu:
+        x = reference_silu_mul(*x.chunk(2, dim=-1))
+    y = F.linear(x.reshape(1, 1, -1), weight)
+    return y if residual is None else residual.reshape(1, 1, -1) + y
+
+
 # The torch code of each kernel (same arguments): the probe's reference, and the tests' stand-ins.
 REFERENCES = {
     "rms_norm": reference_rms_norm,
     "silu_mul": reference_silu_mul,
     "rope_qk_cache": reference_rope_qk_cache,
     "decode_attention": reference_decode_attention,
+    "gemv": reference_gemv,
 }
 
 
@@ -180,26 +202,28 @@ class Dims(NamedTuple):
 SMALL = Dims()  # the probe's default: small, with the real head size
 
 
-def usable(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL) -> bool:
-    """Whether the kernels run and answer right on (device, dtype): checked once (:func:`probe`),
-    with the first model's ``dims``."""
-    key = (device.type, device.index, dtype)
+def usable(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL, gemv: bool = False) -> bool:
+    """Whether the kernels (``gemv``: the GEMV of the FUSED_GEMV option, only) run and answer right on
+    (device, dtype): checked once (:func:`probe`), with the first model's ``dims``."""
+    key = (device.type, device.index, dtype, gemv)
     if key not in _USABLE:
-        _USABLE[key] = probe(device, dtype, dims)
+        _USABLE[key] = probe(device, dtype, dims, gemv)
     return _USABLE[key]
 
 
-def probe(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL) -> bool:
+def probe(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL, gemv: bool = False) -> bool:
     """Run every kernel once against :func:`reference_rms_norm` & co., on a few rows of the model's
     sizes: one row and several (decode, prefill), both forms of the decode attention. So Triton
     compiles here, once, the variants the model then uses (on a GPU's first start, a second each;
     then Triton's on-disk cache). A kernel that cannot run (no Triton, no compiler, an unsupported
     GPU) or answers wrongly: False, logged once."""
+    what = "the fused GEMV" if gemv else "fused decoder kernels"
     try:
-        error = _probe_error(device, dtype, dims)
+        error = _probe_error(device, dtype, dims, gemv)
     except Exception as exc:  # ImportError, a compile error, a CPU tensor outside the interpreter, ...
         log.warning(
-            "fused decoder kernels unavailable on %s for %s (%s: %s); using the torch ops",
+            "%s unavailable on %s for %s (%s: %s); using the torch ops",
+            what,
             device,
             dtype,
             type(exc).__name__,
@@ -215,7 +239,7 @@ def probe(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL) -> bool:
     return True
 
 
-def _probe_error(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL) -> str | None:
+def _probe_error(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL, gemv: bool = False) -> str | None:
     gen = torch.Generator().manual_seed(4321)
     hidden, inter, heads, kv, hd = dims
     max_len, rows = 8, 3
@@ -233,6 +257,14 @@ def _probe_error(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL) -
                 errors += [("rms_norm residual", got[0], want[0]), ("rms_norm", got[1], want[1])]
             gate, up = rand(n, 2 * inter).split(inter, dim=-1)
             errors.append(("silu_mul", OPS.silu_mul(gate, up), F.silu(gate) * up))
+        if gemv:  # the option's kernel, at the model's shapes: q/k/v with the norm, down with SiLU
+            x, res = rand(1, 1, hidden), rand(1, 1, hidden)
+            w_qkv, w_down = rand((heads + 2 * kv) * hd, hidden, scale=0.05), rand(hidden, inter, scale=0.05)
+            gu, o, w_o = rand(1, 1, 2 * inter), rand(1, 1, heads * hd), rand(hidden, heads * hd, scale=0.05)
+            cases = ((x, w_qkv, weight, None, 1e-6, False), (o, w_o, None, res, 0.0, False))
+            for args in (*cases, (gu, w_down, None, res, 0.0, True)):
+                errors.append(("gemv", OPS.gemv(*args), reference_gemv(*args)))
+            return _first_error(errors, dtype)
         angles = torch.rand(max_len, hd, generator=gen) * 6
         cos, sin = angles.cos().to(device, dtype), angles.sin().to(device, dtype)
         qw, kw = rand(hd, scale=0.1) + 1, rand(hd, scale=0.1) + 1
@@ -253,6 +285,10 @@ def _probe_error(device: torch.device, dtype: torch.dtype, dims: Dims = SMALL) -
             got = OPS.decode_attention(q[:1], k[:1], v[:1], qw, kw, cos, sin, kc, vc, pos, 1e-6, splits)
             want = reference_decode_attention(q[:1], k[:1], v[:1], qw, kw, cos, sin, kr, vr, position, 1e-6)
             errors += [(f"decode_attention ({splits} split)", got, want), ("decode_attention cache", kc, kr)]
+    return _first_error(errors, dtype)
+
+
+def _first_error(errors: list[tuple[str, torch.Tensor, torch.Tensor]], dtype: torch.dtype) -> str | None:
     tolerance = _PROBE_TOLERANCE.get(dtype, 2e-2)
     for name, got, want in errors:
         if got.shape != want.shape or got.dtype != want.dtype:

@@ -83,7 +83,7 @@ class _Counter(TorchDispatchMode):
 class StepKernels:
     """One decode step's count (see the module docstring)."""
 
-    path: str  # "plain", "static", "fused" or "compiled"
+    path: str  # "plain", "static", "fused", "fused+gemv" or "compiled"
     layers: int
     per_layer: float  # mean over the layers
     outside: int  # embedding, final norm, head, argmax, ... (eager paths)
@@ -106,7 +106,7 @@ def _per_layer(model, counter: _Counter):
     """Attribute the operations to the layer running them (each layer's forward methods wrapped)."""
     wrapped = []
     for index, layer in enumerate(model.decoder.layers):
-        for name in ("forward", "forward_static", "forward_fused"):
+        for name in ("forward", "forward_static", "forward_fused", "forward_gemv"):
             method = getattr(layer, name)
 
             def run(*args, _method=method, _index=index, **kwargs):
@@ -135,7 +135,9 @@ def decode_step(model, position: int) -> StepKernels:
     counter = _Counter()
     with torch.inference_mode():
         model.make_room(position)
-        fused = model.decoder.uses_kernels(model.decoder.embed_tokens.weight)  # probed here, not counted
+        weight = model.decoder.embed_tokens.weight  # the activations' device and dtype
+        fused = model.decoder.uses_kernels(weight)  # probed here, not counted
+        fused = "fused+gemv" if fused and model.decoder.uses_gemv(weight) else "fused" if fused else ""
         if mode is None:
             path = "plain"
             out = torch.empty(1, dtype=torch.long, device=model.device)
@@ -157,7 +159,7 @@ def decode_step(model, position: int) -> StepKernels:
                         graph._step(model)
             finally:
                 graph.close()
-            path = "compiled" if compiled else ("fused" if fused else "static")
+            path = "compiled" if compiled else (fused or "static")
     layers = len(model.decoder.layers)
     inside = Counter(layer for layer, _ in counter.ops if layer is not None)
     first = Counter(name for layer, name in counter.ops if layer == 0)

@@ -45,7 +45,10 @@ MAX_SPLITS = 32
 ROW_TILE = 8192
 
 
-KERNELS = ("rms_norm_rows", "rope_rows", "decode_attention", "combine_splits", "silu_mul_rows")
+KERNELS = ("rms_norm_rows", "rope_rows", "decode_attention", "combine_splits", "silu_mul_rows", "gemv_rows")
+# (BLOCK_N, BLOCK_K, num_warps) that triton.autotune tries for gemv on the GPU (at the first call for
+# each shape: the warm-up's); the first is the interpreter's.
+GEMV_CONFIGS = ((8, 512, 4), (4, 1024, 4), (16, 256, 4), (16, 512, 8))
 
 
 @functools.cache
@@ -54,6 +57,14 @@ def raw_kernels() -> dict:
     from dictation.asr import _fused_kernels
 
     return {name: getattr(_fused_kernels, name) for name in KERNELS}
+
+
+@functools.cache
+def _gemv_autotuned():
+    import triton
+
+    configs = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w) for n, k, w in GEMV_CONFIGS]
+    return triton.autotune(configs=configs, key=["N", "K", "PROLOGUE", "RESIDUAL"])(raw_kernels()["gemv_rows"])
 
 
 def _pow2(n: int) -> int:
@@ -214,3 +225,46 @@ def decode_attention(
     if splits > 1:
         kernels["combine_splits"][(heads,)](acc, ml, out, SPLITS=splits, SPLITS_P2=_pow2(splits), HD=hd, num_warps=2)
     return out
+
+
+def gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    norm_weight: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    eps: float,
+    silu: bool,
+    block: tuple[int, int, int] | None = None,
+) -> torch.Tensor:
+    """One row ``x [.., k_in]`` times ``weight [n, k].T`` with the elementwise work before and after
+    it: ``norm_weight``: x goes through RMSNorm first (``eps``); ``silu``: x is ``[gate, up]`` (2k)
+    and ``silu(gate) * up`` goes in; ``residual [.., n]``: added to the product. Returns ``[1, 1, n]``
+    in x's dtype. ``block``: one of ``GEMV_CONFIGS`` instead of the autotuned choice."""
+    import os
+
+    n, k = weight.shape
+    xs = _rows(x, "gemv x")
+    if (
+        xs.shape != (1, 2 * k if silu else k)
+        or not weight.is_contiguous()
+        or not xs.is_contiguous()
+        or (norm_weight is not None and (silu or norm_weight.shape != (k,)))
+        or (residual is not None and residual.numel() != n)
+    ):
+        raise ValueError(f"gemv: x {tuple(x.shape)}, weight {tuple(weight.shape)}, silu={silu} do not fit")
+    y = torch.empty(1, 1, n, dtype=x.dtype, device=x.device)
+    prologue = 1 if norm_weight is not None else 2 if silu else 0
+    args = (xs, weight, y, residual if residual is not None else y, norm_weight if norm_weight is not None else xs)
+    if block is None and os.environ.get("TRITON_INTERPRET") == "1":
+        block = GEMV_CONFIGS[0]  # the interpreter cannot time the autotune candidates
+    if block is not None:
+        block_n, block_k, warps = block
+        raw_kernels()["gemv_rows"][(-(-n // block_n),)](
+            *args, n, k, eps, PROLOGUE=prologue, RESIDUAL=residual is not None, BLOCK_N=block_n, BLOCK_K=block_k,
+            num_warps=warps,
+        )  # fmt: skip
+    else:
+        _gemv_autotuned()[lambda meta: (-(-n // meta["BLOCK_N"]),)](
+            *args, n, k, eps, PROLOGUE=prologue, RESIDUAL=residual is not None
+        )
+    return y

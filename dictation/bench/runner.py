@@ -226,7 +226,8 @@ class OursBench:
     ) -> None:
         """``float_dtype``: bf16/fp16/fp32 for int8/int4's floating parts, or "auto" for the engine's own
         choice (bf16 on a CPU with bf16 instructions); float variants run in their own dtype. ``step``:
-        "" for the engine's default decode step, "unfused" (torch ops only) or "compiled" (torch.compile)."""
+        "" for the engine's default decode step, "unfused" (torch ops only), "gemv" (the fused kernels with the
+        GEMV option) or "compiled" (torch.compile)."""
         self.folder, self.device, self.variant, self.group_size = folder, device, variant, group_size
         self.step = step
         self.key = f"{variant}/{step}" if step else variant
@@ -265,6 +266,8 @@ class OursBench:
         model = self.engine.model
         if self.step == "unfused":
             model.decoder.kernels = False
+        elif self.step == "gemv":
+            model.decoder.gemv = True
         elif self.step == "compiled":
             model.compile_step = True
         self.weight_bytes = self.engine.weight_bytes

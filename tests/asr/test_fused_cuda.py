@@ -41,6 +41,7 @@ def test_the_kernels_pass_their_probe_on_this_gpu(dtype):
     device = torch.device("cuda", torch.cuda.current_device())
     for dims in (fused.SMALL, fused.Dims(2048, 6144, 16, 8, 128), fused.Dims(1024, 3072, 16, 8, 128)):  # 1.7B, 0.6B
         assert fused._probe_error(device, dtype, dims) is None, dims
+        assert fused._probe_error(device, dtype, dims, gemv=True) is None, dims
     assert fused.usable(device, dtype)
 
 
@@ -78,6 +79,24 @@ def test_the_captured_fused_step_gives_the_uncaptured_ids(ckpt_untied, variant):
         assert graph.token_ids == run(engine, embeds, "static").token_ids  # the same kernels, replayed
         unfused, _ = both(engine, embeds, "graph")
         assert graph.token_ids[:2] == unfused.token_ids[:2]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_gemv_option_on_cuda(ckpt_untied, dtype):
+    engine = cuda_engine(ckpt_untied, dtype=dtype)
+    model = engine.model
+    model.decoder.gemv = True
+    for seconds, seed in CLIPS:
+        embeds = prompt_embeds(engine, synth_audio(seconds, seed=seed))
+        unfused, graph = both(engine, embeds, "graph")
+        assert model.decode_graph.graph is not None and not model.graph_failed
+        assert graph.token_ids == run(engine, embeds, "static").token_ids  # captured = uncaptured
+        if dtype == "fp32":
+            assert graph.token_ids == unfused.token_ids
+        else:
+            assert graph.token_ids[:2] == unfused.token_ids[:2]
+    count = kernel_count.decode_step(model, 60)
+    assert count.path == "fused+gemv" and count.per_layer == 5, count.describe()
 
 
 def test_a_long_cache_splits_the_attention_and_keeps_the_ids(ckpt_untied):

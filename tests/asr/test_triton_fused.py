@@ -96,9 +96,17 @@ SCRIPT = textwrap.dedent(
                     check(tag, dname, got, want)
                     check(tag + " k cache", dname, kc, kr)
                     check(tag + " v cache", dname, vc, vr)
+        for k, n, how in ((64, 100, "norm"), (96, 40, "residual"), (80, 70, "silu"), (700, 24, "norm")):
+            x = rand(1, 1, 2 * k if how == "silu" else k, dtype=dtype)
+            w = rand(n, k, dtype=dtype, scale=0.1)
+            nw = rand(k, dtype=dtype, scale=0.1) + 1 if how == "norm" else None
+            res = rand(1, 1, n, dtype=dtype) if how != "norm" else None
+            args = (x, w, nw, res, 1e-6, how == "silu")
+            check(f"gemv {how} {k}->{n}", dname, OPS.gemv(*args), REFERENCES["gemv"](*args))
         dims = fused.Dims(hidden=64, intermediate=128, heads=16, kv_heads=8, head_dim=128)  # the tiny model's
-        cpu = torch.device("cpu")
-        report["probe"][dname] = [fused.probe(cpu, dtype), fused.probe(cpu, dtype, dims)]
+        if dname != "bf16":  # (bf16: see test_the_probe_accepts_the_kernels)
+            cpu = torch.device("cpu")
+            report["probe"][dname] = [fused.probe(cpu, dtype, dims), fused.probe(cpu, dtype, dims, gemv=True)]
 
     # The tiny model decoding with the kernels (fp32: the plain step's ids exactly).
     import dictation.asr.generate as generate_mod
@@ -126,11 +134,13 @@ SCRIPT = textwrap.dedent(
             fused.ATTENTION_SPLITS = 3  # the long-cache form: three programs per kv head and the combine
             entry["split"] = decode(engine, embeds, max_new_tokens=6).token_ids
             fused.ATTENTION_SPLITS = None
-            draft = ref.token_ids[:3] + [ref.token_ids[3] + 1, 5, 6]  # verified in one fused forward pass
-            drafted = decode(engine, embeds, max_new_tokens=6, draft=draft)
-            entry["drafted"], entry["draft_accepted"] = drafted.token_ids, drafted.draft_accepted
             count = kernel_count.decode_step(model, embeds.shape[1])
             entry["count"] = {"path": count.path, "per_layer": count.per_layer, "first_layer": count.first_layer}
+            model.decoder.gemv = True  # the GEMV option: projections, norms, SiLU and residual adds folded
+            entry["gemv"] = decode(engine, embeds, max_new_tokens=6).token_ids
+            count = kernel_count.decode_step(model, embeds.shape[1])
+            entry["gemv_count"] = {"path": count.path, "per_layer": count.per_layer, "first_layer": count.first_layer}
+            model.decoder.gemv = None
         model_mod.PREFILL_CHUNK = 1024
         generate_mod.STATIC_STEP = None
         report["e2e"][variant] = entry
@@ -163,13 +173,13 @@ TOLERANCE = {"fp32": 2e-6, "fp16": 2e-3, "bf16": 3e-2}
 
 def test_every_kernel_matches_the_torch_code_it_replaces(interpreted):
     ops = interpreted["ops"]
-    assert len(ops) == 3 * (3 * (6 + 1) + 3 * (2 * 3 + 3 * 2 * 3))
+    assert len(ops) == 3 * (3 * (6 + 1) + 4 + 3 * (2 * 3 + 3 * 2 * 3))
     for name, dtype, same_shape, same_dtype, exact, err in ops:
         assert same_shape and same_dtype, (name, dtype)
         assert err <= TOLERANCE[dtype], f"{name} ({dtype}): error {err:.2e}"
         # Copies are exact; so is elementwise work in fp16, rounded where torch rounds (norms sum in
         # another order: their rsqrt can differ in the last bit, and so a rounding, as in fp32).
-        elementwise = name.startswith("silu_mul") or name.endswith("residual")
+        elementwise = name.startswith("silu_mul") or name.endswith("residual")  # (not "gemv residual")
         if name.endswith("v cache") or (dtype == "fp16" and elementwise):
             assert exact, f"{name} ({dtype}) is not the torch code's result bit for bit (error {err:.2e})"
 
@@ -177,7 +187,7 @@ def test_every_kernel_matches_the_torch_code_it_replaces(interpreted):
 def test_the_probe_accepts_the_kernels(interpreted):
     # bf16 only on a GPU (test_fused_cuda.py): the interpreter's truncation to bf16 (see TOLERANCE)
     # compounds past the probe's tolerance, which is set for rounding to nearest.
-    assert interpreted["probe"]["fp32"] == interpreted["probe"]["fp16"] == [True, True]
+    assert interpreted["probe"] == {"fp32": [True, True], "fp16": [True, True]}
 
 
 def test_decoding_with_the_kernels_gives_the_plain_ids(interpreted):
@@ -186,8 +196,7 @@ def test_decoding_with_the_kernels_gives_the_plain_ids(interpreted):
         assert entry["first_logits_err"] < 1e-5, variant
         assert entry["graph"] == "DecodeGraph"  # the static step (here run uncaptured)
     fp32 = interpreted["e2e"]["fp32"]
-    assert fp32["split"] == fp32["plain"]
-    assert fp32["drafted"] == fp32["plain"] and fp32["draft_accepted"] == 3
+    assert fp32["split"] == fp32["plain"] and fp32["gemv"] == fp32["plain"]
 
 
 def test_one_fused_decode_step_launches_at_most_8_kernels_per_layer(interpreted):
@@ -197,6 +206,12 @@ def test_one_fused_decode_step_launches_at_most_8_kernels_per_layer(interpreted)
     # and down projections, the attention (q/k norm, RoPE, cache write), SiLU * up.
     assert count["first_layer"] == {"rms_norm.default": 2, "linear.default": 4, "decode_attention.default": 1,
                                     "silu_mul.default": 1}  # fmt: skip
+
+
+def test_the_gemv_option_launches_5_kernels_per_layer(interpreted):
+    count = interpreted["e2e"]["fp32"]["gemv_count"]
+    assert count["path"] == "fused+gemv" and count["per_layer"] == 5
+    assert count["first_layer"] == {"gemv.default": 4, "decode_attention.default": 1}
 
 
 # --- ahead of time, for real GPUs ---------------------------------------------------------------------
@@ -232,6 +247,15 @@ KERNEL_CASES = {
 }  # fmt: skip
 signature, constexprs, warps = KERNEL_CASES["decode_attention"]
 KERNEL_CASES["decode_attention split"] = (signature, {**constexprs, "SPLITS": 4}, warps)
+GEMV_SIGNATURE = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "res_ptr": "*bf16", "nw_ptr": "*bf16",
+                  "N": "i32", "K": "i32", "eps": "fp32"}  # fmt: skip
+for _prologue, _residual in ((1, False), (0, True), (2, True)):  # q/k/v or gate/up, o, down
+    _n, _k, _warps = triton_fused.GEMV_CONFIGS[-1]
+    KERNEL_CASES[f"gemv_rows {_prologue}"] = (
+        GEMV_SIGNATURE,
+        {"PROLOGUE": _prologue, "RESIDUAL": _residual, "BLOCK_N": _n, "BLOCK_K": _k},
+        _warps,
+    )
 
 
 def compile_kernel(case: str, capability: int):
@@ -247,7 +271,7 @@ def compile_kernel(case: str, capability: int):
     types = {**signature, **dict.fromkeys(constexprs, "constexpr")}
     full = {arg: types[arg] for arg in kernel.arg_names}  # in the kernel's order; every argument named
     aligned = [i for i, (arg, kind) in enumerate(full.items()) if kind.startswith("*") or arg.startswith("stride")]
-    aligned += [i for i, arg in enumerate(full) if arg == "N"]  # the row length (row counts vary)
+    aligned += [i for i, arg in enumerate(full) if arg in ("N", "K")]  # row lengths (row counts vary)
     attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
     source = ASTSource(fn=kernel, signature=full, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
@@ -261,7 +285,7 @@ def test_the_kernels_compile_for_real_gpus_and_read_in_vectors(capability):
         kernel = compile_kernel(case, capability)
         assert kernel.asm.get("cubin"), f"{case}: no cubin for sm_{capability}"
         loads = re.findall(r"ld\.global(?:\.\w+)*", kernel.asm["ptx"])
-        if case.startswith(("rms_norm", "silu_mul", "decode_attention")):
+        if case.startswith(("rms_norm", "silu_mul", "decode_attention", "gemv")):
             assert any(".v4." in op or ".v2." in op for op in loads), (case, sorted(set(loads)))
 
 
@@ -355,6 +379,21 @@ def test_the_kernel_count_sees_each_fused_operator_once(standins, ckpt_untied, m
     plain = kernel_count.decode_step(model, 30)
     assert plain.path == "plain" and plain.per_layer == unfused.per_layer
     assert "per layer" in count.describe() and "fused" in count.describe()
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_the_gemv_option_gives_the_plain_ids(standins, ckpt_untied, monkeypatch, variant):
+    monkeypatch.setattr(fused, "FUSED_GEMV", True)
+    engine = fresh(ckpt_untied, variant=variant)
+    model = engine.model
+    for seconds, seed in CLIPS[:2]:
+        ref, got = both_ways(engine, prompt_embeds(engine, synth_audio(seconds, seed=seed)))
+        assert got.token_ids == ref.token_ids
+    count = kernel_count.decode_step(model, 30)
+    if variant == "fp32":  # 4 GEMVs (norms, SiLU * up, residual adds inside) and the attention
+        assert count.path == "fused+gemv" and count.per_layer == 5
+    else:  # quantized projections: the fused step as it is
+        assert count.path == "fused" and count.per_layer == 8
 
 
 def test_the_cpu_decodes_without_the_kernels_and_never_probes(ckpt_untied, monkeypatch):
