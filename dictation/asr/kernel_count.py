@@ -4,7 +4,8 @@ Eager code (the plain step, the static step, the step with the fused kernels): t
 dispatches that compute, counted by a ``TorchDispatchMode`` while one step runs exactly as decoding
 runs it (:class:`generate.DecodeGraph`'s step where decoding uses one, else ``AsrModel.step``).
 Views, allocations and casts to the tensor's own dtype are not counted; an in-place write is. Each
-fused kernel of fused.py is one operation. On CUDA one operation is about one kernel launch (a
+fused kernel of fused.py is one operation, and so is each call of the int8 layers' Triton kernel
+(triton_gemv.py, launched outside the dispatcher). On CUDA one operation is about one kernel launch (a
 matrix product can launch two, e.g. a split-K reduction; a CUDA graph replays the same launches);
 on the CPU it is one operator call.
 
@@ -102,6 +103,25 @@ class StepKernels:
 
 
 @contextmanager
+def _triton_gemv_counted(counter: _Counter):
+    """The int8 layers' Triton kernel (triton_gemv.int8_matmul) is launched outside torch's
+    dispatcher: count each call as one operation while the step runs."""
+    from dictation.asr import triton_gemv
+
+    launch = triton_gemv.int8_matmul
+
+    def counted(*args, **kwargs):
+        counter.ops.append((counter.layer, "int8_matmul (triton)"))
+        return launch(*args, **kwargs)
+
+    triton_gemv.int8_matmul = counted
+    try:
+        yield
+    finally:
+        triton_gemv.int8_matmul = launch
+
+
+@contextmanager
 def _per_layer(model, counter: _Counter):
     """Attribute the operations to the layer running them (each layer's forward methods wrapped)."""
     wrapped = []
@@ -141,7 +161,7 @@ def decode_step(model, position: int) -> StepKernels:
         if mode is None:
             path = "plain"
             out = torch.empty(1, dtype=torch.long, device=model.device)
-            with _per_layer(model, counter), counter:
+            with _per_layer(model, counter), _triton_gemv_counted(counter), counter:
                 torch.argmax(model.step(token, position), dim=-1, keepdim=True, out=out)
         else:
             graph = generate.DecodeGraph(model, token, position, capture=False)
@@ -155,7 +175,7 @@ def decode_step(model, position: int) -> StepKernels:
                     if not model.compiled_step:  # it failed to run: count again what ran instead
                         return decode_step(model, position)
                 else:
-                    with _per_layer(model, counter), counter:
+                    with _per_layer(model, counter), _triton_gemv_counted(counter), counter:
                         graph._step(model)
             finally:
                 graph.close()

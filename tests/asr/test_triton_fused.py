@@ -396,6 +396,27 @@ def test_the_gemv_option_gives_the_plain_ids(standins, ckpt_untied, monkeypatch,
         assert count.path == "fused" and count.per_layer == 8
 
 
+def test_the_kernel_count_sees_the_int8_triton_kernel_launched_outside_the_dispatcher(
+    standins, ckpt_untied, monkeypatch
+):
+    from dictation.asr import triton_gemv
+
+    def int8_matmul(x, weight, scale):  # a stand-in for the Triton kernel: torch ops the dispatcher
+        from torch.utils._python_dispatch import _disable_current_modes  # would not see (a launch)
+
+        with _disable_current_modes():
+            return (x.float() @ (weight.float() * scale[:, None]).T).to(x.dtype)
+
+    monkeypatch.setattr(triton_gemv, "int8_matmul", int8_matmul)
+    monkeypatch.setattr(quant.Int8Linear, "_kernel", quant.Int8Linear._triton_kernel)
+    engine = fresh(ckpt_untied, variant="int8")
+    decode(engine, prompt_embeds(engine, synth_audio(2.5, seed=1)), max_new_tokens=3)  # kernel checks done
+    count = kernel_count.decode_step(engine.model, 30)
+    assert count.first_layer["int8_matmul (triton)"] == 4, count.first_layer  # q/k/v, o, gate/up, down
+    assert count.path == "fused" and count.per_layer == 8, count.first_layer
+    assert triton_gemv.int8_matmul is int8_matmul  # put back
+
+
 def test_the_cpu_decodes_without_the_kernels_and_never_probes(ckpt_untied, monkeypatch):
     monkeypatch.setattr(fused, "_USABLE", {})
     monkeypatch.setattr(fused, "probe", lambda device, dtype: pytest.fail("probed on the CPU"))
