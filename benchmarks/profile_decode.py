@@ -53,7 +53,7 @@ def profile_step(model, position: int) -> list[tuple[str, int, float]]:
     cuda = model.device.type == "cuda"
     token = torch.zeros(1, dtype=torch.long, device=model.device)
     graph = generate_mod.DecodeGraph(model, token, position, capture=False)
-    activities = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
     with torch.inference_mode():
         graph._step(model)  # anything lazy happens before the profile
         graph.load(token, position)
@@ -69,7 +69,7 @@ def profile_step(model, position: int) -> list[tuple[str, int, float]]:
             continue
         if not cuda and (event.cpu_parent is not None and event.cpu_parent.name.startswith("aten::")):
             continue  # the CPU: top-level operators only
-        time_us = event.device_time if cuda else event.cpu_time
+        time_us = event.device_time_total if cuda else event.cpu_time_total
         table[event.name].append(time_us)
     return sorted(((n, len(t), sum(t)) for n, t in table.items()), key=lambda row: -row[2])
 
