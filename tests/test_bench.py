@@ -87,6 +87,8 @@ def test_table_prints_every_variant_and_the_random_weights_caveat(variants_run):
     assert "ours fp32" in text and "ours int8" in text and "ours int4" in text
     for row in ("load (s)", "load, pre-quantized (s)", "weights (GB)", "decode (ms/token)", "end-to-end (ms)"):
         assert row in text
+    for row in ("warm-up (s)", "decode kernels / layer", "on the CPU one operator call each"):
+        assert row in text
     assert "teacher-forced top-1" in text and "first-logit cosine" in text
     assert "only a sanity check" in text
     # The real-time factor is the end-to-end time over the clip's length, per variant and clip.
@@ -98,6 +100,34 @@ def test_table_prints_every_variant_and_the_random_weights_caveat(variants_run):
         want = [clip["ours"][v]["e2e_ms"] / (1000 * clip["seconds"]) for v in res["ours"]]
         assert cells == [round(w, 3) for w in want]
     assert "official" not in text.split("Qwen3-ASR-tiny")[1]  # --impl ours: no official column
+
+
+def test_every_contender_is_warmed_up_and_its_decode_kernels_counted(variants_run):
+    res = variants_run[0]["results"][0]
+    for variant, info in res["ours"].items():
+        assert info["warm_up_s"] > 0 and info["step"] == "default"
+        kernels = info["decode_kernels"]
+        assert kernels["path"] == "plain" and kernels["per_layer"] >= 40, (variant, kernels)  # the CPU's torch ops
+        assert "per layer" in kernels["describe"]
+    assert res["ours"]["fp32"]["decode_kernels"]["first_layer"]["linear.default"] == 4
+
+
+def test_other_decode_steps_get_columns_of_their_own(workdir, capsys):
+    out = workdir / "steps.json"
+    code = bench_main(
+        [*TINY, "--impl", "ours", "--no-prequantized", "--no-release", "--decode-steps", "unfused"]
+        + ["--workdir", str(workdir), "--json", str(out)]
+    )
+    assert code == 0
+    res = json.loads(out.read_text(encoding="utf-8"))["results"][0]
+    assert list(res["ours"]) == ["fp32", "fp32/unfused"]
+    unfused = res["ours"]["fp32/unfused"]
+    assert unfused["variant"] == "fp32" and unfused["step"] == "unfused" and unfused["decode_kernels"]["per_layer"] > 0
+    for clip in res["clips"]:
+        assert clip["ours"]["fp32/unfused"]["agreement"]["greedy_same_ids"] == 1.0  # the CPU's step either way
+    text = capsys.readouterr().out
+    header = next(line for line in text.splitlines() if "ours fp32/unfused" in line and "[" not in line)
+    assert header.split() == ["ours", "fp32", "ours", "fp32/unfused"]
 
 
 def test_reference_outside_the_variants_is_loaded_for_agreement_only(workdir, capsys):
@@ -175,7 +205,7 @@ def test_script_keeps_its_options():
     assert proc.returncode == 0, proc.stderr
     for option in ("--sizes", "--seconds", "--tokens", "--repeats", "--warmup", "--device", "--dtype", "--impl"):
         assert option in proc.stdout
-    for option in ("--workdir", "--interleave", "--threads", "--json", "--quick", "--variants"):
+    for option in ("--workdir", "--interleave", "--threads", "--json", "--quick", "--variants", "--decode-steps"):
         assert option in proc.stdout
 
 
@@ -327,3 +357,18 @@ def test_random_checkpoints_are_drawn_on_all_cores_with_the_serial_values(monkey
     assert list(drawn) == list(shapes)
     assert all(torch.equal(drawn[name], serial(name, shape, 7)) for name, shape in shapes.items())
     assert len(threads) >= min(2, os.cpu_count() or 1)
+
+
+def test_the_decode_profile_script_lists_what_one_step_runs(workdir, capsys):
+    import benchmarks.profile_decode as profile_decode
+
+    code = profile_decode.main(
+        ["--sizes", "tiny", "--device", "cpu", "--steps", "unfused", "--tokens", "3", "--repeats", "1"]
+        + ["--position", "20", "--top", "3", "--workdir", str(workdir)]
+    )
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(line for line in lines if line.startswith("[tiny fp32 unfused]"))
+    assert "ms/token" in head and "operators per step" in head and "per layer" in head
+    listed = lines[lines.index(head) + 1 : lines.index(head) + 4]
+    assert len(listed) == 3 and all("aten::" in line and "ms" in line for line in listed)

@@ -13,6 +13,12 @@ kinds or devices) runs member by member. A fusion is checked cheaply on every ca
 are still the same modules) and fully at the start of every pass (``TextDecoder.refresh_fusion``:
 same modules, same tensor addresses, same quantized-layer versions); whatever changed is planned
 again. Moving or casting the model (``_apply``) drops the fusion, to be rebuilt on the next use.
+
+Fused kernels (issue 16, fused.py): where they run (CUDA by default), each layer is ``forward_fused``:
+the residual add and the RMSNorm after it are one kernel, q/k norm + RoPE + the KV-cache write
+another (in the decode step together with the attention over the filled cache), SiLU * up a third;
+the projections stay what they are (float, int8/int4, adapters). The residual stream is carried as
+``(h, delta)``, the add of each sublayer's output done by the next norm's kernel.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dictation.asr import quant
+from dictation.asr import fused, quant
 from dictation.asr.config import TextDecoderConfig
 from dictation.asr.kv_cache import StaticKVCache
 from dictation.asr.rope import apply_rope
@@ -230,12 +236,25 @@ class Attention(_Projections):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: StaticKVCache, layer: int, start: int
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: StaticKVCache,
+        layer: int,
+        start: int,
+        kernels: bool = False,
     ) -> torch.Tensor:
-        """``x [1, s, hidden]`` at positions ``start .. start+s-1``; cos/sin ``[s, head_dim]``."""
+        """``x [1, s, hidden]`` at positions ``start .. start+s-1``; cos/sin ``[s, head_dim]``.
+        ``kernels``: q/k norm, RoPE and the cache write as one fused kernel (fused.py)."""
         _, s, _ = x.shape
-        q, k, v = self._qkv(x, cos, sin)
-        keys, values = cache.write(layer, start, k, v)
+        if kernels:
+            q, k, v = self.project(x)
+            q = fused.rope_qk_cache(q, k, v, self.q_norm, self.k_norm, cos, sin, *cache.layer(layer), start)
+            keys, values = cache.upto(layer, start + s)
+        else:
+            q, k, v = self._qkv(x, cos, sin)
+            keys, values = cache.write(layer, start, k, v)
         mask = None
         if s > 1 and start > 0:
             # A later prefill chunk: causal within the chunk, everything before it visible.
@@ -284,6 +303,16 @@ class Attention(_Projections):
         o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
         return self.o_proj(o.reshape(1, 1, self.n_heads * self.head_dim))
 
+    def forward_decode(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: StaticKVCache, layer: int, position
+    ) -> torch.Tensor:
+        """:meth:`forward_static` with the fused kernel (fused.py): one token ``x [1, 1, hidden]`` at the
+        device position ``position [1]``, ``cos``/``sin`` the whole tables ``[max_len, head_dim]``;
+        attention reads only the cache's filled positions, ``0 .. position``."""
+        q, k, v = self.project(x)
+        o = fused.decode_attention(q, k, v, self.q_norm, self.k_norm, cos, sin, *cache.layer(layer), position)
+        return self.o_proj(o)
+
 
 class MLP(_Projections):
     GROUP = ("gate_proj", "up_proj")
@@ -294,9 +323,9 @@ class MLP(_Projections):
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kernels: bool = False) -> torch.Tensor:
         gate, up = self.project(x)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(fused.silu_mul(gate, up) if kernels else F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -317,6 +346,43 @@ class DecoderLayer(nn.Module):
         h = h + self.self_attn.forward_static(self.input_layernorm(h), cos, sin, cache, layer, position, visible)
         return h + self.mlp(self.post_attention_layernorm(h))
 
+    def forward_fused(
+        self, h: torch.Tensor, delta: torch.Tensor | None, cos, sin, cache: StaticKVCache, layer: int, at
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer with the fused kernels: takes and returns the residual stream as ``(h, delta)``,
+        whose sum it is (``delta`` None before the first layer); each add is done by the norm after it.
+        ``at``: the first position (an int: prefill, as :meth:`forward`) or one token's device position
+        (a tensor: the decode step, as :meth:`forward_static`, with the whole RoPE tables)."""
+        h, x = fused.rms_norm(h, delta, self.input_layernorm)
+        if isinstance(at, torch.Tensor):
+            attn = self.self_attn.forward_decode(x, cos, sin, cache, layer, at)
+        else:
+            attn = self.self_attn(x, cos, sin, cache, layer, at, kernels=True)
+        h, x = fused.rms_norm(h, attn, self.post_attention_layernorm)
+        return h, self.mlp(x, kernels=True)
+
+    def gemv_ready(self) -> bool:
+        """Whether :meth:`forward_gemv` applies: fused float q/k/v and gate/up, float o and down."""
+        attn, mlp = self.self_attn, self.mlp
+        return (
+            attn.fusion is not None
+            and attn.fusion.weight is not None
+            and mlp.fusion is not None
+            and mlp.fusion.weight is not None
+            and all(type(m) is nn.Linear and m.bias is None for m in (attn.o_proj, mlp.down_proj))
+        )
+
+    def forward_gemv(self, h: torch.Tensor, cos, sin, cache: StaticKVCache, layer: int, position) -> torch.Tensor:
+        """:meth:`forward_fused` for one token with the projections through our GEMV (the FUSED_GEMV
+        option, fused.py), each norm, SiLU * up and residual add folded into the GEMV next to it:
+        5 kernels. Takes and returns the residual stream ``h``."""
+        attn, mlp = self.self_attn, self.mlp
+        q, k, v = fused.gemv(h, attn.fusion.weight, norm=self.input_layernorm).split(attn.fusion.sizes, dim=-1)
+        o = fused.decode_attention(q, k, v, attn.q_norm, attn.k_norm, cos, sin, *cache.layer(layer), position)
+        h = fused.gemv(o, attn.o_proj.weight, residual=h)
+        gate_up = fused.gemv(h, mlp.fusion.weight, norm=self.post_attention_layernorm)
+        return fused.gemv(gate_up, mlp.down_proj.weight, residual=h, silu=True)
+
 
 class TextDecoder(nn.Module):
     """Embeddings → layers → final norm. The output head lives in :class:`AsrModel`."""
@@ -334,20 +400,72 @@ class TextDecoder(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         # Bumped whenever a fusion is planned again: what a captured decode step read may be gone.
         self.weights_epoch = 0
+        # The fused kernels (fused.py): None = fused.FUSED_KERNELS's choice, True / False force them;
+        # and with them the decode step's GEMV option (None = fused.FUSED_GEMV).
+        self.kernels: bool | None = None
+        self.gemv: bool | None = None
+
+    def uses_kernels(self, h: torch.Tensor) -> bool:
+        """Whether the layers run the fused kernels for activations like ``h`` (asked for on its device,
+        and checked there once: fused.usable)."""
+        if not (fused.wanted(h.device, self.kernels) and self.norm.weight.dtype == h.dtype):
+            return False
+        return fused.usable(h.device, h.dtype, self._dims())
+
+    def uses_gemv(self, h: torch.Tensor) -> bool:
+        """Whether the fused decode step runs its projections through our GEMV (``gemv``, the FUSED_GEMV
+        option; every layer's weights float and fused, and the kernel checked on this device)."""
+        return (
+            (self.gemv if self.gemv is not None else fused.FUSED_GEMV)
+            and self.uses_kernels(h)
+            and all(layer.gemv_ready() for layer in self.layers)
+            and fused.usable(h.device, h.dtype, self._dims(), gemv=True)
+        )
+
+    def _dims(self) -> fused.Dims:
+        c = self.cfg
+        return fused.Dims(c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
 
     def forward(
-        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: StaticKVCache, start: int
+        self,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: StaticKVCache,
+        start: int,
+        last_only: bool = True,
     ) -> torch.Tensor:
-        """Run ``h [1, s, hidden]`` through every layer; returns the final-normed last position."""
+        """Run ``h [1, s, hidden]`` through every layer; returns the final-normed last position (every
+        position unless ``last_only``)."""
+        if self.uses_kernels(h):
+            delta = None
+            for i, layer in enumerate(self.layers):
+                h, delta = layer.forward_fused(h, delta, cos, sin, cache, i, start)
+            if last_only:
+                h, delta = h[:, -1:], delta[:, -1:]
+            return fused.rms_norm(h, delta, self.norm)[1]
         for i, layer in enumerate(self.layers):
             h = layer(h, cos, sin, cache, i, start)
-        return self.norm(h[:, -1:])
+        return self.norm(h[:, -1:] if last_only else h)
 
     def forward_static(self, h, cos, sin, cache: StaticKVCache, position, visible) -> torch.Tensor:
         """One token through every layer with static shapes (see ``Attention.forward_static``)."""
         for i, layer in enumerate(self.layers):
             h = layer.forward_static(h, cos, sin, cache, i, position, visible)
         return self.norm(h)
+
+    def forward_fused_step(self, h, cos, sin, cache: StaticKVCache, position) -> torch.Tensor:
+        """:meth:`forward_static` with the fused kernels: one token ``h [1, 1, hidden]`` at the device
+        position ``position [1]``, ``cos``/``sin`` the whole RoPE tables; attention reads only the
+        filled part of the cache (``Attention.forward_decode``). With the GEMV option, 5 kernels a layer."""
+        if self.uses_gemv(h):
+            for i, layer in enumerate(self.layers):
+                h = layer.forward_gemv(h, cos, sin, cache, i, position)
+            return fused.rms_norm(h, None, self.norm)[1]
+        delta = None
+        for i, layer in enumerate(self.layers):
+            h, delta = layer.forward_fused(h, delta, cos, sin, cache, i, position)
+        return fused.rms_norm(h, delta, self.norm)[1]
 
     def _groups(self) -> list[_Projections]:
         return [g for layer in self.layers for g in (layer.self_attn, layer.mlp)]

@@ -49,8 +49,9 @@ READ_EVERY_DEFAULT = 8
 READ_LAG = {"cuda": 1}
 # False: never capture the decode step (the static step then runs eagerly on CUDA).
 USE_CUDA_GRAPH = True
-# Which one-token step decodes. None: the static-shape step on CUDA, the plain step elsewhere.
-# True: the static step everywhere (the CPU tests); False: the plain step everywhere.
+# Which one-token step decodes. None: the static-shape step on CUDA (and where the model compiles its
+# step, AsrModel.compile_step), the plain step elsewhere. True: the static step everywhere (the CPU
+# tests); False: the plain step everywhere.
 STATIC_STEP: bool | None = None
 # Set once the warning that pinned memory is unavailable has been logged.
 _PIN_WARNED = False
@@ -273,7 +274,7 @@ def _graph_mode(model: AsrModel) -> tuple[str | None, tuple | None]:
     """How this decode steps: "capture" (a CUDA graph), "eager" (the static step uncaptured) or None
     (the plain step); with the static step, also ``AsrModel.weights_key()`` (one scan gives both)."""
     cuda = model.device.type == "cuda"
-    if not (cuda if STATIC_STEP is None else STATIC_STEP):
+    if not (cuda or model.compile_step if STATIC_STEP is None else STATIC_STEP):
         return None, None  # before the scan: it costs about half a millisecond
     key, unmerged = model.step_state()
     if USE_CUDA_GRAPH and cuda and not model.graph_failed and not unmerged:

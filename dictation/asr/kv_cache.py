@@ -39,6 +39,16 @@ class StaticKVCache:
         values.index_copy_(2, position, v)
         return keys, values
 
+    def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole cache of one layer, keys and values ``[1, kv_heads, max_len, head_dim]`` (contiguous)."""
+        return self.keys[layer], self.values[layer]
+
+    def upto(self, layer: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's keys and values at positions ``0 .. stop-1`` (what :meth:`write` returns)."""
+        if stop > self.max_len:
+            raise RuntimeError(f"KV cache overflow: {stop} > {self.max_len}")
+        return self.keys[layer, :, :, :stop], self.values[layer, :, :, :stop]
+
     def copy_from(self, other: StaticKVCache) -> None:
         """Copy a smaller cache's contents into this one (used when the cache grows)."""
         n = min(other.max_len, self.max_len)

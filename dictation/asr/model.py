@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dictation.asr import compiled
 from dictation.asr.config import AsrConfig
 from dictation.asr.decoder import TextDecoder, stamp
 from dictation.asr.encoder import AudioEncoder
@@ -49,6 +50,10 @@ class AsrModel(nn.Module):
         self._prefills: dict[int, object] = {}
         self._prefills_for: tuple | None = None
         self._prefill_pool = None  # one memory pool for all of them: they never run at the same time
+        # The static step compiled by torch.compile (compiled.py) instead of the default one; the
+        # CompiledStep once compiled, False where it does not apply or failed (logged once).
+        self.compile_step = compiled.COMPILE_STEP
+        self.compiled_step = None
 
     @property
     def output_weight(self) -> torch.Tensor:
@@ -269,15 +274,24 @@ class AsrModel(nn.Module):
     @torch.inference_mode()
     def static_step(self, token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         """:meth:`step` with static shapes and no host read: ``token [1]`` and ``position [1]`` (int64)
-        live on the device, the k/v write and the RoPE rows are indexed there, and attention covers the
-        whole cache under a mask built from ``position``. The caller keeps ``position < cache.max_len``.
-        What generate.DecodeGraph captures; on the CPU it is the same step, tested against :meth:`step`."""
+        live on the device, the k/v write and the RoPE rows are indexed there. Three forms: with the
+        fused kernels (where the decoder uses them, CUDA by default) attention reads the cache's filled
+        positions only; otherwise it covers the whole cache under a mask built from ``position``; with
+        ``compile_step`` the step compiled by torch.compile (compiled.py). The caller keeps
+        ``position < cache.max_len``. What generate.DecodeGraph captures; on the CPU it is the same
+        step, tested against :meth:`step`."""
         cache = self.cache
         assert cache is not None and self._rope is not None
+        if self.compile_step:
+            logits = compiled.run(self, token, position)
+            if logits is not None:
+                return logits
         cos, sin = self._rope
+        h = self.decoder.embed_tokens(token).view(1, 1, -1)
+        if self.decoder.uses_kernels(h):  # the fused kernels: RoPE rows and the cache read by position
+            return self.logits(self.decoder.forward_fused_step(h, cos, sin, cache, position))
         cos, sin = cos.index_select(0, position), sin.index_select(0, position)  # [1, head_dim]
         visible = (cache.positions <= position).view(1, 1, 1, -1)
-        h = self.decoder.embed_tokens(token).view(1, 1, -1)
         return self.logits(self.decoder.forward_static(h, cos, sin, cache, position, visible))
 
     @torch.inference_mode()
@@ -295,7 +309,5 @@ class AsrModel(nn.Module):
         cos, sin = self._rope
         stop = position + k
         h = self.decoder.embed_tokens(tokens).unsqueeze(0)
-        # TextDecoder.forward keeps only the last position; here every position's output is needed.
-        for i, layer in enumerate(self.decoder.layers):
-            h = layer(h, cos[position:stop], sin[position:stop], self.cache, i, position)
-        return (self.decoder.norm(h) @ self.output_weight.T).reshape(k, -1)
+        h = self.decoder(h, cos[position:stop], sin[position:stop], self.cache, position, last_only=False)
+        return (h @ self.output_weight.T).reshape(k, -1)

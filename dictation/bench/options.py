@@ -12,6 +12,7 @@ from pathlib import Path
 SIZE_NAMES = ("tiny", "0.6B", "1.7B")  # "tiny": a few-MB model with the real vocabulary, for smoke tests
 IMPLS = ("ours", "official")
 VARIANT_NAMES = ("bf16", "fp16", "fp32", "int8", "int4")  # dictation.asr.quant.VARIANTS, without torch
+DECODE_STEPS = ("unfused", "gemv", "compiled")  # besides the engine's default step (runner.OursBench)
 GROUP_SIZES = (32, 64, 128, 256)
 
 DESCRIPTION = """\
@@ -79,6 +80,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip writing and loading pre-quantized folders for int8/int4",
     )
+    p.add_argument(
+        "--decode-steps",
+        nargs="+",
+        default=[],
+        choices=DECODE_STEPS,
+        help="also time the default float variant with these decode steps, each in a column of its own: unfused "
+        "(torch ops only, no fused kernels: the path before issue 16), gemv (the fused kernels plus our GEMV with "
+        "the norms, SiLU and residual adds folded in: 5 kernels a layer), compiled (the decode step compiled by "
+        "torch.compile; its compile time shows in 'warm-up (s)')",
+    )
     p.add_argument("--impl", nargs="+", default=list(IMPLS), choices=IMPLS, help="which implementations")
     p.add_argument(
         "--workdir",
@@ -123,6 +134,7 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
         raise ValueError("--threads must be at least 1")
     if args.variants:
         args.variants = list(dict.fromkeys(args.variants))  # drop repeats, keep the order
+    args.decode_steps = list(dict.fromkeys(getattr(args, "decode_steps", None) or []))
     return args
 
 

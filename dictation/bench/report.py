@@ -60,12 +60,12 @@ def print_size_table(res: dict[str, Any], meta: dict[str, Any], out: Callable[[s
     def info(key: str | None) -> dict[str, Any]:
         return res["ours"][key] if key is not None else official
 
+    widths = [max(COLUMN_WIDTH, len(c) + 1) for c, _ in columns]  # e.g. "ours bf16/compiled"
+
     def row(label: str, values: list[Any], digits: Callable[[Any], int] | int = 2, ratio: Any = "") -> None:
         cells = "".join(
-            f"{_fmt(v, digits(v) if callable(digits) else digits):>{COLUMN_WIDTH}}"
-            if not isinstance(v, str)
-            else f"{v:>{COLUMN_WIDTH}}"
-            for v in values
+            f"{_fmt(v, digits(v) if callable(digits) else digits):>{w}}" if not isinstance(v, str) else f"{v:>{w}}"
+            for v, w in zip(values, widths, strict=True)
         )
         tail = f"{_fmt(ratio, 2):>15}" if with_ratio and ratio != "" else ""
         out(f"{label:<{LABEL_WIDTH + 8}}{cells}{tail}")
@@ -78,7 +78,7 @@ def print_size_table(res: dict[str, Any], meta: dict[str, Any], out: Callable[[s
         f"{name} ({weights_kind}) · {meta['device']} · {meta['tokens']} generated tokens · median of "
         f"{meta['repeats']}" + (f" · agreement vs ours {reference}" if reference else "")
     )
-    header = f"{'':<{LABEL_WIDTH + 8}}" + "".join(f"{c:>{COLUMN_WIDTH}}" for c, _ in columns)
+    header = f"{'':<{LABEL_WIDTH + 8}}" + "".join(f"{c:>{w}}" for (c, _), w in zip(columns, widths, strict=True))
     if with_ratio:
         header += f"{'official/ours':>15}"
     out(header)
@@ -98,6 +98,13 @@ def print_size_table(res: dict[str, Any], meta: dict[str, Any], out: Callable[[s
     caches = [_gb(info(k).get("kernel_cache_bytes")) if k is not None else None for _, k in columns]
     if any(v for v in caches):
         row("+ kernel layouts (GB)", caches, digits=3)
+    warm_ups = [info(k).get("warm_up_s") for _, k in columns]
+    if any(v is not None for v in warm_ups):
+        row("warm-up (s)", warm_ups)
+    kernels = [(info(k).get("decode_kernels") or {}) if k is not None else {} for _, k in columns]
+    if any(kernels):
+        row("decode kernels / layer", [kc.get("per_layer") for kc in kernels], digits=1)
+        row("  step", [kc.get("path", "-") for kc in kernels])
     mem_label = "peak mem (GiB)" if meta["device_type"] == "cuda" else "peak RSS growth (GiB)"
     for clip in res["clips"]:
         seconds = clip["seconds"]
@@ -185,6 +192,20 @@ def print_summary(results: list[dict[str, Any]], meta: dict[str, Any], out: Call
     out(
         "weights: parameters and buffers the model holds (engine.weight_bytes); kernel layouts: what the int8/int4 "
         "kernels build beside them on first use"
+    )
+    out(
+        "warm-up: engine.warm_up() after loading (kernel compiles and set-up, the CUDA graph capture; the compiled "
+        "step's compile). decode kernels / layer: what one decode step dispatches per decoder layer, counted as it "
+        "runs (dictation.asr.kernel_count): operations that compute (no views, allocations or no-op casts), each "
+        "fused kernel one; "
+        + (
+            "on CUDA about one kernel launch each (a CUDA graph replays the same)"
+            if meta["device_type"] == "cuda"
+            else "on the CPU one operator call each"
+        )
+        + "; for the compiled step the kernels Inductor generated plus its library calls (matrix products), "
+        "per layer. step: plain (per-call shapes), static (static shapes, torch ops), fused (our Triton kernels), "
+        "compiled (torch.compile)."
     )
     if any(r["random_weights"] and r.get("reference_variant") for r in results):
         out(RANDOM_AGREEMENT_NOTE)

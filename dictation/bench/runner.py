@@ -221,12 +221,17 @@ class OursBench:
     """Our engine as one variant: bf16/fp16/fp32, or int8/int4 quantized at load (or from a
     pre-quantized folder with ``load_prequantized``)."""
 
-    def __init__(self, folder: Path, device: torch.device, variant: str, float_dtype: str, group_size: int) -> None:
+    def __init__(
+        self, folder: Path, device: torch.device, variant: str, float_dtype: str, group_size: int, step: str = ""
+    ) -> None:
         """``float_dtype``: bf16/fp16/fp32 for int8/int4's floating parts, or "auto" for the engine's own
-        choice (bf16 on a CPU with bf16 instructions); float variants run in their own dtype."""
+        choice (bf16 on a CPU with bf16 instructions); float variants run in their own dtype. ``step``:
+        "" for the engine's default decode step, "unfused" (torch ops only), "gemv" (the fused kernels with the
+        GEMV option) or "compiled" (torch.compile)."""
         self.folder, self.device, self.variant, self.group_size = folder, device, variant, group_size
-        self.key = variant
-        self.label = f"ours {variant}"
+        self.step = step
+        self.key = f"{variant}/{step}" if step else variant
+        self.label = f"ours {self.key}"
         self.dtype_name = variant if variant in FLOAT_VARIANTS else float_dtype
         self.engine: Any = None
         self.notes: list[str] = []
@@ -258,8 +263,13 @@ class OursBench:
     def load(self) -> float:
         self.engine = self._engine(self.folder, self.variant)
         elapsed = self._timed_prepare(self.engine)
-        if self.device.type == "cuda":  # as the app does after loading: the CUDA graphs the runs replay
-            self.engine.warm_up()
+        model = self.engine.model
+        if self.step == "unfused":
+            model.decoder.kernels = False
+        elif self.step == "gemv":
+            model.decoder.gemv = True
+        elif self.step == "compiled":
+            model.compile_step = True
         self.weight_bytes = self.engine.weight_bytes
         self.decode_weight_bytes = decode_weight_bytes(self.engine.model)
         self.dtype_name = DTYPE_NAMES[self.engine.model.dtype]  # what "auto" became
@@ -441,6 +451,30 @@ class OursBench:
                 position += 1
         return preds, first
 
+    def warm_up(self) -> float:
+        """``engine.warm_up()`` (what the app runs after loading: kernel set-up and compiles, the CUDA
+        graph capture); returns its seconds."""
+        seconds = self.engine.warm_up()
+        self.engine._kv_owner = None
+        return seconds
+
+    def decode_kernels(self) -> dict[str, Any]:
+        """How many kernels one decode step launches per decoder layer (dictation.asr.kernel_count), counted
+        on the step decoding uses here."""
+        from dictation.asr.kernel_count import decode_step
+
+        self.engine._kv_owner = None  # the count writes a cache position
+        count = decode_step(self.engine.model, 1)
+        return {
+            "path": count.path,
+            "per_layer": count.per_layer,
+            "outside": count.outside,
+            "total": count.total,
+            "generated": count.generated,
+            "first_layer": count.first_layer,
+            "describe": count.describe(),
+        }
+
     def kernel_cache_bytes(self) -> int:
         """Bytes the quantized layers hold besides their weights: kernel layouts and cast scales, built
         on first use (e.g. the int4 kernels' packed copy of the weights), the fused q/k/v and gate/up
@@ -559,8 +593,14 @@ def _load(bench: Any, device: torch.device) -> dict[str, Any]:
     memory.reset()
     load_s = bench.load()
     peak = memory.peak()
-    say(f"  [{bench.label}] loaded in {load_s:.2f} s")
+    warm_up_s = None
+    if isinstance(bench, OursBench):
+        warm_up_s = bench.warm_up()
+        say(f"  [{bench.label}] loaded in {load_s:.2f} s, warmed up in {warm_up_s:.2f} s")
+    else:
+        say(f"  [{bench.label}] loaded in {load_s:.2f} s")
     return {
+        "warm_up_s": warm_up_s,
         "label": bench.label,
         "load_s": load_s,
         "load_peak_bytes": peak,
@@ -581,6 +621,8 @@ def _finish(bench: Any, stats: dict[str, Any], runs: list[Run], audio: np.ndarra
 
 def _close(bench: Any, result: dict[str, Any], device: torch.device) -> None:
     if isinstance(bench, OursBench):
+        result["decode_kernels"] = bench.decode_kernels()
+        result["step"] = bench.step or "default"
         result["variant"] = bench.variant
         result["dtype"] = bench.dtype_name
         result["decode_weight_bytes"] = bench.decode_weight_bytes
@@ -732,13 +774,17 @@ def bench_model(
     ours_on = "ours" in args.impl
     cfg = AsrConfig.from_file(folder / "config.json")
 
-    def make(variant: str) -> OursBench:  # int8/int4 under --dtype auto: the engine's own choice, as users get it
-        return OursBench(folder, device, variant, args.dtype, args.group_size)
+    def make(variant: str, step: str = "") -> OursBench:  # int8/int4 under --dtype auto: the engine's own choice
+        return OursBench(folder, device, variant, args.dtype, args.group_size, step)
 
     ours: list[OursBench] = []
     if ours_on:  # the reference first: the others are compared with it as they are measured
         order = [reference, *[v for v in variants if v != reference]] if reference in variants else variants
         ours = [make(v) for v in order]
+        # Other decode steps of the base float variant, each its own column (after the default ones).
+        extra = [make(base, step) for step in getattr(args, "decode_steps", [])]
+        ours += extra
+        variants = variants + [b.key for b in extra]
     benches: list[Any] = list(ours)
     if contender is not None:  # the official implementation (benchmarks/official_contender.py)
         benches.append(contender.OfficialBench(folder, device, dtype, base))

@@ -630,8 +630,9 @@ def test_a_graph_whose_first_replay_disagrees_is_dropped_and_the_step_redone(ckp
 
 
 class _Model:
-    def __init__(self, device: str, failed: bool = False, unmerged: bool = False) -> None:
+    def __init__(self, device: str, failed: bool = False, unmerged: bool = False, compiled: bool = False) -> None:
         self.device, self.graph_failed, self.unmerged = torch.device(device), failed, unmerged
+        self.compile_step = compiled
 
     def step_state(self) -> tuple[tuple, bool]:
         return ("key",), self.unmerged
@@ -647,6 +648,7 @@ def test_cuda_always_decodes_with_the_static_step_captured_or_not(monkeypatch):
     assert mode(_Model("cuda", failed=True)) == "eager"
     assert mode(_Model("cuda", unmerged=True)) == "eager"
     assert generate_mod._graph_mode(_Model("cpu")) == (None, None) and mode(_Model("mps")) is None
+    assert mode(_Model("cpu", compiled=True)) == "eager"  # the compiled step is a static step (compiled.py)
     monkeypatch.setattr(generate_mod, "USE_CUDA_GRAPH", False)
     assert mode(_Model("cuda")) == "eager"
     monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
