@@ -27,10 +27,13 @@ Kernels (picked per call by device, dtype and number of rows, see ``KERNEL_MAX_R
 Each kernel is checked once per (device, dtype) against dequantize + matmul on a small problem; one
 that is missing falls back to dequantize + ``F.linear``, one that gives wrong numbers raises.
 
-int8 on CUDA has three candidates (:func:`cuda_int8_path`): torch's kernel (2.9 and later), our Triton
-kernel (triton_gemv.py) and dequantize + matmul. Each that runs and answers right is timed once per
-process on a decoder-sized layer, and the fastest decodes (none of them has been measured on a GPU
-by us: the choice is made on the GPU that runs it).
+int8 and int4 on CUDA have three candidates each (:func:`cuda_int8_path`, :func:`cuda_int4_path`):
+torch's kernel (int8: ``_weight_int8pack_mm``, torch 2.9 and later; int4: tinygemm, bf16 only, on a
+packed copy of the weights), our Triton kernel (triton_gemv.py; int4's reads the stored layout, so
+no packed copy) and dequantize + matmul. Each that runs and answers right is timed once per process
+and GPU on a decoder-sized layer, as GPU time in a CUDA graph over copies that spill the L2 cache
+(:func:`gpu_time_ms`, what a decode step sees), and the fastest decodes: the choice is made on the
+GPU that runs it. ``benchmarks/bench_gemv.py`` times every candidate on every layer shape.
 """
 
 from __future__ import annotations
@@ -69,10 +72,12 @@ KERNEL_MAX_ROWS_DEFAULT = 32
 CPU_BF16_COMPUTE: bool | None = None
 
 _PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 2e-2}  # x max |reference|
-# int8 on CUDA: None = the fastest correct one of CUDA_INT8_PATHS, timed once per (GPU, dtype); a
+# int8 / int4 on CUDA: None = the fastest correct one of CUDA_PATHS, timed once per (GPU, dtype); a
 # name forces that path ("dequantize" always works; "torch" and "triton" fall back to it if unusable).
 CUDA_INT8_PATH: str | None = None
-CUDA_INT8_PATHS = ("triton", "torch", "dequantize")
+CUDA_INT4_PATH: str | None = None
+CUDA_PATHS = ("triton", "torch", "dequantize")
+CUDA_INT8_PATHS = CUDA_PATHS
 # The layer the candidates are timed on: one row through a [4096, 2048] weight (1.7B's q/k/v).
 CUDA_INT8_TIMING_SHAPE = (4096, 2048)
 
@@ -165,7 +170,7 @@ def _kernel_available(kind: str, device: torch.device, dtype: torch.dtype) -> bo
 
 
 def _probe(kind: str, device: torch.device, dtype: torch.dtype, path: str = "torch") -> bool:
-    """``path``: for int8, which kernel ("torch": torch's; "triton": ours, rows <= its MAX_ROWS)."""
+    """``path``: which kernel ("torch": torch's; "triton": ours, rows <= its MAX_ROWS)."""
     gen = torch.Generator().manual_seed(1234)
     weight = torch.randn(64, 256, generator=gen) / 16
     x = torch.randn(5 if path == "torch" else 3, 256, generator=gen)
@@ -178,7 +183,7 @@ def _probe(kind: str, device: torch.device, dtype: torch.dtype, path: str = "tor
         try:
             got = torch.cat([run(xs[:1], dtype), run(xs, dtype)])
         except Exception as exc:  # missing op, unsupported dtype or GPU, a Triton that cannot compile
-            what = "Triton int8" if path == "triton" else kind
+            what = f"Triton {kind}" if path == "triton" else kind
             log.info("%s kernel unavailable on %s for %s (%s); using dequantize + matmul", what, device, dtype, exc)
             return False
         expected = torch.cat([reference[:1], reference])
@@ -197,37 +202,52 @@ def _probe(kind: str, device: torch.device, dtype: torch.dtype, path: str = "tor
 
 
 _CUDA_INT8: dict[tuple, str] = {}
+_CUDA_INT4: dict[tuple, str] = {}
 
 
 def cuda_int8_path(device: torch.device, dtype: torch.dtype) -> str:
     """How int8 layers on ``device`` (CUDA) multiply one to a few rows in ``dtype``: "triton",
     "torch" or "dequantize" (see the module docstring). Decided at the first call per (GPU, dtype),
     which the warm-up makes (it syncs the GPU, so it must not happen inside a graph capture)."""
+    return _cuda_path("int8", device, dtype)
+
+
+def cuda_int4_path(device: torch.device, dtype: torch.dtype) -> str:
+    """The same for int4 layers: "triton" (ours, on the stored layout), "torch" (tinygemm, bf16 only,
+    on a kernel layout built beside the weights) or "dequantize"."""
+    return _cuda_path("int4", device, dtype)
+
+
+def _cuda_path(kind: str, device: torch.device, dtype: torch.dtype) -> str:
     index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (index, dtype, CUDA_INT8_PATH)
-    if key not in _CUDA_INT8:
-        _CUDA_INT8[key] = _choose_cuda_int8(torch.device("cuda", index), dtype)
-    return _CUDA_INT8[key]
+    forced = CUDA_INT8_PATH if kind == "int8" else CUDA_INT4_PATH
+    chosen = _CUDA_INT8 if kind == "int8" else _CUDA_INT4
+    key = (index, dtype, forced)
+    if key not in chosen:
+        chosen[key] = _choose_cuda(kind, torch.device("cuda", index), dtype, forced)
+    return chosen[key]
 
 
-def _choose_cuda_int8(device: torch.device, dtype: torch.dtype) -> str:
+def _choose_cuda(kind: str, device: torch.device, dtype: torch.dtype, forced: str | None) -> str:
     from dictation.asr import triton_gemv
 
     usable = ["dequantize"]
-    if USE_KERNELS and _kernel_available("int8", device, dtype):
+    if USE_KERNELS and _kernel_available(kind, device, dtype):
         usable.append("torch")
-    if USE_KERNELS and triton_gemv.available() and _probe("int8", device, dtype, path="triton"):
+    if USE_KERNELS and triton_gemv.available() and _probe(kind, device, dtype, path="triton"):
         usable.append("triton")
-    if CUDA_INT8_PATH is not None:
-        chosen = CUDA_INT8_PATH if CUDA_INT8_PATH in usable else "dequantize"
-        log.info("int8 on %s (%s): %s (CUDA_INT8_PATH=%s)", device, dtype, chosen, CUDA_INT8_PATH)
+    if forced is not None:
+        chosen = forced if forced in usable else "dequantize"
+        log.info("%s on %s (%s): %s (CUDA_%s_PATH=%s)", kind, device, dtype, chosen, kind.upper(), forced)
         return chosen
     if len(usable) == 1:
         return usable[0]
-    times = {path: _time_int8(path, device, dtype) for path in usable}
+    timer = _time_int8 if kind == "int8" else _time_int4
+    times = {path: timer(path, device, dtype) for path in usable}
     chosen = min(times, key=times.get)
     log.info(
-        "int8 on %s (%s), one row through %s: %s; using %s",
+        "%s on %s (%s), one row through %s: %s; using %s",
+        kind,
         device,
         dtype,
         "x".join(map(str, CUDA_INT8_TIMING_SHAPE)),
@@ -240,22 +260,75 @@ def _choose_cuda_int8(device: torch.device, dtype: torch.dtype) -> str:
 def _time_int8(path: str, device: torch.device, dtype: torch.dtype, repeats: int = 50) -> float:
     """Milliseconds per call of one int8 path on a decoder-sized layer (CUDA events, after warm-up
     calls that also let triton.autotune pick its blocks for this shape)."""
+    return _time_kernel("int8", path, device, dtype, repeats)
+
+
+def _time_int4(path: str, device: torch.device, dtype: torch.dtype, repeats: int = 50) -> float:
+    """The same for one int4 path (group size ``DEFAULT_GROUP_SIZE``)."""
+    return _time_kernel("int4", path, device, dtype, repeats)
+
+
+def _time_kernel(kind: str, path: str, device: torch.device, dtype: torch.dtype, repeats: int) -> float:
     out_f, in_f = CUDA_INT8_TIMING_SHAPE
     gen = torch.Generator().manual_seed(0)
-    layer = Int8Linear.from_weight(torch.randn(out_f, in_f, generator=gen) / 32).to(device)
+    weight = torch.randn(out_f, in_f, generator=gen) / 32
+    layer = Int8Linear.from_weight(weight) if kind == "int8" else Int4Linear.from_weight(weight)
+    layers = l2_copies(layer.to(device), device)
     x = torch.randn(1, in_f, generator=gen).to(device, dtype)
-    run = {"triton": layer._triton_kernel, "torch": layer._torch_kernel}.get(path)
+    if path == "dequantize":
+        calls = [functools.partial(m._fallback, x) for m in layers]
+    else:
+        calls = [functools.partial(m._triton_kernel if path == "triton" else m._torch_kernel, x, dtype) for m in layers]
+    return gpu_time_ms(calls, device, repeats)
+
+
+def l2_copies(layer: nn.Module, device: torch.device, factor: float = 2.0, most: int = 64) -> list[nn.Module]:
+    """``layer`` and copies of it holding together at least ``factor`` times the GPU's L2 cache, for
+    timing: calling them in turn reads the weights from memory, as a decode step through all the
+    layers does, rather than from L2 (50 MB on an H100, more than one decoder layer)."""
+    import copy
+
+    size = sum(t.numel() * t.element_size() for t in (*layer.parameters(), *layer.buffers()))
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+    count = min(most, max(1, -(-int(factor * l2) // max(size, 1))))
+    return [layer] + [copy.deepcopy(layer) for _ in range(count - 1)]
+
+
+def gpu_time_ms(calls: Sequence[Callable[[], object]], device: torch.device, repeats: int = 50) -> float:
+    """Milliseconds of GPU time per call: ``repeats`` calls, taking ``calls`` in turn, captured in one
+    CUDA graph and replayed (the decode step runs in a graph, so host-side launch costs, which differ
+    between torch's ops and Triton's launcher, must not decide), the best of 3 replays. Warm-up
+    calls come first (they also let triton.autotune pick its blocks). Where capture fails, the calls
+    are timed back to back instead."""
+    sequence = [calls[i % len(calls)] for i in range(max(repeats, len(calls)))]
     with torch.inference_mode(), torch.cuda.device(device):
-        call = (lambda: run(x, dtype)) if run is not None else (lambda: layer._fallback(x))
-        for _ in range(5):
+        for call in calls:
             call()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            call()
-        end.record()
-        end.synchronize()
-    return start.elapsed_time(end) / repeats
+        torch.cuda.synchronize(device)
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for call in sequence:
+                    call()
+            replay = graph.replay
+        except RuntimeError as exc:  # something in the call cannot be captured
+            log.debug("timing without a CUDA graph (%s)", exc)
+            torch.cuda.synchronize(device)
+
+            def replay() -> None:
+                for call in sequence:
+                    call()
+
+        replay()
+        best = float("inf")
+        for _ in range(3):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            replay()
+            end.record()
+            end.synchronize()
+            best = min(best, start.elapsed_time(end) / len(sequence))
+    return best
 
 
 # --- modules ----------------------------------------------------------------------------------------------
@@ -317,12 +390,9 @@ class _QuantLinear(nn.Module):
     def _kernel_fits(self, device: torch.device, dtype: torch.dtype) -> bool:
         raise NotImplementedError
 
-    def _kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        raise NotImplementedError
-
     def _torch_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """torch's packed kernel (what :func:`_probe` checks); ``_kernel`` may pick another."""
-        return self._kernel(x2d, dtype)
+        raise NotImplementedError
 
     def _plan(self, x: torch.Tensor, rows: int) -> tuple[torch.dtype, bool]:
         """(compute dtype, use the kernel) for this call."""
@@ -340,8 +410,24 @@ class _QuantLinear(nn.Module):
         )
         return dtype, use
 
+    def _cuda_path(self, device: torch.device, dtype: torch.dtype) -> str:
+        raise NotImplementedError
+
     def _kernel_ready(self, device: torch.device, dtype: torch.dtype, rows: int) -> bool:
-        return _kernel_available(self.kind, device, dtype)
+        if device.type != "cuda":
+            return _kernel_available(self.kind, device, dtype)
+        from dictation.asr.triton_gemv import MAX_ROWS
+
+        path = self._cuda_path(device, dtype)
+        return path == "torch" or (path == "triton" and rows <= MAX_ROWS)
+
+    def _kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if x2d.device.type == "cuda" and self._cuda_path(x2d.device, dtype) == "triton":
+            return self._triton_kernel(x2d, dtype)
+        return self._torch_kernel(x2d, dtype)
+
+    def _triton_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -411,18 +497,8 @@ class Int8Linear(_QuantLinear):
         # torch's CPU bf16 kernel crashes or gives garbage when in_features is not a multiple of 16.
         return self.in_features % 32 == 0 and self.out_features % 16 == 0
 
-    def _kernel_ready(self, device: torch.device, dtype: torch.dtype, rows: int) -> bool:
-        if device.type != "cuda":
-            return _kernel_available(self.kind, device, dtype)
-        from dictation.asr.triton_gemv import MAX_ROWS
-
-        path = cuda_int8_path(device, dtype)
-        return path == "torch" or (path == "triton" and rows <= MAX_ROWS)
-
-    def _kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        if x2d.device.type == "cuda" and cuda_int8_path(x2d.device, dtype) == "triton":
-            return self._triton_kernel(x2d, dtype)
-        return self._torch_kernel(x2d, dtype)
+    def _cuda_path(self, device: torch.device, dtype: torch.dtype) -> str:
+        return cuda_int8_path(device, dtype)
 
     def _torch_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return torch._weight_int8pack_mm(x2d, self.weight, self._scales_for(dtype))
@@ -497,9 +573,10 @@ class Int4Linear(_QuantLinear):
         return self._cache[key]
 
     def prepare(self, dtype: torch.dtype) -> None:
-        """Build the kernel layout for ``dtype`` on the module's device (done lazily otherwise); a no-op
-        where no kernel applies."""
-        if USE_KERNELS and self._kernel_fits(self.qweight.device, dtype):
+        """Build torch's kernel layout for ``dtype`` on the module's device (done lazily otherwise); a
+        no-op where that kernel does not apply."""
+        device = self.qweight.device
+        if USE_KERNELS and self._kernel_fits(device, dtype) and (device.type != "cuda" or dtype == torch.bfloat16):
             self._packed_for(dtype)
 
     def _inner_k_tiles(self) -> int:
@@ -508,8 +585,8 @@ class Int4Linear(_QuantLinear):
     def _kernel_fits(self, device: torch.device, dtype: torch.dtype) -> bool:
         if device.type == "cpu":
             return self.out_features % 16 == 0 and self.in_features % 32 == 0
-        if device.type == "cuda":  # tinygemm: bf16 only, n tiles of 8, k tiles of 16 (x 2 at least)
-            return dtype == torch.bfloat16 and self.out_features % 8 == 0 and self.in_features % 32 == 0
+        if device.type == "cuda":  # tinygemm: n tiles of 8, k tiles of 16 (x 2 at least), bf16 only (its probe)
+            return self.out_features % 8 == 0 and self.in_features % 32 == 0
         return False
 
     def _packed_for(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -528,11 +605,19 @@ class Int4Linear(_QuantLinear):
             self._cache[key] = (packed, sz)
         return self._cache[key]
 
-    def _kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def _cuda_path(self, device: torch.device, dtype: torch.dtype) -> str:
+        return cuda_int4_path(device, dtype)
+
+    def _torch_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         packed, sz = self._packed_for(dtype)
         if x2d.device.type == "cuda":
             return torch._weight_int4pack_mm(x2d, packed, self.group_size, sz)
         return torch._weight_int4pack_mm_for_cpu(x2d, packed, self.group_size, sz)
+
+    def _triton_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        from dictation.asr.triton_gemv import int4_matmul
+
+        return int4_matmul(x2d, self.qweight, self.scales, self.zeros)
 
     def extra_repr(self) -> str:
         return (

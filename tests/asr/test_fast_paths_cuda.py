@@ -379,3 +379,67 @@ def test_the_warm_up_captures_every_bucket_the_first_dictations_use(ckpt_untied,
     for seconds in (1.5, 10.0, 25.0):
         engine.transcribe(synth_audio(seconds, seed=8), max_new_tokens=4)
     assert made == []
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", list(FUSED_SHAPES))
+@pytest.mark.parametrize("group", [128, 32])
+def test_the_triton_int4_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, shape, dtype, group):
+    from dictation.asr import triton_gemv
+    from dictation.asr.triton_gemv import INT4_CONFIGS, MAX_ROWS, int4_matmul
+
+    if not triton_gemv.available():
+        monkeypatch.setattr(quant, "_CUDA_INT4", {})
+        assert quant.cuda_int4_path(torch.device("cuda"), dtype) != "triton"
+        return
+
+    in_f, outs = FUSED_SHAPES[shape]
+    gen = torch.Generator().manual_seed(group)
+    layers = [quant.Int4Linear.from_weight(torch.randn(n, in_f, generator=gen) / 32, group_size=group) for n in outs]
+    fused = quant.fuse_rows(layers).to("cuda")
+    reference = fused.dequantize()
+    for rows in (1, MAX_ROWS):
+        x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to("cuda", dtype)
+        expected = x.float() @ reference.T
+        bound = quant._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
+        for block in (None, *INT4_CONFIGS):  # autotuned, then each candidate
+            got = int4_matmul(x, fused.qweight, fused.scales, fused.zeros, block=block)
+            assert got.dtype == dtype and float((got.float() - expected).abs().max()) <= bound, block
+
+
+@pytest.mark.parametrize("path", ["triton", "torch", "dequantize"])
+def test_every_cuda_int4_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckpt_untied, monkeypatch, path):
+    monkeypatch.setattr(quant, "CUDA_INT4_PATH", path)
+    from dictation.asr import triton_gemv
+
+    chosen = quant.cuda_int4_path(torch.device("cuda"), torch.bfloat16)
+    usable = {"triton": triton_gemv.available(), "torch": True, "dequantize": True}[path]
+    assert chosen == (path if usable else "dequantize")
+    engine = cuda_engine(ckpt_untied, variant="int4")
+    check_clips(engine, exact_plain=False)
+    if chosen == "triton":  # decoding never needed tinygemm's packed copy of the weights
+        layers = [m for m in engine.model.modules() if isinstance(m, quant.Int4Linear)]
+        layers += engine.model.decoder.fused_layers()
+        cached = [t for layer in layers for tensors in layer._cache.values() for t in tensors]
+        assert cached and not [t for t in cached if t.dtype == torch.int32]
+
+
+def test_the_int4_path_is_timed_once_and_logged(monkeypatch, caplog):
+    caplog.set_level("INFO", logger="dictation.asr.quant")
+    monkeypatch.setattr(quant, "_CUDA_INT4", {})
+    chosen = quant.cuda_int4_path(torch.device("cuda"), torch.bfloat16)
+    assert chosen in quant.CUDA_PATHS
+    assert quant.cuda_int4_path(torch.device("cuda"), torch.bfloat16) == chosen
+    assert "int4 on cuda" in caplog.text and f"using {chosen}" in caplog.text  # tinygemm runs: always timed
+
+
+def test_gpu_timing_spills_l2_and_sees_the_cost_of_the_bytes():
+    """A layer twice as large takes longer per call: the copies make the weights come from memory."""
+    device = torch.device("cuda")
+    times = {}
+    for rows in (4096, 8192):
+        weight = torch.randn(rows, 4096, device=device, dtype=torch.bfloat16)
+        x = torch.randn(1, 4096, device=device, dtype=torch.bfloat16)
+        copies = [weight] + [weight.clone() for _ in range(7)]
+        times[rows] = quant.gpu_time_ms([lambda w=w, x=x: torch.nn.functional.linear(x, w) for w in copies], device)
+    assert times[8192] > 1.3 * times[4096]

@@ -1,7 +1,7 @@
-"""The Triton int8 kernel (dictation/asr/triton_gemv.py), run on the CPU in Triton's interpreter.
+"""The Triton int8 and int4 kernels (dictation/asr/triton_gemv.py), run on the CPU in Triton's interpreter.
 
 On a GPU the same kernel is compiled instead (test_fast_paths_cuda.py checks it there, and
-quant.cuda_int8_path only uses it after its probe). The interpreter needs TRITON_INTERPRET=1 before
+quant.cuda_int8_path / cuda_int4_path only use them after their probes). The interpreter needs TRITON_INTERPRET=1 before
 the kernel is built, so the kernel runs in a child process that reports its errors as JSON.
 """
 
@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent(
     """
     import json, torch
     from dictation.asr import quant, triton_gemv
-    from dictation.asr.quant import Int8Linear
+    from dictation.asr.quant import Int4Linear, Int8Linear
 
     DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     # (rows, out, in): the tiny checkpoint's layers, sizes off every block multiple, 1.7B's q/k/v
@@ -41,9 +41,28 @@ SCRIPT = textwrap.dedent(
                 got = triton_gemv.int8_matmul(x, layer.weight, layer.weight_scale, block=block)
                 err = float((got.float() - reference).abs().max() / reference.abs().max())
                 report["errors"].append([name, rows, out_f, in_f, list(block), got.dtype == dtype, err])
-    for name, dtype in DTYPES.items():  # the probe quant.py runs before it uses the kernel
-        report["probe"][name] = quant._probe("int8", torch.device("cpu"), dtype, path="triton")
-    report["configs"] = len(triton_gemv._kernel().configs)  # the autotuned wrapper (it cannot run here)
+    # int4 (rows, out, in, group): sizes off every block multiple, K not a multiple of BLOCK_K, every
+    # group size, 1.7B's q/k/v
+    INT4_SHAPES = [(1, 64, 256, 128), (2, 40, 96, 32), (3, 24, 512, 256), (4, 20, 320, 64), (1, 4096, 2048, 128)]
+    report["int4"] = []
+    for rows, out_f, in_f, group in INT4_SHAPES:
+        w = torch.randn(out_f, in_f, generator=gen) / 16
+        w[0, :group] = 0.5  # a constant group (scale 1)
+        layer = Int4Linear.from_weight(w, group_size=group)
+        x32 = torch.randn(rows, in_f, generator=gen)
+        for name, dtype in DTYPES.items():
+            x = x32.to(dtype)
+            reference = x.float() @ layer.dequantize().T
+            blocks = triton_gemv.INT4_CONFIGS if name == "bf16" and out_f < 4096 else triton_gemv.INT4_CONFIGS[1:2]
+            for block in blocks:
+                got = triton_gemv.int4_matmul(x, layer.qweight, layer.scales, layer.zeros, block=block)
+                err = float((got.float() - reference).abs().max() / reference.abs().max())
+                report["int4"].append([name, rows, out_f, in_f, group, list(block), got.dtype == dtype, err])
+    for kind in ("int8", "int4"):  # the probe quant.py runs before it uses the kernel
+        for name, dtype in DTYPES.items():
+            report["probe"][f"{kind} {name}"] = quant._probe(kind, torch.device("cpu"), dtype, path="triton")
+    # the autotuned wrappers (they cannot run here)
+    report["configs"] = [len(triton_gemv._kernel().configs), len(triton_gemv._int4_kernel().configs)]
     print(json.dumps(report))
     """
 )
@@ -68,9 +87,25 @@ def test_the_kernel_matches_the_exact_product_for_every_block_size_and_dtype(int
         assert err <= TOLERANCE[dtype], f"{dtype} {rows}x{in_f} -> {out_f}, block {block}: error {err:.2e}"
 
 
-def test_the_probe_accepts_it_and_autotune_gets_every_block_size(interpreted):
-    assert interpreted["probe"] == {"fp32": True, "bf16": True, "fp16": True}
-    assert interpreted["configs"] == len(triton_gemv.CONFIGS)
+def test_the_int4_kernel_matches_the_exact_product_for_every_block_size_group_and_dtype(interpreted):
+    cases = interpreted["int4"]
+    assert len(cases) == 4 * (len(triton_gemv.INT4_CONFIGS) + 2) + 3
+    assert {case[4] for case in cases} == {32, 64, 128, 256}
+    for dtype, rows, out_f, in_f, group, block, same_dtype, err in cases:
+        assert same_dtype, f"{dtype} {rows}x{in_f} -> {out_f}: result not in the input dtype"
+        where = f"{dtype} {rows}x{in_f} -> {out_f}, group {group}, block {block}"
+        assert err <= TOLERANCE[dtype], f"{where}: error {err:.2e}"
+
+
+def test_the_probe_accepts_them_and_autotune_gets_every_block_size(interpreted):
+    assert interpreted["probe"] == {f"{k} {d}": True for k in ("int8", "int4") for d in ("fp32", "bf16", "fp16")}
+    assert interpreted["configs"] == [len(triton_gemv.CONFIGS), len(triton_gemv.INT4_CONFIGS)]
+
+
+def test_int4_block_sizes_hold_whole_groups():
+    """The kernel sums each group before scaling it: BLOCK_K must be a multiple of every group size."""
+    for _, block_k, _ in triton_gemv.INT4_CONFIGS:
+        assert block_k % max(quant.GROUP_SIZES) == 0
 
 
 def compile_for(capability: int, dtype: str, block: tuple[int, int, int], aligned: bool):
@@ -105,6 +140,39 @@ def test_the_kernel_compiles_for_real_gpus_and_reads_weights_in_vectors(capabili
     assert compile_for(capability, "bf16", triton_gemv.CONFIGS[0], aligned=False).asm.get("cubin")  # odd sizes
 
 
+def compile_int4_for(capability: int, dtype: str, block: tuple[int, int, int], group: int, aligned: bool):
+    """The int4 kernel compiled ahead of time, as :func:`compile_for` does the int8 one."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    block_n, block_k, warps = block
+    pointers = {"x_ptr": f"*{dtype}", "w_ptr": "*i32", "scale_ptr": "*fp32", "zero_ptr": "*fp32", "y_ptr": f"*{dtype}"}
+    ints = dict.fromkeys(("N", "KW", "stride_x", "stride_w", "stride_s", "stride_y"), "i32")
+    signature = {**pointers, **ints, "GROUP": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers) + len(ints))} if aligned else None
+    constexprs = {"GROUP": group, "BLOCK_N": block_n, "BLOCK_K": block_k}
+    source = ASTSource(fn=triton_gemv.raw_int4_kernel(), signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
+
+
+@pytest.mark.parametrize("capability", [80, 89, 90])
+def test_the_int4_kernel_compiles_for_real_gpus_reads_16_byte_vectors_and_never_converts_integers(capability):
+    """On aligned layers (the decoder's: K / 8 words a multiple of 16) each thread loads its weights
+    as 16-byte vectors, and no nibble goes through an integer-to-float conversion (2 per byte would
+    cap the kernel below the memory bandwidth on an H100: 16 conversions per clock per SM)."""
+    cases = [("bf16", block, 128) for block in triton_gemv.INT4_CONFIGS]
+    cases += [("fp16", triton_gemv.INT4_CONFIGS[1], 32), ("bf16", triton_gemv.INT4_CONFIGS[0], 256)]
+    for dtype, block, group in cases:
+        ptx = compile_int4_for(capability, dtype, block, group, aligned=True).asm["ptx"]
+        block_n, block_k, warps = block
+        words_per_thread = block_n * block_k // 8 // (32 * warps)  # of the weights, per step
+        loads = re.findall(r"ld\.global(?:\.\w+)*", ptx)
+        assert loads.count("ld.global.v4.b32") >= words_per_thread // 4, (dtype, block, group, loads)
+        assert not re.findall(r"cvt\.rn\.f32\.[su](?:8|16|32)", ptx), (dtype, block)
+    assert compile_int4_for(capability, "bf16", triton_gemv.INT4_CONFIGS[1], 64, aligned=False).asm.get("cubin")
+
+
 def test_misfit_inputs_are_refused_with_their_shapes():
     w = torch.zeros(8, 32, dtype=torch.int8)
     with pytest.raises(ValueError, match=r"x \(1, 16\), weight \(8, 32\)"):
@@ -113,6 +181,16 @@ def test_misfit_inputs_are_refused_with_their_shapes():
         triton_gemv.int8_matmul(torch.zeros(1, 32), w, torch.ones(4))
     with pytest.raises(ValueError, match="do not fit"):
         triton_gemv.int8_matmul(torch.zeros(1, 64)[:, ::2], w, torch.ones(8))  # not contiguous along K
+    q, s = torch.zeros(8, 64, dtype=torch.uint8), torch.ones(8, 1)
+    with pytest.raises(ValueError, match=r"x \(1, 64\), qweight \(8, 64\) torch.uint8, scales \(8, 1\)"):
+        triton_gemv.int4_matmul(torch.zeros(1, 64), q, s, s)  # qweight holds 128 inputs
+    for scales in (torch.ones(8, 3), torch.ones(8, 8), torch.ones(4, 1)):  # 42.7, 16 per group, rows
+        with pytest.raises(ValueError, match="do not fit"):
+            triton_gemv.int4_matmul(torch.zeros(1, 128), q, scales, scales)
+    with pytest.raises(ValueError, match="do not fit"):
+        triton_gemv.int4_matmul(torch.zeros(1, 128), q.view(torch.int8), s, s)
+    with pytest.raises(ValueError, match="do not fit"):  # rows not on 4-byte boundaries
+        triton_gemv.int4_matmul(torch.zeros(1, 128), torch.zeros(8, 66, dtype=torch.uint8)[:, 2:], s, s)
 
 
 def test_a_triton_kernel_that_answers_wrongly_is_left_out_not_fatal(monkeypatch, caplog):
@@ -137,11 +215,13 @@ def test_a_triton_kernel_that_fails_to_run_is_left_out(monkeypatch, caplog):
 
 
 class _Paths:
-    """Stand-ins for what cuda_int8_path asks of the GPU: which candidates run right, their times."""
+    """Stand-ins for what cuda_int8_path / cuda_int4_path ask of the GPU: which candidates run right,
+    their times."""
 
     def __init__(self, monkeypatch, times: dict[str, float], torch_ok=True, triton_ok=True, triton_there=True):
         self.timed: list[str] = []
         monkeypatch.setattr(quant, "_CUDA_INT8", {})
+        monkeypatch.setattr(quant, "_CUDA_INT4", {})
         monkeypatch.setattr(quant, "_kernel_available", lambda kind, device, dtype: torch_ok)
         monkeypatch.setattr(triton_gemv, "available", lambda: triton_there)
         monkeypatch.setattr(quant, "_probe", lambda kind, device, dtype, path="torch": triton_ok)
@@ -152,46 +232,75 @@ class _Paths:
             return times[path]
 
         monkeypatch.setattr(quant, "_time_int8", timing)
+        monkeypatch.setattr(quant, "_time_int4", timing)
 
 
 CUDA = torch.device("cuda")
 
 
-def test_the_fastest_int8_path_that_answers_right_is_chosen_once(monkeypatch, caplog):
+PATH_OF = {"int8": quant.cuda_int8_path, "int4": quant.cuda_int4_path}
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_the_fastest_path_that_answers_right_is_chosen_once(monkeypatch, caplog, kind):
     caplog.set_level("INFO", logger="dictation.asr.quant")
+    path_of = PATH_OF[kind]
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
-    assert quant.cuda_int8_path(CUDA, torch.bfloat16) == "triton"
-    assert quant.cuda_int8_path(torch.device("cuda", 0), torch.bfloat16) == "triton"
+    assert path_of(CUDA, torch.bfloat16) == "triton"
+    assert path_of(torch.device("cuda", 0), torch.bfloat16) == "triton"
     assert sorted(paths.timed) == ["dequantize", "torch", "triton"]  # once per (GPU, dtype)
-    assert "triton 11.0 us" in caplog.text and "using triton" in caplog.text
+    assert f"{kind} on cuda:0" in caplog.text and "triton 11.0 us" in caplog.text and "using triton" in caplog.text
+    other = PATH_OF["int4" if kind == "int8" else "int8"]
+    assert other(CUDA, torch.bfloat16) == "triton" and len(paths.timed) == 6  # each kind decides for itself
 
     paths = _Paths(monkeypatch, {"triton": 0.031, "torch": 0.052, "dequantize": 0.020})
-    assert quant.cuda_int8_path(CUDA, torch.bfloat16) == "dequantize"
+    assert path_of(CUDA, torch.bfloat16) == "dequantize"
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020}, triton_ok=False)
-    assert quant.cuda_int8_path(CUDA, torch.bfloat16) == "dequantize" and "triton" not in paths.timed
+    assert path_of(CUDA, torch.bfloat16) == "dequantize" and "triton" not in paths.timed
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.009, "dequantize": 0.020}, triton_there=False)
-    assert quant.cuda_int8_path(CUDA, torch.float16) == "torch"
+    assert path_of(CUDA, torch.float16) == "torch"
     paths = _Paths(monkeypatch, {}, torch_ok=False, triton_there=False)
-    assert quant.cuda_int8_path(CUDA, torch.float16) == "dequantize" and paths.timed == []  # nothing to time
+    assert path_of(CUDA, torch.float16) == "dequantize" and paths.timed == []  # nothing to time
 
 
-def test_an_int8_path_can_be_forced(monkeypatch):
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_path_can_be_forced(monkeypatch, kind):
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
-    monkeypatch.setattr(quant, "CUDA_INT8_PATH", "torch")
-    assert quant.cuda_int8_path(CUDA, torch.bfloat16) == "torch" and paths.timed == []
+    monkeypatch.setattr(quant, f"CUDA_{kind.upper()}_PATH", "torch")
+    assert PATH_OF[kind](CUDA, torch.bfloat16) == "torch" and paths.timed == []
     paths = _Paths(monkeypatch, {}, torch_ok=False)
-    assert quant.cuda_int8_path(CUDA, torch.bfloat16) == "dequantize"  # forced but unusable
+    assert PATH_OF[kind](CUDA, torch.bfloat16) == "dequantize"  # forced but unusable
 
 
+@pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize(
     ("path", "rows", "kernel"),
     [("triton", 1, True), ("triton", triton_gemv.MAX_ROWS, True), ("triton", triton_gemv.MAX_ROWS + 1, False),
      ("torch", 1, True), ("torch", 32, True), ("torch", 33, False), ("dequantize", 1, False)],
 )  # fmt: skip
-def test_an_int8_layer_on_cuda_takes_the_chosen_path(monkeypatch, path, rows, kernel):
+def test_a_layer_on_cuda_takes_the_chosen_path(monkeypatch, kind, path, rows, kernel):
     from types import SimpleNamespace
 
-    monkeypatch.setattr(quant, "cuda_int8_path", lambda device, dtype: path)
-    layer = quant.Int8Linear.from_weight(torch.randn(64, 128))
+    monkeypatch.setattr(quant, f"cuda_{kind}_path", lambda device, dtype: path)
+    w = torch.randn(64, 128)
+    layer = quant.Int8Linear.from_weight(w) if kind == "int8" else quant.Int4Linear.from_weight(w)
     x = SimpleNamespace(device=CUDA, dtype=torch.bfloat16)
     assert layer._plan(x, rows) == (torch.bfloat16, kernel)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_layer_calls_the_kernel_of_its_path(monkeypatch, kind):
+    """What ``_plan`` allows, ``_kernel`` runs: ours on "triton", torch's otherwise (stand-ins record
+    which; the layer itself cannot reach CUDA here)."""
+    from types import SimpleNamespace
+
+    w = torch.randn(64, 128)
+    layer = quant.Int8Linear.from_weight(w) if kind == "int8" else quant.Int4Linear.from_weight(w)
+    called = []
+    monkeypatch.setattr(type(layer), "_triton_kernel", lambda self, x, dtype: called.append("triton"))
+    monkeypatch.setattr(type(layer), "_torch_kernel", lambda self, x, dtype: called.append("torch"))
+    for path in ("triton", "torch"):
+        monkeypatch.setattr(quant, f"cuda_{kind}_path", lambda device, dtype, p=path: p)
+        layer._kernel(SimpleNamespace(device=CUDA), torch.bfloat16)
+    layer._kernel(torch.zeros(1, 128), torch.float32)  # not CUDA: torch's kernel
+    assert called == ["triton", "torch", "torch"]
