@@ -240,6 +240,10 @@ def summary(out: Path) -> int:
         if text.exists() and not (out / f"{name}.json").exists():
             tail = text.read_text(encoding="utf-8").strip().splitlines()[-1:]
             lines.append(f"{name}: no JSON ({tail[0] if tail else 'no output'})")
+    for path in sorted(out.glob("gemv-*.txt")):  # benchmarks/bench_gemv.py: the step's products per kernel
+        text = path.read_text(encoding="utf-8").splitlines()
+        start = next((i for i, line in enumerate(text) if line.startswith("one decode step's")), None)
+        lines += [f"{path.stem}:"] + (text[start:] if start is not None else text[-3:])
     print("\n".join(lines))
     (out / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0

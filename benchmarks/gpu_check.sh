@@ -87,22 +87,31 @@ else
     DEVICE=cuda
 fi
 
-step diagnosis 60 "$PY" benchmarks/gpu_diagnose.py --device "$DEVICE" --out "$OUT/diagnosis.txt"
-
 CKPT=$WORK/checkpoints
 if [ "$DRY" = 1 ]; then
     step bench-tiny 120 "$PY" benchmarks/bench_asr.py --sizes tiny --variants fp32 int8 int4 --seconds 2 \
         --tokens 4 --repeats 1 --warmup 0 --device cpu --workdir "$CKPT" --json "$OUT/bench-tiny.json" \
         2>&1 | tee "$OUT/bench-tiny.txt" | tail -n 30
 else
-    step bench-1.7B 170 "$PY" benchmarks/bench_asr.py --sizes 1.7B --variants bf16 int8 int4 --seconds 5 10 30 \
-        --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" --json "$OUT/bench-1.7B.json" \
-        2>&1 | tee "$OUT/bench-1.7B.txt" | tail -n 60
+    # GPU_CHECK_CLIPS: the 1.7B clip lengths; GPU_CHECK_STEPS_1_7B / _0_6B: extra decode steps timed
+    # beside the default one (bench --decode-steps: unfused, gemv, compiled); empty for none.
+    read -r -a STEPS17 <<<"${GPU_CHECK_STEPS_1_7B-unfused gemv compiled}"
+    read -r -a STEPS06 <<<"${GPU_CHECK_STEPS_0_6B-unfused gemv}"
+    read -r -a CLIPS <<<"${GPU_CHECK_CLIPS:-5 10 30}"
+    step bench-1.7B 170 "$PY" benchmarks/bench_asr.py --sizes 1.7B --variants bf16 int8 int4 --seconds "${CLIPS[@]}" \
+        ${STEPS17[@]:+--decode-steps "${STEPS17[@]}"} --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" \
+        --json "$OUT/bench-1.7B.json" 2>&1 | tee "$OUT/bench-1.7B.txt" | tail -n 60
     step bench-0.6B 80 "$PY" benchmarks/bench_asr.py --sizes 0.6B --variants bf16 int8 int4 --seconds 10 \
-        --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" --json "$OUT/bench-0.6B.json" \
-        2>&1 | tee "$OUT/bench-0.6B.txt" | tail -n 30
+        ${STEPS06[@]:+--decode-steps "${STEPS06[@]}"} --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" \
+        --json "$OUT/bench-0.6B.json" 2>&1 | tee "$OUT/bench-0.6B.txt" | tail -n 30
+    step gemv 40 "$PY" benchmarks/bench_gemv.py --size 1.7B --json "$OUT/gemv-1.7B.json" 2>&1 |
+        tee "$OUT/gemv-1.7B.txt" | tail -n 30
 fi
+
+step diagnosis 60 "$PY" benchmarks/gpu_diagnose.py --device "$DEVICE" --out "$OUT/diagnosis.txt"
 
 echo "total=$(($(date +%s) - T0))s" >>"$OUT/steps.txt"
 "$PY" benchmarks/gpu_check.py summary "$OUT"
-echo "output in $OUT"
+# Everything in one archive beside the summary (a device tool returns only a few files).
+tar -czf "$OUT/gpu-check.tgz" -C "$OUT" --exclude gpu-check.tgz --exclude summary.txt . 2>/dev/null
+echo "output in $OUT (all of it also in gpu-check.tgz)"
