@@ -405,6 +405,12 @@ class TextDecoder(nn.Module):
         self.kernels: bool | None = None
         self.gemv: bool | None = None
 
+    def path_key(self) -> tuple:
+        """The settings that choose which code a step runs (fused kernels, GEMV, attention splits):
+        part of what a captured CUDA graph is keyed on, so turning one of them replays no graph
+        captured with the other code."""
+        return (self.kernels, self.gemv, fused.FUSED_KERNELS, fused.FUSED_GEMV, fused.ATTENTION_SPLITS)
+
     def uses_kernels(self, h: torch.Tensor) -> bool:
         """Whether the layers run the fused kernels for activations like ``h`` (asked for on its device,
         and checked there once: fused.usable)."""

@@ -137,7 +137,10 @@ class AsrModel(nn.Module):
         """(:meth:`weights_key`, whether the decoder holds an unmerged adapter), from one walk over the
         modules: what each CUDA decode checks before it replays a captured step (about 0.6 ms for
         1.7B on a slow CPU; the two separate scans took 2)."""
-        key: list = [self.decoder.weights_epoch, self.lm_head is None]
+        # Which code the step runs is part of the key too: a graph captured with the fused kernels
+        # (or the compiled step) must not be replayed after they are turned off, nor the reverse.
+        compiled_on = bool(self.compile_step) and self.compiled_step is not False
+        key: list = [self.decoder.weights_epoch, self.lm_head is None, self.decoder.path_key(), compiled_on]
         unmerged = False
         modules = [*self.decoder.modules(), *self.decoder.fused_layers()]
         if self.lm_head is not None:
@@ -196,7 +199,7 @@ class AsrModel(nn.Module):
         modules = [*self.decoder.modules(), *self.decoder.fused_layers()]
         if self.lm_head is not None:
             modules.append(self.lm_head)
-        key = (id(self.cache), self.decoder.weights_epoch, tuple(stamp(m) for m in modules))
+        key = (id(self.cache), self.decoder.weights_epoch, self.decoder.path_key(), tuple(stamp(m) for m in modules))
         if key != self._prefills_for:
             self._drop_prefills()
             self._prefills_for = key

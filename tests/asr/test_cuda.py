@@ -9,6 +9,7 @@ import torch
 
 from dictation.asr import AsrEngine, EngineOptions
 from dictation.asr.generate import capture_stream
+from tests.asr.test_fast_paths import BF16_PICK_TOLERANCE
 from tests.oracle import synth_audio
 from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
 from tests.oracle.official import OfficialOracle, oracle_for
@@ -79,7 +80,17 @@ def test_bf16_cuda_agrees_with_official_bf16_cuda(ckpt_untied):
         ours = result.first_logits.cpu()
         assert torch.corrcoef(torch.stack([ours, ref_logits]))[0, 1] > 0.999
         ref_ids = strip_eos(oracle.greedy_ids(audio, max_new_tokens=16))
-        assert result.ids[:4] == ref_ids[:4]
+        # In bf16 two implementations round differently (our fused kernels sum attention and norms in
+        # another order), so on random weights, whose logits are nearly uniform, they may part at a
+        # near tie. What holds: up to where they part the ids are equal, and where they part our pick
+        # is, in the official model fed the same ids, within bf16 rounding of its best logit.
+        n = min(4, len(ref_ids), len(result.ids))
+        part = next((k for k in range(n) if result.ids[k] != ref_ids[k]), None)
+        if part is not None:
+            logits = oracle.forced_logits(audio, result.ids[:part])[part].float()
+            gap = float(logits.max() - logits[result.ids[part]]) / float(logits.abs().max())
+            print(f"{seconds} s: ours and the official part at id {part}, gap {gap:.4f} of the largest |logit|")
+            assert gap <= BF16_PICK_TOLERANCE, (seconds, part, gap, result.ids[:4], ref_ids[:4])
 
 
 def test_unload_returns_gpu_memory(ckpt_untied):

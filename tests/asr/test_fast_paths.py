@@ -550,6 +550,26 @@ def test_weights_key_sees_module_swaps_and_kernel_layouts(ckpt_untied):
     assert model.sync_weights() and not model.sync_weights()
 
 
+def test_weights_key_sees_which_code_the_step_runs(ckpt_untied, monkeypatch):
+    """A graph captured with the fused kernels (or the GEMV, or the compiled step) must not be
+    replayed once they are turned off, nor the reverse: on an H100 the unfused run replayed the fused
+    graph and the "captured = uncaptured" tests compared two different paths."""
+    from dictation.asr import fused
+
+    model = fresh(ckpt_untied).model
+    keys = {model.weights_key()}
+    for name, value in (("kernels", False), ("kernels", True), ("gemv", True)):
+        setattr(model.decoder, name, value)
+        keys.add(model.weights_key())
+    model.compile_step = True
+    keys.add(model.weights_key())
+    model.compiled_step = False  # its compile failed: the default step runs, so the key is the default's
+    assert model.weights_key() in keys
+    monkeypatch.setattr(fused, "ATTENTION_SPLITS", 4)
+    keys.add(model.weights_key())
+    assert len(keys) == 6
+
+
 def test_a_failed_capture_is_logged_and_the_same_step_runs_uncaptured(ckpt_untied, monkeypatch, caplog):
     engine = fresh(ckpt_untied)
     model = engine.model

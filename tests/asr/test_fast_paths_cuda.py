@@ -133,6 +133,8 @@ def test_cuda_reads_through_pinned_memory_and_events():
 def test_the_graph_is_captured_again_when_the_cache_grows(ckpt_untied, monkeypatch):
     monkeypatch.setattr(model_mod, "DECODE_RESERVE", 3)
     monkeypatch.setattr(model_mod, "CACHE_ROUND", 4)
+    # A bucketed prefill makes the cache at least its bucket (64 positions here): room for all 30 tokens
+    monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", False)
     engine = cuda_engine(ckpt_untied)
     model = engine.model
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))

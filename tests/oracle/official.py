@@ -196,6 +196,26 @@ class OfficialOracle:
         )
         return out.logits[0].clone()
 
+    @torch.no_grad()
+    def forced_logits(
+        self, audio: np.ndarray, ids: list[int], context: str = "", language: str | None = None
+    ) -> torch.Tensor:
+        """Teacher forcing: logits [len(ids) + 1, vocab] at the last prompt position and after each of
+        ``ids`` (one forward over the prompt followed by ``ids``, no cache): row k is what picks the
+        generated id k when the ids before it were ``ids[:k]``."""
+        inputs = self.inputs(audio, context, language)
+        prompt = inputs["input_ids"]
+        tail = torch.tensor([ids], dtype=prompt.dtype, device=prompt.device)
+        input_ids = torch.cat([prompt, tail], dim=1)
+        out = self.thinker(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            input_features=inputs["input_features"],
+            feature_attention_mask=inputs["feature_attention_mask"],
+            use_cache=False,
+        )
+        return out.logits[0, prompt.shape[1] - 1 :].clone()
+
     def first_step_logits(self, audio: np.ndarray, context: str = "", language: str | None = None) -> torch.Tensor:
         """Logits [vocab] at the last prompt position (what picks the first generated token)."""
         return self.prompt_logits(audio, context, language)[-1]

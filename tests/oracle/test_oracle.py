@@ -202,6 +202,15 @@ def test_greedy_ids_are_audio_dependent_with_comfortable_margins(oracle):
     assert runs[0][0][:2] != runs[1][0][:2]
 
 
+def test_teacher_forced_logits_pick_the_greedy_ids(oracle):
+    audio = synth_audio(3.0, seed=7)
+    ids = oracle.greedy_ids(audio, max_new_tokens=6)
+    forced = oracle.forced_logits(audio, ids[:-1])
+    assert forced.shape[0] == len(ids)
+    torch.testing.assert_close(forced[0], oracle.first_step_logits(audio), rtol=0, atol=1e-4)
+    assert forced.argmax(-1).tolist() == ids  # row k, fed ids[:k], picks ids[k]
+
+
 def test_eos_bias_stops_generation(ckpt_root):
     early = oracle_for(cached_checkpoint(ckpt_root, eos_bias=EOS_BIAS_EARLY_STOP))
     ids = early.greedy_ids(synth_audio(3.0, 1), max_new_tokens=32)
