@@ -300,18 +300,25 @@ def gpu_time_ms(calls: Sequence[Callable[[], object]], device: torch.device, rep
     between torch's ops and Triton's launcher, must not decide), the best of 3 replays. Warm-up
     calls come first (they also let triton.autotune pick its blocks). Where capture fails, the calls
     are timed back to back instead."""
+    from dictation.asr.generate import capture_stream
+
     sequence = [calls[i % len(calls)] for i in range(max(repeats, len(calls)))]
     with torch.inference_mode(), torch.cuda.device(device):
-        for call in calls:
-            call()
+        stream, previous = capture_stream(device), torch.cuda.current_stream(device)
+        stream.wait_stream(previous)
+        with torch.cuda.stream(stream):  # warm up where the capture runs, as DecodeGraph does
+            for call in calls:
+                call()
+        previous.wait_stream(stream)
         torch.cuda.synchronize(device)
         try:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
                 for call in sequence:
                     call()
             replay = graph.replay
         except RuntimeError as exc:  # something in the call cannot be captured
+            torch.cuda.set_stream(previous)  # a failed capture can leave this thread on its stream
             log.debug("timing without a CUDA graph (%s)", exc)
             torch.cuda.synchronize(device)
 
