@@ -104,6 +104,10 @@ def _candidates(kind: str, layer, x: torch.Tensor, device: torch.device, configs
                 else:
                     fn = lambda m, b=block: functools.partial(kernel, x, m.qweight, m.scales, m.zeros, block=b)  # noqa: E731
                 out.append(("triton", f"triton {block}", stored, fn))
+            if kind == "int4":  # would half-precision scales and zeros pay? (not an engine path)
+                half = _bytes(layer.qweight) + 2 * layer.scales.numel() * 2
+                fn = lambda m: functools.partial(kernel, x, m.qweight, m.scales.half(), m.zeros.half())  # noqa: E731
+                out.append(("triton-fp16-scales", "triton, fp16 scales+zeros", half, fn))
     if quant._kernel_available(kind, device, dtype):
         out.append(("torch", "torch" if kind == "int8" else "torch (tinygemm)", torch_bytes,
                     lambda m: functools.partial(m._torch_kernel, x, dtype)))  # fmt: skip
@@ -217,7 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"], help="activation dtype")
     p.add_argument("--group-size", type=int, default=quant.DEFAULT_GROUP_SIZE, choices=quant.GROUP_SIZES)
     p.add_argument("--repeats", type=int, default=100, help="calls per timing (CUDA: in one graph)")
-    p.add_argument("--configs", action="store_true", help="also time each Triton block configuration")
+    p.add_argument(
+        "--configs",
+        action="store_true",
+        help="also time each Triton block configuration, and int4's with fp16 scales and zeros",
+    )
     p.add_argument("--only", nargs="+", default=None, help="only these layers (qkv o gate_up down head)")
     p.add_argument("--json", type=Path, default=None, help="write every row to this JSON file")
     args = p.parse_args(argv)

@@ -310,6 +310,20 @@ def test_the_bandwidth_floor_knows_the_gpu_by_its_reported_name(name, label):
     assert (found[0] if found else None) == label
 
 
+def test_the_int4_method_is_an_option_and_reaches_the_quantizer(monkeypatch):
+    from dictation.asr import ModelError, quant, weights
+    from dictation.bench import parse_args, runner
+
+    def no_device(name):
+        raise ModelError("no such device")
+
+    assert parse_args([]).int4_method == quant.INT4_METHOD == "mse"
+    monkeypatch.setattr(quant, "INT4_METHOD", "mse")
+    monkeypatch.setattr(weights, "resolve_device", no_device)
+    assert runner.run(parse_args(["--int4-method", "minmax"])) == 1  # stops at the device, method set
+    assert quant.INT4_METHOD == "minmax"
+
+
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_a_streamed_text_that_differs_stops_fp32_and_is_counted_otherwise(workdir, monkeypatch, variant):
     """fp32 streaming must equal the whole clip; bf16 and quantized rounding depends on the chunking."""

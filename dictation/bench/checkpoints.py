@@ -319,9 +319,10 @@ def prequantized_folder(
 ) -> tuple[Path, float | None]:
     """A pre-quantized copy of ``src`` written by ``write_quantized_folder`` into ``root`` (reused while
     ``src`` is unchanged). Returns (folder, seconds it took to write, None if reused)."""
-    from dictation.asr.quant import write_quantized_folder
+    from dictation.asr.quant import quantization_config, write_quantized_folder
 
-    digest = _digest({"src": _source_key(src), "variant": variant, "group_size": group_size})
+    # the config written names the method (int4) and format: a folder quantized otherwise is rewritten
+    digest = _digest({"src": _source_key(src), "config": quantization_config(variant, group_size)})
     folder = root / f"{src.name}-{variant}" if variant == "int8" else root / f"{src.name}-{variant}-g{group_size}"
     marker = root / f".{folder.name}.complete"
     if folder.is_dir() and marker.exists() and marker.read_text(encoding="utf-8").strip() == digest:

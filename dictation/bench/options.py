@@ -14,6 +14,7 @@ IMPLS = ("ours", "official")
 VARIANT_NAMES = ("bf16", "fp16", "fp32", "int8", "int4")  # dictation.asr.quant.VARIANTS, without torch
 DECODE_STEPS = ("unfused", "gemv", "compiled")  # besides the engine's default step (runner.OursBench)
 GROUP_SIZES = (32, 64, 128, 256)
+INT4_METHODS = ("mse", "minmax")  # dictation.asr.quant.INT4_METHODS
 
 DESCRIPTION = """\
 Stage-by-stage speed, memory and agreement of our Qwen3-ASR engine's variants (bf16/fp16/fp32,
@@ -75,6 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "loaded for the comparison only if it is not among --variants)",
     )
     p.add_argument("--group-size", type=int, default=128, choices=GROUP_SIZES, help="int4 group size (default 128)")
+    p.add_argument(
+        "--int4-method",
+        default="mse",
+        choices=INT4_METHODS,
+        help="how int4 scales and zeros are chosen: mse (least squared error, the default) or minmax (the "
+        "group's full range, as before)",
+    )
     p.add_argument(
         "--no-prequantized",
         action="store_true",

@@ -887,6 +887,9 @@ def run(args: argparse.Namespace, official: Any = None) -> int:
     logging.getLogger("dictation").setLevel(logging.ERROR)  # e.g. every run hits its token budget
     if args.threads:
         torch.set_num_threads(args.threads)
+    from dictation.asr import quant
+
+    quant.INT4_METHOD = getattr(args, "int4_method", quant.INT4_METHOD)  # loads and pre-quantized folders
     try:
         device = resolve_device(args.device)
     except AsrError as exc:
@@ -931,6 +934,7 @@ def run(args: argparse.Namespace, official: Any = None) -> int:
         "variants": list(args.variants or [DTYPE_NAMES[dtype]]),
         "reference_variant": args.reference_variant or ("bf16" if device.type == "cuda" else "fp32"),
         "group_size": args.group_size,
+        "int4_method": quant.INT4_METHOD,
         "impls": impls,
         "official_missing": official_missing,
         "torch": torch.__version__,

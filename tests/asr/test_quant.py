@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -70,7 +71,8 @@ def test_int8_is_exact_on_its_grid():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_int4_round_trip_error_is_at_most_half_a_group_step(dtype):
+def test_int4_minmax_round_trip_error_is_at_most_half_a_group_step(monkeypatch, dtype):
+    monkeypatch.setattr(quant, "INT4_METHOD", "minmax")
     w = rand_weight(48, 256, seed=3, dtype=dtype)
     w[7, 128:] = 0.25  # a constant group: scale 1, exact
     m = Int4Linear.from_weight(w, group_size=128)
@@ -83,6 +85,138 @@ def test_int4_round_trip_error_is_at_most_half_a_group_step(dtype):
     assert m.scales[7, 1] == 1 and torch.equal(deq[7, 128:], w[7, 128:].float())
     q = quant.unpack_int4(m.qweight)
     assert int(q.max()) == 15 and int(q.min()) == 0
+
+
+def numpy_int4_minmax(w: np.ndarray, group: int):
+    """Round-to-nearest asymmetric int4 over each group's full range, written from the format's
+    description alone (not from quant.py): q in 0..15 as uint8 [out, in], scales, zeros [out, in/group]."""
+    g = w.astype(np.float32).reshape(w.shape[0], -1, group)
+    lo, hi = g.min(axis=-1), g.max(axis=-1)
+    scale = np.where(hi > lo, (hi - lo) / np.float32(15), np.float32(1)).astype(np.float32)
+    q = np.clip(np.round((g - lo[..., None]) / scale[..., None]), 0, 15).astype(np.uint8)
+    return q.reshape(w.shape), scale, lo
+
+
+def numpy_unpack_int4(qweight: np.ndarray) -> np.ndarray:
+    """uint8 [out, in/2] -> [out, in]: each byte's high nibble is the even input (the documented format)."""
+    q = np.empty((qweight.shape[0], qweight.shape[1] * 2), np.uint8)
+    q[:, 0::2], q[:, 1::2] = qweight >> 4, qweight & 0x0F
+    return q
+
+
+def numpy_dequantize(qweight, scales, zeros) -> np.ndarray:
+    q = numpy_unpack_int4(np.asarray(qweight)).astype(np.float64)
+    s, z = np.asarray(scales, np.float64), np.asarray(zeros, np.float64)
+    group = q.shape[1] // s.shape[1]
+    return (q.reshape(q.shape[0], -1, group) * s[..., None] + z[..., None]).reshape(q.shape)
+
+
+def rel_error(approx: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.linalg.norm(approx - exact) / np.linalg.norm(exact))
+
+
+def test_minmax_is_round_to_nearest_over_the_group_range_as_numpy_computes_it():
+    """The method format-1 folders were written with, checked against an independent implementation."""
+    w = rand_weight(64, 512, seed=11)
+    w[3, :64] = -0.5  # a constant group
+    for group in (32, 64, 128, 256):
+        qw, scales, zeros = quant.quantize_int4(w, group, method="minmax")
+        q, s, z = numpy_int4_minmax(w.numpy(), group)
+        assert np.array_equal(numpy_unpack_int4(qw.numpy()), q)
+        assert np.array_equal(scales.numpy(), s) and np.array_equal(zeros.numpy(), z)
+
+
+# Relative error sqrt(sum (w' - w)^2 / sum w^2) of round-to-nearest int4 over each group's full range on
+# Gaussian weights: what the 16 steps across a group's range give (a group of 128 normal samples spans
+# about 5.2 standard deviations, so a step is 0.35 of one and the error sqrt(1/12) of a step), measured
+# with numpy_int4_minmax on 2^22 samples: 0.0998 at group 128, 0.0896 at 64, 0.0782 at 32. int8 (one
+# scale per row of 2048) gives 0.0083: int4 is 12x further from the weights.
+RTN_INT4_GAUSSIAN = {128: 0.0998, 64: 0.0896, 32: 0.0782}
+
+
+@pytest.mark.parametrize("group", [128, 64, 32])
+def test_int4_error_on_gaussian_weights_is_round_to_nearest_s_and_mse_lowers_it(group):
+    w = torch.randn(512, 2048, generator=torch.Generator().manual_seed(5)) * 0.02
+    exact = w.numpy().astype(np.float64)
+    q, s, z = numpy_int4_minmax(w.numpy(), group)
+    theory = rel_error(numpy_dequantize(quant.pack_int4(torch.from_numpy(q)).numpy(), s, z), exact)
+    assert theory == pytest.approx(RTN_INT4_GAUSSIAN[group], abs=0.001)
+    errors = {}
+    for method in quant.INT4_METHODS:
+        layer = Int4Linear.from_weight(w, group_size=group) if method == quant.INT4_METHOD else None
+        qw, scales, zeros = quant.quantize_int4(w, group, method=method)
+        errors[method] = rel_error(numpy_dequantize(qw.numpy(), scales.numpy(), zeros.numpy()), exact)
+        if layer is not None:  # the layer holds what quantize_int4 gives with the default method
+            assert torch.equal(layer.qweight, qw) and torch.equal(layer.scales, scales)
+    assert errors["minmax"] == pytest.approx(theory, rel=1e-6)
+    # mse: 6-7 % less error at every group size (0.0936 / 0.0846 / 0.0733 here)
+    assert errors["mse"] <= 0.95 * errors["minmax"]
+
+
+def test_mse_never_has_more_error_than_minmax_in_any_group():
+    """It starts from the minmax grid and keeps a change only where it lowers that group's error: on
+    heavy-tailed weights (what real checkpoints have more of) too, and for odd groups (constant, two
+    values, one outlier)."""
+    gen = torch.Generator().manual_seed(6)
+    w = torch.distributions.StudentT(3.0).sample((128, 1024)) * 0.02
+    w[0, :128] = 0.1  # constant
+    w[1, :128] = torch.where(torch.arange(128) % 2 == 0, 0.1, -0.1)  # two values
+    w[2, :128] = 0.0
+    w[2, 5] = 3.0  # one outlier
+    w[3] = torch.randn(1024, generator=gen) * 1e-30  # tiny
+    w[4] = 1.0 + torch.randn(1024, generator=gen) * 1e-3  # far from 0 (float32 sums would cancel)
+    exact = w.double().view(128, -1, 128)
+    group_error = {}
+    for method in quant.INT4_METHODS:
+        qw, scales, zeros = quant.quantize_int4(w, 128, method=method)
+        deq = torch.from_numpy(numpy_dequantize(qw.numpy(), scales.numpy(), zeros.numpy())).view(128, -1, 128)
+        group_error[method] = (deq - exact).square().sum(-1)
+        assert (scales > 0).all() and torch.isfinite(zeros).all()
+    assert (group_error["mse"] <= group_error["minmax"] * (1 + 1e-6) + 1e-30).all()
+    assert group_error["mse"][:3, 0].max() <= 1e-12  # constant and two-valued groups stay exact
+    assert float(group_error["mse"].sum()) < 0.9 * float(group_error["minmax"].sum())
+
+
+def test_an_unknown_int4_method_is_refused():
+    with pytest.raises(ValueError, match="int4 method 'hqq' is not one of mse, minmax"):
+        quant.quantize_int4(rand_weight(16, 64), 64, method="hqq")
+
+
+# (out, in) per shape: 0.6B (hidden 1024, MLP 3072) and 1.7B (2048, 6144) decoder layers, fewer rows
+REAL_K = [(96, 1024), (64, 3072), (96, 2048), (64, 6144)]
+
+
+@pytest.mark.parametrize(("out_f", "in_f"), REAL_K)
+@pytest.mark.parametrize("method", ["minmax", "mse"])
+def test_int4_layers_at_the_real_widths_dequantize_independently_to_what_they_compute(monkeypatch, out_f, in_f, method):
+    """The packed layer, read back by numpy from the documented format, is the weight within the
+    method's error; and the CPU kernel's product for one row (fp32) is x times that numpy matrix.
+    A packing or layout error at these widths (what the 1.7B model's int4 agreement could hide) fails."""
+    monkeypatch.setattr(quant, "INT4_METHOD", method)
+    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
+    w = torch.randn(out_f, in_f, generator=torch.Generator().manual_seed(in_f)) * 0.02
+    layer = Int4Linear.from_weight(w)
+    deq = numpy_dequantize(layer.qweight.numpy(), layer.scales.numpy(), layer.zeros.numpy())
+    assert rel_error(deq, w.double().numpy()) <= RTN_INT4_GAUSSIAN[128] * 1.01
+    assert np.allclose(layer.dequantize().double().numpy(), deq, rtol=0, atol=1e-7)
+    x = torch.randn(1, in_f, generator=torch.Generator().manual_seed(1))
+    assert layer._plan(x, 1) == (torch.float32, True)  # the kernel, not dequantize + matmul
+    got = layer(x).double().numpy()
+    expected = x.double().numpy() @ deq.T
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def test_fused_int4_rows_at_the_real_width_dequantize_independently_to_what_they_compute(monkeypatch):
+    """The 1.7B model's fused q/k/v (2048 -> 2048 + 1024 + 1024 rows; fewer here) through one kernel."""
+    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
+    gen = torch.Generator().manual_seed(8)
+    weights = [torch.randn(rows, 2048, generator=gen) * 0.02 for rows in (64, 32, 32)]
+    fused = quant.fuse_rows([Int4Linear.from_weight(w) for w in weights])
+    deq = numpy_dequantize(fused.qweight.numpy(), fused.scales.numpy(), fused.zeros.numpy())
+    assert rel_error(deq, torch.cat(weights).double().numpy()) <= RTN_INT4_GAUSSIAN[128]
+    x = torch.randn(1, 2048, generator=gen)
+    expected = x.double().numpy() @ deq.T
+    assert np.abs(fused(x).double().numpy() - expected).max() <= 1e-5 * np.abs(expected).max()
 
 
 def test_int4_is_exact_on_its_grid():
@@ -281,18 +415,22 @@ def test_quantize_model_replaces_only_decoder_linears(ckpt_untied, fp32_model, v
         quant.quantize_model(model, variant)
 
 
-@pytest.mark.parametrize(("variant", "min_cos"), [("int8", 0.985), ("int4", 0.7)])
-def test_quantized_logits_stay_close_to_fp32(monkeypatch, ckpt_untied, fp32_model, variant, min_cos):
-    # Measured on the tiny checkpoint (fp32 compute): int8 0.992 and int4 0.78 at the prefill. The tiny
+@pytest.mark.parametrize(("variant", "min_cos", "spread"), [("int8", 0.985, 0.1), ("int4", 0.7, 0.15)])
+def test_quantized_logits_stay_close_to_fp32(monkeypatch, ckpt_untied, fp32_model, variant, min_cos, spread):
+    # Measured on the tiny checkpoint (fp32 compute): int8 0.992 at the prefill; int4 (mse) 0.80 at the
+    # prefill, 0.785 on average over the 13 steps, 0.60 at the worst (minmax: 0.78, 0.776, 0.65; mse
+    # rounds these weights 6 % closer, 0.0871 vs 0.0926, and which step is worst is chance). The tiny
     # model is far more sensitive than a real one (random weights, sharp attention); a broken int4
-    # quantizer (swapped nibbles, floor instead of round, zeros off by half a step) scores 0.01-0.57.
+    # quantizer (swapped nibbles, zeros off by half a step) scores 0.17-0.47 at the prefill and
+    # 0.09-0.31 on average.
     monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
     ref_ids = greedy_ids(fp32_model)
     ref = teacher_forced_logits(fp32_model, ref_ids[:-1])
     model, _ = quantized_copy(ckpt_untied, variant)
     got = teacher_forced_logits(model, ref_ids[:-1])
     cosines = [cos(a, b) for a, b in zip(ref, got, strict=True)]
-    assert cosines[0] > min_cos and min(cosines) > min_cos - 0.1, cosines
+    assert cosines[0] > min_cos and sum(cosines) / len(cosines) > min_cos, cosines
+    assert min(cosines) > min_cos - spread, cosines
     if variant == "int8":  # where fp32's top-2 margin exceeds a logit, int8 picks the same token
         for a, b in zip(ref, got, strict=True):
             top = a.topk(2).values
@@ -443,6 +581,39 @@ def test_prequantized_folder_keeps_float_tensors_in_their_stored_dtype(ckpt_unti
     ours = "decoder.layers.0.mlp.down_proj"
     assert half.dtype == torch.bfloat16 and half.get_submodule(ours).scales.dtype == torch.float32
     assert torch.equal(half.get_submodule(ours).qweight, loaded.get_submodule(ours).qweight)
+
+
+def test_a_folder_written_before_int4_method_existed_loads_as_it_always_did(ckpt_untied, tmp_path, monkeypatch):
+    """Same stored format: a minmax folder without ``int4_method`` (format 1 as first written) loads
+    to the minmax-quantized model, while a new folder records mse and holds different numbers."""
+    monkeypatch.setattr(quant, "INT4_METHOD", "minmax")
+    old = quant.write_quantized_folder(ckpt_untied, tmp_path / "old", "int4", group_size=64)
+    expected, _ = quantized_copy(ckpt_untied, "int4", group_size=64)
+    config = json.loads((old / "config.json").read_text())
+    assert config["quantization_config"].pop("int4_method") == "minmax"
+    (old / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(quant, "INT4_METHOD", "mse")
+    loaded = load(old)
+    assert quantized_buffers(loaded).keys() == quantized_buffers(expected).keys()
+    for k, v in quantized_buffers(loaded).items():
+        assert torch.equal(v, quantized_buffers(expected)[k]), k
+    new = quant.write_quantized_folder(ckpt_untied, tmp_path / "new", "int4", group_size=64)
+    assert AsrConfig.from_file(new / "config.json").quantization["int4_method"] == "mse"
+    name = "decoder.layers.0.mlp.down_proj"
+    assert not torch.equal(load(new).get_submodule(name).scales, loaded.get_submodule(name).scales)
+
+
+def test_the_bench_rewrites_a_cached_folder_quantized_another_way(ckpt_untied, tmp_path, monkeypatch):
+    from dictation.bench.checkpoints import prequantized_folder
+
+    messages = []
+    folder, took = prequantized_folder(ckpt_untied, tmp_path, "int4", 64, log=messages.append)
+    assert took is not None
+    assert prequantized_folder(ckpt_untied, tmp_path, "int4", 64, log=messages.append) == (folder, None)
+    monkeypatch.setattr(quant, "INT4_METHOD", "minmax")
+    again, took = prequantized_folder(ckpt_untied, tmp_path, "int4", 64, log=messages.append)
+    assert again == folder and took is not None
+    assert AsrConfig.from_file(folder / "config.json").quantization["int4_method"] == "minmax"
 
 
 def test_write_refuses_bad_requests(ckpt_untied, written, tmp_path):
