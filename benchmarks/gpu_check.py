@@ -9,6 +9,7 @@ check the imports, and print the summary. Standard library only: it runs before 
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import importlib.util
 import json
 import re
@@ -126,8 +127,13 @@ def install(wheel_dir: Path, site: Path, standins: Path, force_standins: bool) -
         print(f"the machine has: {', '.join(skipped)} (carried wheels not used)")
     shutil.rmtree(standins, ignore_errors=True)
     standins.mkdir(parents=True)
-    sys.path.insert(0, str(site))
-    written = [name for name in STANDINS if force_standins or not module_present(name)]
+    # What the machine or the wheels just installed provide (looked up in ``site`` without putting it
+    # on this process's sys.path: the tests call this function in-process).
+    written = [
+        name
+        for name in STANDINS
+        if force_standins or not (module_present(name) or importlib.machinery.PathFinder.find_spec(name, [str(site)]))
+    ]
     for name in written:
         (standins / name).mkdir()
         (standins / name / "__init__.py").write_text(STANDIN_SOURCE.format(name=name), encoding="utf-8")

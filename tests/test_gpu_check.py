@@ -49,7 +49,9 @@ def test_without_pip_the_wheels_are_unpacked_and_the_stand_ins_fail_on_use(tmp_p
     site, standins = tmp_path / "site", tmp_path / "standins"
     real_present = gpu_check.module_present
     monkeypatch.setattr(gpu_check, "module_present", lambda m: False if m == "pip" else real_present(m))
+    path = list(sys.path)
     assert gpu_check.install(wheels, site, standins, force_standins=True) == 0
+    assert sys.path == path  # nothing of the wheels leaks into this process (later tests import tokenizers)
     assert (site / "fake_transformers" / "__init__.py").exists() and (site / "fake_gguf_extra.py").exists()
     assert not list(site.glob("*.data"))
     script = (
