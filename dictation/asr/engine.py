@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from dictation.asr.checkpoint import check_sizes, locate
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import AsrError, AudioError
 from dictation.asr.features import MIN_SAMPLES, SAMPLE_RATE, LogMel, n_audio_tokens
@@ -219,9 +220,13 @@ class AsrEngine:
             return gguf.build_model(), gguf.prompt_builder(), path.absolute(), variant
         folder = resolve_model(self.options.model)
         cfg = AsrConfig.from_file(folder / "config.json")
+        files = locate(folder)
+        check_sizes(files, files.headers(), cfg)  # config.json against the weights, before anything is built
         # EOS = {<|im_end|>, <|endoftext|>} from the tokenizer; like the official code we
         # ignore generation_config.json (spec §2.5).
-        prompt = PromptBuilder.from_folder(folder, audio_token_id=cfg.special.audio_token_id)
+        prompt = PromptBuilder.from_folder(
+            folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
+        )
         dtype = _compute_dtype(dtype_opt, device, quantized=requested in QUANTIZED or bool(cfg.quantization))
         model = load_model(folder, cfg, device, dtype)
         variant = _DTYPE_NAMES[dtype]

@@ -31,7 +31,6 @@ the interpreter lock meanwhile.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -41,6 +40,7 @@ from pathlib import Path
 from dictation.asr.checkpoint import FLOAT_DTYPES, PREFIXES, TensorInfo, checkpoint_name, locate, read_header
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import AdapterError, AsrError, WeightsError
+from dictation.asr.files import read_json
 from dictation.asr.models import is_gguf_path, resolve_model
 from dictation.asr.patterns import (
     FULL,
@@ -152,15 +152,11 @@ def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
     if not config_path.is_file():
         raise AdapterError(f"{folder}: no {CONFIG_FILE} in this folder, so it is not a PEFT adapter")
     try:
-        if config_path.stat().st_size > MAX_CONFIG_BYTES:
-            raise AdapterError(f"{config_path}: {config_path.stat().st_size} bytes, too large for an adapter config")
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise AdapterError(f"{config_path}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise AdapterError(f"{config_path}: not valid JSON (nested too deeply)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AdapterError(f"{config_path}: unreadable ({exc})") from None
+        config = read_json(config_path, MAX_CONFIG_BYTES)
+    except ValueError as exc:  # too large, not UTF-8, not JSON, nested too deeply
+        raise AdapterError(f"{config_path}: {exc}") from None
+    except OSError as exc:
+        raise AdapterError(f"{config_path}: unreadable ({exc.strerror or exc})") from None
     if not isinstance(config, dict):
         raise AdapterError(f"{config_path}: not a JSON object")
     peft_type = config.get("peft_type")

@@ -507,5 +507,5 @@ def test_a_deeply_nested_or_huge_config_is_refused(tmp_path):
     assert check_adapter(adapter) == f"{config}: not valid JSON (nested too deeply)"
     config.write_text(json.dumps({"peft_type": "LORA", "pad": "x" * (9 << 20)}))
     assert check_adapter(adapter).startswith(
-        f"{config}: {config.stat().st_size} bytes, too large for an adapter config"
+        f"{config}: {config.stat().st_size} bytes, too large for this file (at most 8388608)"
     )
