@@ -239,6 +239,12 @@ def check_sizes(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: Asr
         if cfg.quantization is not None and QUANTIZED_LINEAR.search(mine):
             continue  # stored as integer codes plus scales (dictation.asr.quant); load_model checks them
         if mine not in ours:
+            packed = ours.get(mine.removesuffix(".weight") + ".qweight")
+            if packed is not None:  # int4 codes where config.json promises floats
+                raise WeightsError(
+                    f"{files.tensor_files[packed[0]]}: unexpected tensor {packed[0]}; a quantized folder whose "
+                    "config.json lacks quantization_config?"
+                )
             raise ModelError(f"{files.folder}: the weights have no tensor for {mine} (expected shape {shape})")
         name, info = ours[mine]
         if info.shape != shape:
