@@ -399,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["_match-patterns"]:  # dictation.asr.patterns.CHILD_ARG
+        from dictation.asr import patterns
+
+        return patterns.child_main()  # the frozen app as the regular-expression child (not a user command)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

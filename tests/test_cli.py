@@ -143,3 +143,19 @@ def test_quantize_says_what_it_does_and_what_it_wrote(ckpt_untied, tmp_path):
         f"  use it: choose this folder on the Model page, or `dictation transcribe --model {out} FILE.wav`"
     )
     assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+def test_an_adapter_whose_pattern_never_finishes_is_one_error_not_a_hang(ckpt_untied, speech_wav, tmp_path):
+    """target_modules "(.*)*X" hung `dictation transcribe` for ever (issue 14, item 9); now it is refused
+    before the model loads, within the matcher's deadline."""
+    import time
+
+    from tests.asr.test_lora import write_adapter
+
+    adapter = write_adapter(tmp_path / "hangs", target_modules="(.*)*X")
+    t0 = time.monotonic()
+    proc = run_cli("transcribe", speech_wav, "--model", ckpt_untied, "--adapter", adapter)
+    assert time.monotonic() - t0 < 120
+    assert_one_line_error(
+        proc, f"{adapter / 'adapter_config.json'}: its regular expressions did not finish matching", "'(.*)*X'"
+    )

@@ -74,14 +74,27 @@ def engine_options(settings: Settings, device: str | None = None) -> Any:
     from dictation.asr.engine import EngineOptions
 
     e = settings.engine
-    adapters = tuple(a.path if a.weight == 1.0 else f"{a.path}:{a.weight:g}" for a in e.adapters if a.enabled)
+    adapters = tuple(adapter_spec(a) for a in e.adapters if a.enabled)
     return EngineOptions(
         model=e.model,
         device=device or e.device,
         dtype=e.dtype,
         variant=None if e.variant == "auto" else e.variant,
         adapters=adapters,
+        skip_bad_adapters=True,  # a bad adapter is switched off (_on_adapters_skipped), the model still loads
     )
+
+
+def adapter_spec(adapter: Any) -> str:
+    """The engine's ``DIR[:weight]`` for a settings Adapter."""
+    return adapter.path if adapter.weight == 1.0 else f"{adapter.path}:{adapter.weight:g}"
+
+
+def parse_path(spec: str) -> str:
+    """The folder of an engine adapter spec (``DIR`` or ``DIR:weight``)."""
+    from dictation.asr.lora import parse_adapter_spec
+
+    return parse_adapter_spec(spec)[0]
 
 
 def recorder_config(settings: Settings) -> RecorderConfig:
@@ -309,6 +322,7 @@ class AppController(QObject):
         e.loaded.connect(self._on_loaded)
         e.load_failed.connect(self._on_load_failed)
         e.adapters_failed.connect(self._on_adapters_failed)
+        e.adapters_skipped.connect(self._on_adapters_skipped)
         e.kept_previous.connect(self._on_kept_previous)
         e.moved_to_cpu.connect(self._on_moved_to_cpu)
         e.unloaded.connect(self._on_unloaded)
@@ -647,6 +661,40 @@ class AppController(QObject):
 
     def _on_adapters_failed(self, message: str) -> None:
         self._notify("warning", f"LoRA adapters not applied: {message}. The model keeps the adapters it had.")
+
+    def _on_adapters_skipped(self, skipped: list[tuple[str, str]]) -> None:
+        """The model loaded without these adapters (missing, for another model, unusable): switch them
+        off in the settings, saved, so the next start does not try them again, and say so."""
+        reasons = dict(skipped)
+        old = self._settings
+        adapters = tuple(
+            a.replace(enabled=False) if a.enabled and adapter_spec(a) in reasons else a for a in old.engine.adapters
+        )
+        new = old.replace(engine=old.engine.replace(adapters=adapters))
+        saved = True
+        if new != old:
+            try:
+                self._s.store.save(new)
+            except (OSError, ValueError) as exc:  # SettingsError is a ValueError
+                log.warning("cannot save the settings with the adapter switched off: %s", exc)
+                saved = False
+            # The engine already runs without them: no reload (hence not through apply_settings).
+            self._settings = new
+            self.settings_changed.emit(new)
+        reasons_text = "; ".join(
+            reason if reason.startswith(parse_path(spec)) else f"{spec}: {reason}" for spec, reason in skipped
+        )
+        what = "A LoRA adapter was" if len(skipped) == 1 else f"{len(skipped)} LoRA adapters were"
+        them = "it" if len(skipped) == 1 else "them"
+        self._notify(
+            "warning",
+            f"{what} switched off and the model loaded without {them}: {reasons_text}. "
+            + (
+                f"Switch {them} on again in Settings → Model once fixed."
+                if saved
+                else f"The settings could not be saved, so the next start tries {them} again."
+            ),
+        )
 
     def _on_unloaded(self) -> None:
         self._model_label = ""

@@ -95,6 +95,7 @@ class EngineWorker(QObject):
     load_failed = Signal(str, bool)  # message, whether a CPU retry may help (a GPU failure)
     unloaded = Signal()
     adapters_failed = Signal(str)  # the loaded model kept its previous adapters
+    adapters_skipped = Signal(object)  # [(spec, message)]: left out of a load, which went on without them
     kept_previous = Signal(str, str)  # a new model failed (message); the previous one is loaded again (label)
     moved_to_cpu = Signal(str, str)  # the GPU failed while transcribing (message); now on the CPU (label)
     transcribed = Signal(int, object)  # request id, Transcript
@@ -137,8 +138,18 @@ class EngineWorker(QObject):
                 return
             self.load_failed.emit(_message(exc), gpu_failure)
             return
-        self._engine, self._options, self._warmed = engine, options, False
+        self._engine, self._options, self._warmed = engine, self._without_skipped(engine, options), False
         self.loaded.emit(engine.model_label, time.perf_counter() - t0)
+
+    def _without_skipped(self, engine: Any, options: Any) -> Any:
+        """``options`` less the adapters the load left out (announced through ``adapters_skipped``), so
+        the same options without them (the controller switches them off) need no reload."""
+        skipped = list(getattr(engine, "skipped_adapters", ()) or ())
+        if not skipped:
+            return options
+        self.adapters_skipped.emit(skipped)
+        left_out = {spec for spec, _ in skipped}
+        return replace(options, adapters=tuple(spec for spec in options.adapters if spec not in left_out))
 
     @Slot()
     def warm_up(self) -> None:
@@ -168,7 +179,7 @@ class EngineWorker(QObject):
         except Exception:
             log.warning("reloading the previous model %s failed too", options.model, exc_info=True)
             return False
-        self._engine, self._options, self._warmed = engine, options, False
+        self._engine, self._options, self._warmed = engine, self._without_skipped(engine, options), False
         return True
 
     def _swap_adapters(self, options: Any) -> bool:

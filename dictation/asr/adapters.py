@@ -63,13 +63,23 @@ def load_adapters(specs: Sequence[str], model: AsrModel) -> list[LoadedAdapter]:
 
     Raises AdapterError naming the adapter and the first problem; nothing is applied here.
     """
-    loaded = []
+    return [load_adapter(info, weight, model) for info, weight in read_specs(specs)]
+
+
+def read_specs(specs: Sequence[str]) -> list[tuple[AdapterInfo, float]]:
+    """Every ``DIR[:weight]`` in ``specs`` read and validated on its own, without the model or torch
+    work (quick: worth doing before a model loads). Raises AdapterError naming the first bad one."""
+    out = []
     for spec in specs:
         path, weight = parse_adapter_spec(spec)
-        info = read_adapter(path)
-        check_shapes(info, lambda name: _shape_of(model, name), "the loaded model")
-        loaded.append(_read_tensors(info, weight))
-    return loaded
+        out.append((read_adapter(path), weight))
+    return out
+
+
+def load_adapter(info: AdapterInfo, weight: float, model: AsrModel) -> LoadedAdapter:
+    """One read adapter, checked against ``model`` and its tensors loaded (AdapterError if it does not fit)."""
+    check_shapes(info, lambda name: _shape_of(model, name), "the loaded model")
+    return _read_tensors(info, weight)
 
 
 def _shape_of(model: AsrModel, name: str) -> tuple[int, ...] | None:
@@ -288,8 +298,9 @@ class AdapterState:
             elif name in self.float_originals and self.requantize is not None:
                 merge_from[name] = self.float_originals[name]
             elif any(name in adapter.saved for adapter in adapters):
+                folder = next(adapter.info.folder for adapter in adapters if name in adapter.saved)
                 raise AdapterError(
-                    f"{adapters[0].info.folder}: replaces {name}, which is quantized in this model; "
+                    f"{folder}: replaces {name}, which is quantized in this model; "
                     "use a floating-point variant with this adapter"
                 )
             else:

@@ -18,11 +18,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
+from typing import TYPE_CHECKING
 
-from dictation.asr.errors import WeightsError
+from dictation.asr.errors import ModelError, WeightsError
+from dictation.asr.files import open_regular
+
+if TYPE_CHECKING:
+    from dictation.asr.config import AsrConfig
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -104,7 +110,7 @@ def read_header(path: str | os.PathLike) -> dict[str, TensorInfo]:
     """
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO named model.safetensors would block open()
             size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) < 8:
@@ -119,6 +125,8 @@ def read_header(path: str | os.PathLike) -> dict[str, TensorInfo]:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WeightsError(f"{path}: not a readable safetensors file (header is not JSON: {exc})") from None
+    except RecursionError:
+        raise WeightsError(f"{path}: not a readable safetensors file (header JSON nested too deeply)") from None
     if not isinstance(header, dict):
         raise WeightsError(f"{path}: not a readable safetensors file (header is not a JSON object)")
     data_bytes = size - 8 - n
@@ -185,7 +193,7 @@ def locate(folder: Path) -> CheckpointFiles:
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             tensor_files = {str(name): folder / _shard_name(index, shard) for name, shard in weight_map.items()}
-        except (OSError, KeyError, TypeError, AttributeError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, KeyError, TypeError, AttributeError, ValueError, RecursionError) as exc:
             raise WeightsError(f"{index}: unreadable shard index ({exc})") from None
         for shard in sorted(set(tensor_files.values())):
             if not shard.exists():
@@ -201,3 +209,63 @@ def locate(folder: Path) -> CheckpointFiles:
             "code; use the model's safetensors files (model.safetensors)"
         )
     raise WeightsError(f"{folder}: no {SINGLE_FILE} or {INDEX_FILE} in the model folder")
+
+
+_LAYER = re.compile(r"(decoder|audio_tower)\.layers\.(\d+)\.")
+# The decoder's linear layers: stored as integer codes plus scales in a pre-quantized folder.
+QUANTIZED_LINEAR = re.compile(r"^decoder\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.")
+
+
+def check_sizes(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: AsrConfig) -> None:
+    """Raise ModelError unless config.json's sizes agree with the checkpoint's headers: the layer
+    counts and the shapes the sizes determine (embeddings, attention, MLP, encoder, projector, head).
+
+    Run before anything is built or allocated, so a config from another model, or one whose sizes
+    are absurd (``num_hidden_layers`` 1e7, ``vocab_size`` 1e12), is one error naming the file and
+    the tensor instead of a model that grows without end. Tensors that have no place in the layout
+    are left to the caller.
+    """
+    a, t = cfg.audio, cfg.text
+    n_layers = {"decoder": t.num_hidden_layers, "audio_tower": a.encoder_layers}
+    last_text, last_audio = f"decoder.layers.{t.num_hidden_layers - 1}", f"audio_tower.layers.{a.encoder_layers - 1}"
+    expected = {  # tensors whose shapes follow from config.json: a config from another model shows here
+        "decoder.embed_tokens.weight": (t.vocab_size, t.hidden_size),
+        f"{last_text}.self_attn.q_proj.weight": (t.num_attention_heads * t.head_dim, t.hidden_size),
+        f"{last_text}.self_attn.k_proj.weight": (t.num_key_value_heads * t.head_dim, t.hidden_size),
+        f"{last_text}.mlp.down_proj.weight": (t.hidden_size, t.intermediate_size),
+        f"{last_audio}.fc1.weight": (a.encoder_ffn_dim, a.d_model),
+        "audio_tower.proj2.weight": (a.output_dim, a.d_model),
+    }
+    if not t.tie_word_embeddings:
+        expected["lm_head.weight"] = (t.vocab_size, t.hidden_size)
+    ours: dict[str, tuple[str, TensorInfo]] = {}
+    for name, info in headers.items():
+        mine = our_name(name, cfg.layout)
+        if mine is None:
+            continue
+        layer = _LAYER.match(mine)
+        if layer is not None and int(layer.group(2)) >= n_layers[layer.group(1)]:
+            part, n = "text decoder" if layer.group(1) == "decoder" else "audio encoder", n_layers[layer.group(1)]
+            raise ModelError(
+                f"{files.tensor_files[name]}: tensor {name} is in layer {layer.group(2)} of the {part}, but "
+                f"config.json says it has {n} layer{'' if n == 1 else 's'}; the weights and config.json come "
+                "from different models"
+            )
+        ours[mine] = (name, info)
+    for mine, shape in expected.items():
+        if cfg.quantization is not None and QUANTIZED_LINEAR.search(mine):
+            continue  # stored as integer codes plus scales (dictation.asr.quant); load_model checks them
+        if mine not in ours:
+            packed = ours.get(mine.removesuffix(".weight") + ".qweight")
+            if packed is not None:  # int4 codes where config.json promises floats
+                raise WeightsError(
+                    f"{files.tensor_files[packed[0]]}: unexpected tensor {packed[0]}; a quantized folder whose "
+                    "config.json lacks quantization_config?"
+                )
+            raise ModelError(f"{files.folder}: the weights have no tensor for {mine} (expected shape {shape})")
+        name, info = ours[mine]
+        if info.shape != shape:
+            raise ModelError(
+                f"{files.tensor_files[name]}: tensor {name} has shape {info.shape}, but config.json implies {shape}; "
+                "the weights and config.json come from different models"
+            )

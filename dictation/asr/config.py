@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dictation.asr.errors import ModelError
+from dictation.asr.files import read_json
+
+MAX_CONFIG_BYTES = 16 << 20  # config.json; a real one is a few kB
+MAX_INT = 2**31 - 1  # any size or id beyond this is not a model's (and would overflow int32 indices)
+MAX_N_WINDOW = 10_000  # audio chunk of 2 x n_window mel frames (the real models: 50, one second)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,8 @@ class AsrConfig:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, source: str = "config.json") -> AsrConfig:
         model_type = raw.get("model_type", "")
+        if not isinstance(model_type, str):
+            raise ModelError(f"{source}: model_type is {_shown(model_type)}; expected 'qwen3_asr'")
         if "thinker_config" in raw:
             layout = "thinker"
             inner = raw["thinker_config"]
@@ -89,29 +97,36 @@ class AsrConfig:
             )
         if model_type and "qwen3_asr" not in model_type:
             raise ModelError(f"{source}: model_type {model_type!r} is not Qwen3-ASR (expected 'qwen3_asr')")
+        inner = _section(inner, "thinker_config", source)
         if inner.get("model_type") == "qwen3_forced_aligner":
             raise ModelError(f"{source}: this is Qwen3-ForcedAligner, not a Qwen3-ASR transcription model")
-        audio_raw = inner.get("audio_config") or {}
-        text_raw = dict(inner.get("text_config") or {})
+        audio_raw = _section(inner.get("audio_config"), "audio_config", source)
+        text_raw = dict(_section(inner.get("text_config"), "text_config", source))
         # Old configs keep rope settings in rope_scaling, newer ones in rope_parameters.
-        rope = text_raw.get("rope_parameters") or {}
+        rope = _section(text_raw.get("rope_parameters"), "text_config.rope_parameters", source)
         if "rope_theta" not in text_raw and "rope_theta" in rope:
             text_raw["rope_theta"] = rope["rope_theta"]
         if layout == "hf" and "tie_word_embeddings" in raw:
             # transformers >= 5 ties the head by the top-level flag for this layout.
             text_raw["tie_word_embeddings"] = raw["tie_word_embeddings"]
-        special = SpecialTokens(
-            **{k: int(inner[k]) for k in SpecialTokens.__dataclass_fields__ if inner.get(k) is not None}
-        )
-        audio = _pick(AudioEncoderConfig, audio_raw)
-        text = _pick(TextDecoderConfig, text_raw)
+        special = checked(SpecialTokens, inner, source, "", minimum=0)
+        audio = checked(AudioEncoderConfig, audio_raw, source, "audio_config.")
+        text = checked(TextDecoderConfig, text_raw, source, "text_config.")
         if audio.output_dim != text.hidden_size:
             raise ModelError(f"{source}: audio output_dim {audio.output_dim} != text hidden_size {text.hidden_size}")
         if audio.d_model % audio.encoder_attention_heads:
             raise ModelError(f"{source}: audio d_model not divisible by encoder_attention_heads")
         if text.num_attention_heads % text.num_key_value_heads:
             raise ModelError(f"{source}: num_attention_heads not a multiple of num_key_value_heads")
-        langs = tuple(raw.get("support_languages") or ())
+        if not audio.chunk_frames <= audio.n_window_infer or audio.n_window > MAX_N_WINDOW:
+            raise ModelError(
+                f"{source}: audio n_window {audio.n_window} / n_window_infer {audio.n_window_infer} are not usable "
+                f"(n_window at most {MAX_N_WINDOW}, n_window_infer at least 2 x n_window)"
+            )
+        langs = raw.get("support_languages") or ()
+        if not isinstance(langs, (list, tuple)) or not all(isinstance(lang, str) for lang in langs):
+            raise ModelError(f"{source}: support_languages is not a list of language names")
+        langs = tuple(langs)
         quantization = _quantization(raw.get("quantization_config"), source)
         return cls(
             audio=audio, text=text, special=special, layout=layout, support_languages=langs, quantization=quantization
@@ -120,13 +135,13 @@ class AsrConfig:
     @classmethod
     def from_file(cls, path: Path) -> AsrConfig:
         try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+            raw = read_json(path, MAX_CONFIG_BYTES)
         except FileNotFoundError:
             raise ModelError(f"{path}: missing (not a model folder?)") from None
-        except json.JSONDecodeError as exc:
-            raise ModelError(f"{path}: not valid JSON ({exc})") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ModelError(f"{path}: unreadable config ({exc})") from None
+        except ValueError as exc:  # too large, not UTF-8, not JSON, nested too deeply
+            raise ModelError(f"{path}: {exc}") from None
+        except OSError as exc:
+            raise ModelError(f"{path}: unreadable config ({exc.strerror or exc})") from None
         if not isinstance(raw, dict):
             raise ModelError(f"{path}: not a JSON object")
         return cls.from_dict(raw, source=str(path))
@@ -174,11 +189,43 @@ def _quantization(q: Any, source: str) -> dict[str, Any] | None:
     return dict(q)
 
 
-def _pick(cls: type, raw: dict[str, Any]) -> Any:
-    """Build a dataclass from the keys it knows, converting to the declared field type."""
+def checked(cls: type, raw: dict[str, Any], source: str, prefix: str, minimum: int = 1) -> Any:
+    """Build a dataclass from the keys it knows, each checked against its declared type: whole numbers
+    (an integral float such as 1e3 is accepted) of at least ``minimum``, positive finite floats,
+    true/false. A value of another type is a ModelError naming ``source`` and the key."""
     kwargs = {}
     for name, field in cls.__dataclass_fields__.items():
         if name in raw and raw[name] is not None:
-            kind = type(field.default)
-            kwargs[name] = kind(raw[name])
+            kwargs[name] = _value(raw[name], type(field.default), f"{prefix}{name}", source, minimum)
     return cls(**kwargs)
+
+
+def _section(value: Any, key: str, source: str) -> dict[str, Any]:
+    """A nested object of the config (``{}`` when absent); ModelError if it is something else."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ModelError(f"{source}: {key} is {_shown(value)}; expected a JSON object")
+    return value
+
+
+def _value(value: Any, kind: type, key: str, source: str, minimum: int) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ModelError(f"{source}: {key} is {value!r}; expected true or false")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        if not number or not math.isfinite(value) or value != int(value):
+            raise ModelError(f"{source}: {key} is {_shown(value)}; expected a whole number")
+        if not minimum <= value <= MAX_INT:
+            raise ModelError(f"{source}: {key} is {_shown(value)}; expected {minimum} to {MAX_INT}")
+        return int(value)
+    if not number or not math.isfinite(value) or value <= 0:
+        raise ModelError(f"{source}: {key} is {_shown(value)}; expected a positive number")
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float)) else type(value).__name__
+    return text if len(text) <= 40 else text[:40] + "..."

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from dictation.asr.checkpoint import check_sizes, locate
 from dictation.asr.config import AsrConfig
-from dictation.asr.errors import AsrError, AudioError
+from dictation.asr.errors import AdapterError, AsrError, AudioError
 from dictation.asr.features import MIN_SAMPLES, SAMPLE_RATE, LogMel, n_audio_tokens
 from dictation.asr.generate import Generation, greedy, sync_device
 from dictation.asr.longform import MAX_PASS_SECONDS, join_texts, merge_languages, split_long_audio
@@ -65,6 +66,9 @@ class EngineOptions:
     adapters: Sequence[str] = ()  # LoRA adapter folders, "DIR" or "DIR:weight", applied in order
     group_size: int = DEFAULT_GROUP_SIZE  # int4 quantization group (along the input features)
     max_new_tokens: int | None = None  # None: scale with the audio length
+    # An adapter that cannot be used (missing, for another model, unreadable) is left out of the load
+    # and listed in AsrEngine.skipped_adapters, instead of failing the load (the app; the CLI fails).
+    skip_bad_adapters: bool = False
 
 
 @dataclass
@@ -158,6 +162,8 @@ class AsrEngine:
         self._label = ""
         self._variant = ""
         self._adapters: AdapterState | None = None
+        # (spec, reason) of adapters the last load left out (EngineOptions.skip_bad_adapters)
+        self.skipped_adapters: tuple[tuple[str, str], ...] = ()
         self.folder: Path | None = None
         self.load_seconds = 0.0
         # Streaming (dictation.asr.streaming): which stream's prompt the shared KV cache holds (any
@@ -182,13 +188,15 @@ class AsrEngine:
                 self._load()
 
     def _load(self) -> None:
-        from dictation.asr.adapters import load_adapters
-
         t0 = time.perf_counter()
+        read, skipped = self._read_adapters()  # before the base: a bad adapter fails fast
         model, prompt, folder, variant = self._load_base()
-        adapters = load_adapters(self.options.adapters, model)
-        state = self._quantize(model, variant, adapters)
-        state.apply(adapters)
+        state, kept = self._apply_adapters(model, variant, read, skipped)
+        if skipped:
+            order = list(self.options.adapters)
+            skipped.sort(key=lambda item: order.index(item[0]))  # as listed, whichever step refused it
+            self.options = replace(self.options, adapters=tuple(kept))
+        self.skipped_adapters = tuple(skipped)
         model.sync_weights()  # fused q/k/v and gate/up planned now, not at the first dictation
         self._model, self._prompt, self._mel = model, prompt, LogMel(model.cfg.audio.num_mel_bins, model.device)
         self._weights_version += 1
@@ -204,6 +212,57 @@ class AsrEngine:
             self.load_seconds,
             format_bytes(weight_bytes(model)),
         )
+
+    def _read_adapters(self) -> tuple[list[tuple[str, object, float]], list[tuple[str, str]]]:
+        """(spec, AdapterInfo, weight) of each adapter in the options, and (spec, message) of those that
+        cannot be read: with ``skip_bad_adapters``; otherwise the first problem raises AdapterError."""
+        from dictation.asr.adapters import read_specs
+
+        read, skipped = [], []
+        for spec in self.options.adapters:
+            try:
+                ((info, weight),) = read_specs([spec])
+            except AdapterError as exc:
+                if not self.options.skip_bad_adapters:
+                    raise
+                log.warning("LoRA adapter %s left out: %s", spec, exc)
+                skipped.append((spec, str(exc)))
+                continue
+            read.append((spec, info, weight))
+        return read, skipped
+
+    def _apply_adapters(self, model: AsrModel, variant: str, read, skipped: list) -> tuple[AdapterState, list[str]]:
+        """Check the read adapters against ``model``, load their tensors, quantize the model to ``variant``
+        (adapters merged in fp32 first) and apply them. With ``skip_bad_adapters`` one that does not fit
+        or cannot be applied is added to ``skipped`` and left out; returns the state and the kept specs."""
+        from dictation.asr.adapters import load_adapter
+
+        loaded = []
+        for spec, info, weight in read:
+            try:
+                loaded.append((spec, load_adapter(info, weight, model)))
+            except AdapterError as exc:
+                if not self.options.skip_bad_adapters:
+                    raise
+                log.warning("LoRA adapter %s left out: %s", spec, exc)
+                skipped.append((spec, str(exc)))
+        state = self._quantize(model, variant, [adapter for _, adapter in loaded])
+        try:
+            state.apply([adapter for _, adapter in loaded])
+        except AdapterError:
+            if not self.options.skip_bad_adapters:
+                raise
+            kept = []  # which one cannot be applied: add them one by one
+            for spec, adapter in loaded:
+                try:
+                    state.apply([a for _, a in kept] + [adapter])
+                    kept.append((spec, adapter))
+                except AdapterError as exc:
+                    log.warning("LoRA adapter %s left out: %s", spec, exc)
+                    skipped.append((spec, str(exc)))
+            state.apply([a for _, a in kept])
+            loaded = kept
+        return state, [spec for spec, _ in loaded]
 
     def _load_base(self) -> tuple[AsrModel, PromptBuilder, Path, str]:
         """(model with floating or pre-quantized weights, prompt builder, folder, variant name)."""
@@ -226,9 +285,13 @@ class AsrEngine:
             return gguf.build_model(), gguf.prompt_builder(), path.absolute(), variant
         folder = resolve_model(self.options.model)
         cfg = AsrConfig.from_file(folder / "config.json")
+        files = locate(folder)
+        check_sizes(files, files.headers(), cfg)  # config.json against the weights, before anything is built
         # EOS = {<|im_end|>, <|endoftext|>} from the tokenizer; like the official code we
         # ignore generation_config.json (spec §2.5).
-        prompt = PromptBuilder.from_folder(folder, audio_token_id=cfg.special.audio_token_id)
+        prompt = PromptBuilder.from_folder(
+            folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
+        )
         dtype = _compute_dtype(dtype_opt, device, quantized=requested in QUANTIZED or bool(cfg.quantization))
         model = load_model(folder, cfg, device, dtype)
         variant = _DTYPE_NAMES[dtype]

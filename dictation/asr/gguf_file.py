@@ -65,10 +65,11 @@ import numpy as np
 import torch
 from tokenizers import AddedToken, Tokenizer, models
 
-from dictation.asr.config import AsrConfig, AudioEncoderConfig, SpecialTokens, TextDecoderConfig
+from dictation.asr.config import AsrConfig, AudioEncoderConfig, SpecialTokens, TextDecoderConfig, checked
 from dictation.asr.errors import ModelError, WeightsError
 from dictation.asr.model import AsrModel
 from dictation.asr.prompt import END_OF_TEXT, PromptBuilder, byte_level_bpe
+from dictation.asr.weights import check_finite, finite_flag
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,7 @@ _NUMPY = {
     12: "<f8",
 }
 _STRING, _ARRAY, _FLOAT32 = 8, 9, 6
+MAX_ARRAY_DEPTH = 16  # arrays of arrays: real files nest one level at most
 _U64 = struct.Struct("<Q")
 
 
@@ -335,7 +337,7 @@ class _Cursor:
         self.pos = pos
         return out
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, depth: int = 0) -> Any:
         if vtype == _STRING:
             return self.string()
         if vtype == _ARRAY:
@@ -343,7 +345,9 @@ class _Cursor:
             if item == _STRING:
                 return self.strings(count)
             if item == _ARRAY:
-                return [self.value(_ARRAY) for _ in range(count)]
+                if depth >= MAX_ARRAY_DEPTH:
+                    raise ValueError(f"arrays nested more than {MAX_ARRAY_DEPTH} deep at offset {self.pos}")
+                return [self.value(_ARRAY, depth + 1) for _ in range(count)]
             if item not in _NUMPY:
                 raise ValueError(f"unknown array item type {item}")
             arr = np.frombuffer(self.buf, dtype=_NUMPY[item], count=count, offset=self.pos)
@@ -369,6 +373,8 @@ def read_gguf_file(path: str | Path, *, architecture_only: bool = False) -> Gguf
     """
     path = Path(path)
     try:
+        if path.exists() and not path.is_file() and not path.is_dir():
+            raise WeightsError(f"{path}: not a regular file (a FIFO, socket or device), so not a GGUF file")
         size = path.stat().st_size
         if size < 24:
             raise WeightsError(f"{path}: not a GGUF file ({size} bytes)")
@@ -407,7 +413,9 @@ def read_gguf_file(path: str | Path, *, architecture_only: bool = False) -> Gguf
             infos.append((name, ggml_type, tuple(reversed(dims)), offset))
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise WeightsError(f"{path}: not a readable GGUF file ({exc})") from None
-    alignment = int(metadata.get("general.alignment", 32) or 32)
+    alignment = metadata.get("general.alignment", 32)
+    if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1) or alignment > 1 << 20:
+        raise WeightsError(f"{path}: not a readable GGUF file (general.alignment {alignment!r} is not a power of two)")
     start = -(-cur.pos // alignment) * alignment
     tensors: dict[str, GgufTensor] = {}
     for name, ggml_type, shape, offset in infos:
@@ -432,6 +440,8 @@ def is_gguf(path: str | Path) -> bool:
 
 
 def _has_magic(path: Path) -> bool:
+    if not path.is_file():  # a FIFO or a device would block the read, and is no model
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(4) == GGUF_MAGIC
@@ -647,16 +657,23 @@ class GgufVocab:
         if not isinstance(tokens, list) or not tokens:
             raise ModelError(f"{gguf.path}: no tokenizer in the file (tokenizer.ggml.tokens is missing)")
         types = meta.get("tokenizer.ggml.token_type")
+        merges = meta.get("tokenizer.ggml.merges") or []
+        if not all(isinstance(t, str) for t in tokens) or not isinstance(merges, list):
+            raise ModelError(f"{gguf.path}: tokenizer.ggml.tokens / merges are not lists of strings")
+        if types is not None and (not isinstance(types, list) or not all(type(t) is int for t in types)):
+            raise ModelError(f"{gguf.path}: tokenizer.ggml.token_type is not a list of integers")
         if types is not None and len(types) != len(tokens):
             raise ModelError(f"{gguf.path}: {len(types)} token types for {len(tokens)} tokens")
         eos = meta.get("tokenizer.ggml.eos_token_id")
+        if eos is not None and (type(eos) is not int or not 0 <= eos < len(tokens)):
+            raise ModelError(f"{gguf.path}: tokenizer.ggml.eos_token_id {eos!r} is not a token id")
         return cls(
             source=gguf.path,
             model=str(meta.get("tokenizer.ggml.model", "")),
             tokens=tokens,
             token_types=types,
-            merges=list(meta.get("tokenizer.ggml.merges") or []),
-            eos_id=int(eos) if eos is not None else None,
+            merges=list(merges),
+            eos_id=eos,
         )
 
     def token_id(self, content: str) -> int | None:
@@ -700,7 +717,7 @@ class GgufVocab:
             raise ModelError(f"{src}: the vocabulary lists a token twice")
         merges = []
         for line in self.merges:
-            left, sep, right = line.partition(" ")
+            left, sep, right = line.partition(" ") if isinstance(line, str) else ("", "", "")
             if not sep or not left or not right:
                 raise ModelError(f"{src}: malformed BPE merge {line!r}")
             merges.append((left, right))
@@ -894,9 +911,12 @@ def _derive_config(
         shape = shapes.get(name)
         return shape[axis] if shape and len(shape) > axis else None
 
+    def layer_ids(prefix: str) -> set[int]:
+        return {int(m.group(1)) for n in shapes for m in [re.match(re.escape(prefix) + r"(\d+)\.", n)] if m}
+
     def layers(prefix: str) -> int | None:
-        ids = {int(m.group(1)) for n in shapes for m in [re.match(re.escape(prefix) + r"(\d+)\.", n)] if m}
-        return max(ids) + 1 if ids else None
+        ids = layer_ids(prefix)
+        return len(ids) if ids else None
 
     def pick(key: str, derived: Any = None) -> Any:
         value = values.get(key)
@@ -939,11 +959,19 @@ def _derive_config(
         "audio_end_token_id": pick("special.audio_end_token_id", vocab.token_id("<|audio_end|>")),
     }
     try:
-        audio = _dataclass(AudioEncoderConfig, audio_raw)
-        text = _dataclass(TextDecoderConfig, text_raw)
-        special = _dataclass(SpecialTokens, special_raw)
-    except (TypeError, ValueError) as exc:
-        raise WeightsError(f"{source}: unusable hyper-parameters ({exc})") from None
+        audio = checked(AudioEncoderConfig, audio_raw, str(source), "audio.")
+        text = checked(TextDecoderConfig, text_raw, str(source), "text.")
+        special = checked(SpecialTokens, special_raw, str(source), "", minimum=0)
+    except ModelError as exc:
+        raise WeightsError(f"{exc} (unusable hyper-parameters)") from None
+    for part, prefix, n in (
+        ("text decoder", "decoder.layers.", text.num_hidden_layers),
+        ("audio encoder", "audio_tower.layers.", audio.encoder_layers),
+    ):
+        ids = layer_ids(prefix)
+        if ids != set(range(n)):  # checked before the model is built: its size follows from n
+            held = f"layers {min(ids)} to {max(ids)} ({len(ids)} in all)" if ids else "no layers"
+            raise WeightsError(f"{source}: the metadata says the {part} has {n} layers, but the tensors hold {held}")
     if audio.output_dim != text.hidden_size:
         raise WeightsError(f"{source}: audio output_dim {audio.output_dim} != text hidden_size {text.hidden_size}")
     if audio.d_model % audio.encoder_attention_heads:
@@ -951,14 +979,6 @@ def _derive_config(
     if text.num_attention_heads % text.num_key_value_heads:
         raise WeightsError(f"{source}: num_attention_heads not a multiple of num_key_value_heads")
     return AsrConfig(audio=audio, text=text, special=special, layout="thinker")
-
-
-def _dataclass(cls: type, raw: dict[str, Any]) -> Any:
-    kwargs = {}
-    for name, spec in cls.__dataclass_fields__.items():
-        if raw.get(name) is not None:
-            kwargs[name] = type(spec.default)(raw[name])
-    return cls(**kwargs)
 
 
 def _metadata_values(gguf: GgufFile, keys: dict[str, str]) -> dict[str, Any]:
@@ -1006,7 +1026,9 @@ def read_gguf(
         values = _metadata_values(main, TEXT_KEYS) | _metadata_values(audio_file, MMPROJ_KEYS)
         eos = None
     vocab = GgufVocab.from_metadata(main)
-    eos_ids = tuple(sorted({int(e) for e in (eos, vocab.eos_id) if e is not None}))
+    if eos is not None and (type(eos) is not int or not 0 <= eos < len(vocab.tokens)):
+        raise WeightsError(f"{main.path}: qwen3asr.eos_token_id {eos!r} is not a token id")
+    eos_ids = tuple(sorted({e for e in (eos, vocab.eos_id) if e is not None}))
     by_ours = {e.ours: e for e in entries}
     embed, head = by_ours.get("decoder.embed_tokens.weight"), by_ours.get("lm_head.weight")
     if embed is not None and head is not None and _tied_copy(embed, head):
@@ -1050,10 +1072,13 @@ def read_gguf(
 
     tensors: dict[str, torch.Tensor] = {}
     source_types: dict[str, str] = {}
+    finite = []
     for name, e, kind in plan:
         raw = e.file.raw(e.tensor, kind)
         tensors[name] = dequantize(raw, kind, device, dtype).view(expected[name])
         source_types[name] = kind.name
+        finite.append((e.file.path, e.tensor.name, finite_flag(tensors[name])))
+    check_finite(finite)  # NaN or infinity in the file (or a scale that overflows the dtype): named
     paths = (main.path,) if audio_file is None else (main.path, audio_file.path)
     counts: dict[str, int] = {}
     for kind_name in source_types.values():

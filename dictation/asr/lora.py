@@ -24,12 +24,13 @@ Refused with a message: another ``peft_type``, LoRA on embeddings or convolution
 (``bias`` other than "none", ``lora_bias``) and ``fan_in_fan_out`` (these layers are nn.Linear).
 
 Nothing here imports torch or reads tensor data: the checks use the safetensors headers of the
-adapter and of the model, so a settings window can run them as the user picks a folder.
+adapter and of the model. The config's regular expressions are matched with a deadline
+(``patterns.py``): one that backtracks without end is refused after a few seconds, and never holds
+the interpreter lock meanwhile.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -39,13 +40,27 @@ from pathlib import Path
 from dictation.asr.checkpoint import FLOAT_DTYPES, PREFIXES, TensorInfo, checkpoint_name, locate, read_header
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import AdapterError, AsrError, WeightsError
+from dictation.asr.files import read_json
 from dictation.asr.models import is_gguf_path, resolve_model
+from dictation.asr.patterns import (
+    FULL,
+    SUFFIX,
+    PatternError,
+    PatternTimeout,
+    can_backtrack,
+    check_pattern,
+    first_matches,
+    wrapped,
+)
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 PICKLE_FILES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth")
 DEFAULT_RANK = 8  # PEFT's LoraConfig defaults, for configs that leave them out
 DEFAULT_ALPHA = 8.0
+MAX_CONFIG_BYTES = 8 << 20  # adapter_config.json; PEFT's are a few kB (per-layer rank_pattern: tens of kB)
+MAX_NAME_CHARS = 500  # a tensor name longer than this is no module of this model
+MAX_PATTERNS = 4096  # keys of rank_pattern / alpha_pattern, names in target_modules (a model has ~500 layers)
 
 # (our prefix, PEFT module-name prefix): both checkpoint layouts, then the thinker wrapped alone.
 _ADAPTER_PREFIXES = (
@@ -137,11 +152,11 @@ def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
     if not config_path.is_file():
         raise AdapterError(f"{folder}: no {CONFIG_FILE} in this folder, so it is not a PEFT adapter")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise AdapterError(f"{config_path}: not valid JSON ({exc})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AdapterError(f"{config_path}: unreadable ({exc})") from None
+        config = read_json(config_path, MAX_CONFIG_BYTES)
+    except ValueError as exc:  # too large, not UTF-8, not JSON, nested too deeply
+        raise AdapterError(f"{config_path}: {exc}") from None
+    except OSError as exc:
+        raise AdapterError(f"{config_path}: unreadable ({exc.strerror or exc})") from None
     if not isinstance(config, dict):
         raise AdapterError(f"{config_path}: not a JSON object")
     peft_type = config.get("peft_type")
@@ -170,11 +185,17 @@ def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
         raise AdapterError(f"{config_path}: target_modules must be a list of names or a regular expression")
     if isinstance(targets, str) and targets != "all-linear":
         try:
-            re.compile(targets)
-        except re.error as exc:
-            raise AdapterError(f"{config_path}: target_modules is an invalid pattern {targets!r} ({exc})") from None
+            check_pattern(targets)
+        except PatternError as exc:
+            raise AdapterError(
+                f"{config_path}: target_modules is an invalid pattern {_short(targets)} ({exc})"
+            ) from None
+    if isinstance(targets, list) and not all(isinstance(t, str) for t in targets):
+        raise AdapterError(f"{config_path}: target_modules must be a list of names or a regular expression")
+    if isinstance(targets, list) and len(targets) > MAX_PATTERNS:
+        raise AdapterError(f"{config_path}: target_modules lists {len(targets)} names, more than {MAX_PATTERNS}")
     to_save = config.get("modules_to_save") or []
-    if not isinstance(to_save, list) or not all(isinstance(m, str) for m in to_save):
+    if not isinstance(to_save, list) or not all(isinstance(m, str) for m in to_save) or len(to_save) > MAX_PATTERNS:
         raise AdapterError(f"{config_path}: modules_to_save must be a list of module names")
     base = config.get("base_model_name_or_path")
 
@@ -191,7 +212,9 @@ def read_adapter(adapter_dir: str | os.PathLike) -> AdapterInfo:
         header = read_header(weights)
     except WeightsError as exc:
         raise AdapterError(str(exc)) from None
-    rules = _Rules(rank, float(alpha), rank_pattern, alpha_pattern, use_rslora, use_dora, targets, tuple(to_save))
+    rules = _Rules(
+        rank, float(alpha), rank_pattern, alpha_pattern, use_rslora, use_dora, targets, tuple(to_save), config_path
+    )
     layers, saved = _layers(weights, header, rules)
     return AdapterInfo(
         folder=folder,
@@ -291,6 +314,7 @@ class _Rules:
     use_dora: bool
     targets: str | list | None
     to_save: tuple[str, ...]
+    config_path: Path
 
 
 def _layers(
@@ -302,6 +326,8 @@ def _layers(
     magnitudes: dict[str, str] = {}
     saved: list[SavedTensor] = []
     for name in sorted(header):
+        if len(name) > MAX_NAME_CHARS:
+            raise AdapterError(f"{path}: holds a tensor named {_short(name)}, which is no module of a Qwen3-ASR model")
         if header[name].dtype not in FLOAT_DTYPES:
             raise AdapterError(f"{path}: tensor {name} is {header[name].dtype}; only bf16/fp16/fp32 adapters load")
         if match := _LORA_KEY.fullmatch(name):
@@ -310,7 +336,7 @@ def _layers(
             if not rules.use_dora:
                 raise AdapterError(f"{path}: holds {name}, a DoRA magnitude, but {CONFIG_FILE} has no use_dora")
             magnitudes[match["module"]] = name
-        elif (match := _SAVED_KEY.fullmatch(name)) and _is_saved_module(match["module"], rules.to_save):
+        elif (match := _SAVED_KEY.fullmatch(name)) and _is_listed(match["module"], rules.to_save):
             ours = _our_module(match["module"])
             if ours is None:
                 raise AdapterError(
@@ -321,6 +347,7 @@ def _layers(
             raise AdapterError(f"{path}: holds {name}, which is not a LoRA tensor; {_NOT_PLAIN}")
     if not pairs and not saved:
         raise AdapterError(f"{path}: holds no LoRA weights")
+    selected, ranks, alphas = _match_patterns(sorted(pairs), rules)
     layers = []
     for module, parts in pairs.items():
         if len(parts) < 2:
@@ -336,9 +363,9 @@ def _layers(
             )
         if a[0] != b[1]:
             raise AdapterError(f"{path}: {module}'s lora_A has rank {a[0]} but its lora_B has rank {b[1]}")
-        if not _is_target(module, rules.targets):
+        if not selected[module]:
             raise AdapterError(f"{path}: holds LoRA weights for {module}, which target_modules does not select")
-        expected = _pattern_value(rules.rank_pattern, module, rules.rank)
+        expected = ranks[module]
         if a[0] != expected:
             raise AdapterError(f"{path}: {module} has rank {a[0]}, but {CONFIG_FILE} says r={expected}")
         magnitude = magnitudes.pop(module, None)
@@ -350,7 +377,7 @@ def _layers(
                     f"{path}: {module}'s lora_magnitude_vector has shape {tuple(header[magnitude].shape)}, "
                     f"expected ({b[0]},)"
                 )
-        layer_alpha = _pattern_value(rules.alpha_pattern, module, rules.alpha)
+        layer_alpha = alphas[module]
         scaling = layer_alpha / (math.sqrt(a[0]) if rules.use_rslora else a[0])
         layers.append(LoraLayer(ours, parts["A"], parts["B"], a[0], a[1], b[0], scaling, magnitude))
     if magnitudes:
@@ -359,18 +386,61 @@ def _layers(
     return tuple(sorted(layers, key=lambda layer: layer.module)), tuple(sorted(saved, key=lambda t: t.param))
 
 
-def _is_target(module: str, targets) -> bool:
-    """PEFT's target_modules rule: a list matches a name or a name suffix at a dot; a string is a
-    regular expression over the whole name ("all-linear" selects every linear layer)."""
-    if targets is None or targets == "all-linear":
-        return True
-    if isinstance(targets, str):
-        return re.fullmatch(targets, module) is not None
-    return any(module == t or module.endswith(f".{t}") for t in targets)
+def _match_patterns(modules: list[str], rules: _Rules) -> tuple[dict[str, bool], dict[str, int], dict[str, float]]:
+    """Per module: whether target_modules selects it, its rank and its alpha (PEFT's rules, below).
+
+    - target_modules: a list matches a name or a name suffix at a dot; a string is a regular
+      expression over the whole name ("all-linear" selects every linear layer);
+    - rank_pattern / alpha_pattern: the first key that matches the end of the name at a name
+      boundary gives the value, else r / lora_alpha.
+
+    The expressions are matched with a deadline (patterns.py); one that does not finish is
+    refused with the key it is in.
+    """
+    targets = rules.targets
+    tables = [(SUFFIX, list(rules.rank_pattern)), (SUFFIX, list(rules.alpha_pattern))]
+    keys = ["rank_pattern", "alpha_pattern"]
+    if isinstance(targets, str) and targets != "all-linear":
+        tables.append((FULL, [targets]))
+        keys.append("target_modules")
+    try:
+        found = first_matches(tables, modules)
+    except PatternTimeout as exc:
+        slow = "; ".join(
+            f"{keys[i]} {', '.join(_short(p) for p in tables[i][1] if can_backtrack(p))}" for i in exc.tables
+        )
+        raise AdapterError(
+            f"{rules.config_path}: its regular expressions did not finish matching the module names within "
+            f"a few seconds ({slow}); a pattern that backtracks without end, such as a nested quantifier "
+            "like (.*)*, must be simplified"
+        ) from None
+    except PatternError as exc:
+        raise AdapterError(f"{rules.config_path}: {exc}") from None
+    rank_keys, alpha_keys = list(rules.rank_pattern), list(rules.alpha_pattern)
+    selected, ranks, alphas = {}, {}, {}
+    for j, module in enumerate(modules):
+        if targets is None or targets == "all-linear":
+            selected[module] = True
+        elif isinstance(targets, str):
+            selected[module] = found[2][j] is not None
+        else:
+            selected[module] = _is_listed(module, targets)
+        rank_at, alpha_at = found[0][j], found[1][j]
+        ranks[module] = rules.rank if rank_at is None else rules.rank_pattern[rank_keys[rank_at]]
+        alphas[module] = rules.alpha if alpha_at is None else rules.alpha_pattern[alpha_keys[alpha_at]]
+    return selected, ranks, alphas
 
 
-def _is_saved_module(module: str, to_save: tuple[str, ...]) -> bool:
-    return any(module == m or module.endswith(f".{m}") for m in to_save)
+def _short(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut to ``limit`` characters (patterns and names from files can be huge)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
+def _is_listed(module: str, names) -> bool:
+    """PEFT's rule for a list of names: ``module`` is one of them or ends with ``.name``."""
+    parts = module.split(".")
+    listed = set(names)
+    return any(".".join(parts[i:]) in listed for i in range(len(parts)))
 
 
 def _our_module(module: str) -> str | None:
@@ -386,20 +456,14 @@ def _pattern_table(config: dict, key: str, path: Path, valid) -> dict:
     table = config.get(key) or {}
     if not isinstance(table, dict) or not all(valid(v) for v in table.values()):
         raise AdapterError(f"{path}: {key} must map module-name patterns to numbers")
+    if len(table) > MAX_PATTERNS:
+        raise AdapterError(f"{path}: {key} has {len(table)} patterns, more than {MAX_PATTERNS}")
     for pattern in table:
         try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise AdapterError(f"{path}: {key} has an invalid pattern {pattern!r} ({exc})") from None
+            check_pattern(wrapped(pattern, SUFFIX))
+        except PatternError as exc:
+            raise AdapterError(f"{path}: {key} has an invalid pattern {_short(pattern)} ({exc})") from None
     return table
-
-
-def _pattern_value(table: dict, module: str, default):
-    """PEFT's rule: the first pattern that matches the end of the module name, at a name boundary."""
-    for pattern, value in table.items():
-        if re.fullmatch(rf"(?:.*\.)?(?:{pattern})", module):
-            return value
-    return default
 
 
 def _is_int(value: object) -> bool:

@@ -19,9 +19,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dictation.asr.checkpoint import FLOAT_DTYPES, CheckpointFiles, TensorInfo, locate, our_name
+from dictation.asr.checkpoint import (
+    FLOAT_DTYPES,
+    QUANTIZED_LINEAR,
+    CheckpointFiles,
+    TensorInfo,
+    check_sizes,
+    locate,
+    our_name,
+)
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import ModelError
+from dictation.asr.files import read_json
 
 # What the engine reads: configs, safetensors shards and their index, tokenizer files, templates.
 ALLOW_PATTERNS: tuple[str, ...] = ("*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*", "*.jinja")
@@ -175,8 +184,6 @@ def _check_model_folder(path: str | os.PathLike) -> None:
     _check_tokenizer(folder, cfg)
 
 
-_LAYER = re.compile(r"(decoder|audio_tower)\.layers\.(\d+)\.")
-_QUANTIZED_LINEAR = re.compile(r"^decoder\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.")
 GGUF_MAGIC = b"GGUF"
 
 
@@ -184,6 +191,8 @@ def is_gguf_path(path: Path) -> bool:
     """A GGUF file, or a folder holding one (by the files' magic bytes; torch-free)."""
     candidates = sorted(path.glob("*.gguf")) if path.is_dir() else [path]
     for candidate in candidates:
+        if not candidate.is_file():  # a FIFO or a device would block the read below, and is no model
+            continue
         try:
             with open(candidate, "rb") as f:
                 if f.read(4) == GGUF_MAGIC:
@@ -195,20 +204,6 @@ def is_gguf_path(path: Path) -> bool:
 
 def _check_tensors(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: AsrConfig) -> None:
     """What load_model would refuse, as far as the headers and the config tell."""
-    a, t = cfg.audio, cfg.text
-    n_layers = {"decoder": t.num_hidden_layers, "audio_tower": a.encoder_layers}
-    last_text, last_audio = f"decoder.layers.{t.num_hidden_layers - 1}", f"audio_tower.layers.{a.encoder_layers - 1}"
-    expected = {  # tensors whose shapes follow from config.json: a config from another model shows here
-        "decoder.embed_tokens.weight": (t.vocab_size, t.hidden_size),
-        f"{last_text}.self_attn.q_proj.weight": (t.num_attention_heads * t.head_dim, t.hidden_size),
-        f"{last_text}.self_attn.k_proj.weight": (t.num_key_value_heads * t.head_dim, t.hidden_size),
-        f"{last_text}.mlp.down_proj.weight": (t.hidden_size, t.intermediate_size),
-        f"{last_audio}.fc1.weight": (a.encoder_ffn_dim, a.d_model),
-        "audio_tower.proj2.weight": (a.output_dim, a.d_model),
-    }
-    if not t.tie_word_embeddings:
-        expected["lm_head.weight"] = (t.vocab_size, t.hidden_size)
-    ours = {}
     for name, info in headers.items():
         where = files.tensor_files[name]
         mine = our_name(name, cfg.layout)
@@ -217,28 +212,10 @@ def _check_tensors(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: 
                 f"{where}: tensor {name} does not belong to a Qwen3-ASR checkpoint in the {cfg.layout!r} layout "
                 "that config.json describes"
             )
-        quantized = cfg.quantization is not None and _QUANTIZED_LINEAR.search(mine) is not None
+        quantized = cfg.quantization is not None and QUANTIZED_LINEAR.search(mine) is not None
         if info.dtype not in FLOAT_DTYPES and not quantized:
             raise ModelError(f"{where}: tensor {name} is {info.dtype}; only bf16/fp16/fp32 checkpoints load here")
-        layer = _LAYER.match(mine)
-        if layer is not None and int(layer.group(2)) >= n_layers[layer.group(1)]:
-            part, n = "text decoder" if layer.group(1) == "decoder" else "audio encoder", n_layers[layer.group(1)]
-            raise ModelError(
-                f"{where}: tensor {name} is in layer {layer.group(2)} of the {part}, but config.json says it has "
-                f"{n} layer{'' if n == 1 else 's'}; the weights and config.json come from different models"
-            )
-        ours[mine] = (name, info)
-    for mine, shape in expected.items():
-        if cfg.quantization is not None and _QUANTIZED_LINEAR.search(mine):
-            continue  # stored as integer codes plus scales (dictation.asr.quant); load_model checks them
-        if mine not in ours:
-            raise ModelError(f"{files.folder}: the weights have no tensor for {mine} (expected shape {shape})")
-        name, info = ours[mine]
-        if info.shape != shape:
-            raise ModelError(
-                f"{files.tensor_files[name]}: tensor {name} has shape {info.shape}, but config.json implies {shape}; "
-                "the weights and config.json come from different models"
-            )
+    check_sizes(files, headers, cfg)
 
 
 def _check_tokenizer(folder: Path, cfg: AsrConfig) -> None:
@@ -291,11 +268,14 @@ def _token_ids(entries) -> dict[str, int]:
 def _read_json(path: Path) -> object:
     """The parsed file, None if it does not exist; ModelError naming it if it is not valid JSON."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path, MAX_JSON_BYTES)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{path}: unreadable ({exc})") from None
+    except (OSError, ValueError) as exc:  # not a regular file, too large, not JSON, nested too deeply
+        raise ModelError(f"{path}: unreadable ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+MAX_JSON_BYTES = 512 << 20  # tokenizer.json of a real model: ~11 MB
 
 
 def cached_models() -> list[tuple[str, Path]]:

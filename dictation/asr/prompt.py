@@ -8,7 +8,6 @@ former.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from dictation.asr.errors import LanguageError, ModelError
+from dictation.asr.files import is_regular, read_json
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,14 @@ class PromptBuilder:
 
     @classmethod
     def from_folder(
-        cls, folder: Path, *, audio_token_id: int | None = None, eos_ids: tuple[int, ...] = ()
+        cls,
+        folder: Path,
+        *,
+        audio_token_id: int | None = None,
+        eos_ids: tuple[int, ...] = (),
+        vocab_size: int | None = None,
     ) -> PromptBuilder:
-        tokenizer, added = load_tokenizer(folder)
+        tokenizer, added = load_tokenizer(folder, vocab_size)
         return cls.from_tokenizer(tokenizer, added, source=str(folder), audio_token_id=audio_token_id, eos_ids=eos_ids)
 
     @classmethod
@@ -173,27 +178,29 @@ class PromptBuilder:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def load_tokenizer(folder: Path) -> tuple[Tokenizer, list[str]]:
+MAX_TOKENIZER_CONFIG_BYTES = 64 << 20  # tokenizer_config.json (Qwen's: 10 kB; some embed a chat template)
+MAX_ADDED_ID = 1 << 22  # an added token's id; Qwen's highest is 151704 (a 4M-entry vocabulary would be absurd)
+
+
+def load_tokenizer(folder: Path, vocab_size: int | None = None) -> tuple[Tokenizer, list[str]]:
     """Read ``tokenizer.json`` if present, else build the BPE from ``vocab.json`` + ``merges.txt``.
 
     Added tokens are taken from ``tokenizer_config.json`` at their listed ids; ids missing from the
-    list get placeholders so that every later id stays where the checkpoint expects it.
+    list get placeholders so that every later id stays where the checkpoint expects it. An id at or
+    beyond ``vocab_size`` (the model's embedding rows), or absurdly large without it, is refused.
+    Every problem is a ModelError naming the file.
     """
     folder = Path(folder)
     config_path = folder / "tokenizer_config.json"
-    added_decoder: dict[int, dict] = {}
-    if config_path.exists():
-        try:
-            raw = json.loads(config_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ModelError(f"{config_path}: unreadable ({exc})") from None
-        added_decoder = {int(k): v for k, v in (raw.get("added_tokens_decoder") or {}).items()}
+    added_decoder = _added_tokens(config_path, MAX_ADDED_ID if vocab_size is None else min(vocab_size, MAX_ADDED_ID))
 
-    if (folder / "tokenizer.json").exists():
+    json_path = folder / "tokenizer.json"
+    if json_path.exists():
+        _need_regular(json_path)
         try:
-            tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            tok = Tokenizer.from_file(str(json_path))
         except Exception as exc:  # the tokenizers library raises plain Exception subclasses
-            raise ModelError(f"{folder / 'tokenizer.json'}: unreadable ({exc})") from None
+            raise ModelError(f"{json_path}: unreadable ({_first_line(exc)})") from None
         # Use the original Qwen split even if a saved file carries another regex (spec §2.4).
         tok.pre_tokenizer = _qwen_pre_tokenizer()
     else:
@@ -201,7 +208,12 @@ def load_tokenizer(folder: Path) -> tuple[Tokenizer, list[str]]:
         for path in (vocab, merges):
             if not path.exists():
                 raise ModelError(f"{path}: missing (the model folder needs tokenizer.json or vocab.json + merges.txt)")
-        tok = byte_level_bpe(models.BPE.from_file(str(vocab), str(merges)))
+            _need_regular(path)
+        try:
+            bpe = models.BPE.from_file(str(vocab), str(merges))
+        except Exception as exc:  # garbage in either file: the library says which line, not which file
+            raise ModelError(f"{vocab} / {merges}: not a BPE vocabulary and merge list ({_first_line(exc)})") from None
+        tok = byte_level_bpe(bpe)
 
     strings: list[str] = []
     if added_decoder:
@@ -215,9 +227,11 @@ def load_tokenizer(folder: Path) -> tuple[Tokenizer, list[str]]:
                 if existing != tid:
                     raise ModelError(f"{config_path}: {content} is id {existing} in the vocabulary, {tid} here")
                 continue
-            while next_id < tid:  # keep later ids aligned
-                tok.add_special_tokens([AddedToken(f"<|unused_{next_id}|>", special=True, normalized=False)])
-                next_id += 1
+            if next_id < tid:  # keep later ids aligned
+                tok.add_special_tokens(
+                    [AddedToken(f"<|unused_{i}|>", special=True, normalized=False) for i in range(next_id, tid)]
+                )
+                next_id = tid
             token = AddedToken(
                 content,
                 special=bool(entry.get("special", False)),
@@ -234,6 +248,39 @@ def load_tokenizer(folder: Path) -> tuple[Tokenizer, list[str]]:
                 raise ModelError(f"{config_path}: could not place {content} at id {tid}")
             next_id = tid + 1
     return tok, strings
+
+
+def _added_tokens(config_path: Path, limit: int) -> dict[int, dict]:
+    """``added_tokens_decoder`` of tokenizer_config.json (id -> entry with a string ``content``), checked."""
+    if not config_path.exists():
+        return {}
+    try:
+        raw = read_json(config_path, MAX_TOKENIZER_CONFIG_BYTES)
+    except ValueError as exc:
+        raise ModelError(f"{config_path}: {exc}") from None
+    except OSError as exc:
+        raise ModelError(f"{config_path}: unreadable ({exc.strerror or exc})") from None
+    table = raw.get("added_tokens_decoder") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or not isinstance(table or {}, dict):
+        raise ModelError(f"{config_path}: not a tokenizer config (expected an object with added_tokens_decoder)")
+    added = {}
+    for key, entry in (table or {}).items():
+        if not key.isdigit() or not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+            raise ModelError(f"{config_path}: added_tokens_decoder entry {key[:40]!r} is not an id with a content")
+        if int(key) >= limit:
+            raise ModelError(f"{config_path}: added token id {key} is beyond the model's vocabulary of {limit}")
+        added[int(key)] = entry
+    return added
+
+
+def _need_regular(path: Path) -> None:
+    if not is_regular(path):
+        raise ModelError(f"{path}: not a regular file (a FIFO, socket, device or folder)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
 
 
 def byte_level_bpe(model: models.BPE) -> Tokenizer:

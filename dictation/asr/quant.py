@@ -941,6 +941,7 @@ def write_quantized_folder(
     """
     from safetensors import safe_open
 
+    from dictation.asr.checkpoint import check_sizes
     from dictation.asr.config import AsrConfig
     from dictation.asr.errors import ModelError, WeightsError
     from dictation.asr.model import AsrModel
@@ -973,6 +974,7 @@ def write_quantized_folder(
     raw_config = json.loads(config_path.read_text(encoding="utf-8"))
 
     files = locate(src)
+    check_sizes(files, files.headers(), cfg)  # before the model is built: its size follows from the config
     with torch.device("meta"):
         meta = AsrModel(cfg)
     expected = meta.state_dict()

@@ -21,6 +21,7 @@ from dictation.asr.checkpoint import (  # noqa: F401 (re-exported: weights.locat
     PREFIXES,
     SINGLE_FILE,
     CheckpointFiles,
+    check_sizes,
     checkpoint_name,
     locate,
 )
@@ -79,8 +80,14 @@ def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.
     A pre-quantized folder (``cfg.quantization`` set from config.json's ``quantization_config``) gets
     the decoder's linear layers as empty Int8Linear / Int4Linear first, so their int8 / uint8 / float32
     tensors load as stored; every floating tensor loads into ``dtype``.
+
+    Nothing is allocated before config.json's sizes are checked against the files' headers (layer
+    counts, then every tensor's shape), and every floating tensor is checked for NaN and infinity on
+    the device it lands on (one reduction per tensor, read once at the end).
     """
     files = locate(folder)
+    headers = files.headers()
+    check_sizes(files, headers, cfg)  # before the model is built: its size follows from the config
     with torch.device("meta"):
         model = AsrModel(cfg)
     quantized: set[str] = set()
@@ -90,12 +97,20 @@ def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.
         q = cfg.quantization
         for name in empty_quantized(model, q["variant"], group_size=q.get("group_size") or DEFAULT_GROUP_SIZE):
             quantized.update(f"{name}.{buf}" for buf, _ in model.get_submodule(name).named_buffers())
+    wanted, ignored = match_tensors(files, cfg, model.state_dict(), tied=model.lm_head is None)
+    shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}  # meta: nothing allocated
+    for ckpt_name, ours in wanted.items():
+        if tuple(headers[ckpt_name].shape) != shapes[ours]:
+            raise WeightsError(
+                f"{files.tensor_files[ckpt_name]}: tensor {ckpt_name} has shape {tuple(headers[ckpt_name].shape)}, "
+                f"expected {shapes[ours]}"
+            )
     model = model.to(dtype).to_empty(device=device)
     model.eval().requires_grad_(False)
     model.decoder.allocate_fused()  # q/k/v and gate/up load straight into their fused tensors
     expected = {name: tensor for name, tensor in model.state_dict().items()}
-    wanted, ignored = match_tensors(files, cfg, expected, tied=model.lm_head is None)
     variant = cfg.quantization["variant"] if cfg.quantization else ""
+    finite: list[tuple[Path, str, torch.Tensor]] = []  # (file, tensor, a 0-d bool on the device)
 
     by_file: dict[Path, list[str]] = {}
     for ckpt_name in wanted:
@@ -120,11 +135,35 @@ def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.
                         + _unmarked_hint(tensor.dtype, cfg)
                     )
                 target.copy_(tensor)
+                if target.is_floating_point():
+                    finite.append((path, ckpt_name, finite_flag(target)))
+    check_finite(finite)
     if ignored:
         _log_tied_head(files.tensor_files[ignored[0]], ignored[0], model)
     # Non-persistent buffers were left uninitialised by to_empty(); compute them now.
     model.audio_tower.reset_buffers()
     return model
+
+
+def finite_flag(tensor: torch.Tensor) -> torch.Tensor:
+    """A 0-d bool on the tensor's device: no NaN or infinity in it. The minimum and the maximum carry
+    both (NaN propagates, -inf is the minimum, inf the maximum): one pass that allocates nothing the
+    tensor's size, 30-50x faster than isfinite().all() on the CPU and never overflowing, unlike a
+    half-precision sum."""
+    if tensor.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=tensor.device)
+    low, high = torch.aminmax(tensor)
+    return low.isfinite() & high.isfinite()
+
+
+def check_finite(flags: list[tuple[Path, str, torch.Tensor]]) -> None:
+    """Raise WeightsError naming the first tensor that holds NaN or infinity (one device sync for all)."""
+    if not flags:
+        return
+    ok = torch.stack([flag for _, _, flag in flags]).cpu()
+    if not bool(ok.all()):
+        path, name, _ = flags[int((~ok).nonzero()[0])]
+        raise WeightsError(f"{path}: tensor {name} holds NaN or infinite values (a damaged download?)")
 
 
 _QUANT_SUFFIXES = (".qweight", ".scales", ".zeros", ".weight_scale")

@@ -8,10 +8,18 @@ downmixes channels by their mean. Anything else is refused with an `AudioError` 
 
 Integer samples are scaled by the full range of their type (int16 / 32768 exactly), as soundfile
 and the official Qwen3-ASR toolkit (through librosa) do, so our samples match theirs bit for bit.
+
+Only regular files are read (a FIFO would block the open for ever, a device stream without end), and
+sample rates outside 4 kHz - 768 kHz are refused: a header claiming gigahertz made the resampler
+design a filter of billions of taps. Odd rates above ``EXACT_RATIO_LIMIT`` whose ratio to 16 kHz
+does not reduce (767999 Hz) are resampled as the nearest multiple of 100 Hz (an error under 0.1 %,
+inaudible, where the exact filter took seconds and gigabytes).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import struct
 import tempfile
@@ -22,9 +30,14 @@ from typing import BinaryIO
 import numpy as np
 
 from dictation.asr.errors import AudioError
+from dictation.asr.files import NotRegularFile, open_regular
 from dictation.audio.resample import resample
 
+log = logging.getLogger(__name__)
+
 SAMPLE_RATE = 16_000  # what the engine consumes
+MIN_RATE, MAX_RATE = 4_000, 768_000  # sample rates read (8 kHz telephone to 768 kHz studio converters)
+EXACT_RATIO_LIMIT = 20_000  # resampled exactly while the reduced up/down factors stay below this
 
 _PCM, _FLOAT, _EXTENSIBLE = 0x0001, 0x0003, 0xFFFE
 # Sub-format GUIDs of WAVE_FORMAT_EXTENSIBLE are the format tag followed by these 14 bytes.
@@ -76,11 +89,25 @@ def load_audio_16k(path: str | os.PathLike) -> np.ndarray:
     """
     samples, sample_rate = read_wav(path)
     if sample_rate != SAMPLE_RATE:
-        samples = resample(samples, sample_rate, SAMPLE_RATE)
+        rate = resampling_rate(sample_rate)
+        if rate != sample_rate:
+            log.info("%s: %d Hz resampled as %d Hz (%.4f %% apart)", os.fspath(path), sample_rate, rate,
+                     100 * abs(rate - sample_rate) / sample_rate)  # fmt: skip
+        samples = resample(samples, rate, SAMPLE_RATE)
     peak = float(np.max(np.abs(samples)))
     if peak > 1.0:
         samples = samples / np.float32(peak)
     return np.clip(samples, -1.0, 1.0).astype(np.float32, copy=False)
+
+
+def resampling_rate(sample_rate: int) -> int:
+    """The rate to resample from: ``sample_rate`` itself, unless its ratio to 16 kHz reduces to factors
+    over EXACT_RATIO_LIMIT (the filter then has 64 x that many taps); then the nearest multiple of
+    100 Hz, whose ratio reduces to factors of at most 7680."""
+    g = math.gcd(sample_rate, SAMPLE_RATE)
+    if max(sample_rate // g, SAMPLE_RATE // g) <= EXACT_RATIO_LIMIT:
+        return sample_rate
+    return max(100, round(sample_rate / 100) * 100)
 
 
 def write_wav(path: str | os.PathLike, samples: np.ndarray, sample_rate: int) -> None:
@@ -137,12 +164,13 @@ def _read_chunks(path: str | os.PathLike) -> tuple[_Format, bytes]:
     """The parsed fmt chunk and the raw bytes of the data chunk; OS errors name the file."""
     name = os.fspath(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO or a device is refused at once instead of blocking
             return _walk_chunks(name, f)
     except FileNotFoundError:
         raise AudioError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise AudioError(f"{name}: is a directory, not a WAV file") from None
+    except (IsADirectoryError, NotRegularFile) as e:
+        what = "is a directory" if isinstance(e, IsADirectoryError) else e.strerror.removesuffix(", not a regular file")
+        raise AudioError(f"{name}: {what}, not a WAV file") from None
     except OSError as e:
         raise AudioError(f"{name}: cannot read ({e.strerror or e})") from None
 
@@ -216,6 +244,11 @@ def _parse_fmt(name: str, body: bytes) -> _Format:
         )
     if channels == 0 or sample_rate == 0:
         raise AudioError(f"{name}: corrupt WAV file ({channels} channels at {sample_rate} Hz)")
+    if not MIN_RATE <= sample_rate <= MAX_RATE:
+        raise AudioError(
+            f"{name}: unsupported sample rate {sample_rate} Hz (a WAV file holds {MIN_RATE} to {MAX_RATE} Hz; "
+            "a damaged header?)"
+        )
     if block_align != channels * bits // 8:
         raise AudioError(f"{name}: corrupt WAV file (block align {block_align} for {channels} channels of {bits} bits)")
     return _Format(tag=tag, channels=channels, sample_rate=sample_rate, bits=bits)

@@ -545,3 +545,73 @@ def test_a_press_that_starts_the_load_is_not_kept_waiting_by_a_warm_up(rig, qtbo
     r.wait_status(Status.IDLE)
     qtbot.wait(200)
     assert events == ["transcribe"]
+
+
+def test_bad_adapters_at_start_are_switched_off_and_the_model_loads_without_them(rig, qtbot, tmp_path, ckpt_untied):
+    """A deleted adapter, one for another base and one whose pattern never finishes used to fail the load
+    (or freeze the app) at every start. Now the model loads with the good one, the bad ones are switched
+    off in the saved settings with a warning each, dictation works, and the next start is clean."""
+    import faulthandler
+    import json
+    import time
+
+    from PySide6.QtCore import QTimer
+
+    from dictation.config.settings import Adapter
+    from tests.asr.test_variants import write_adapter
+
+    good = write_adapter(tmp_path / "medical", seed=4)
+    wrong_base = write_adapter(tmp_path / "wide", q_shape=(2048, 128), encoder=False)
+    hangs = write_adapter(tmp_path / "hangs", seed=5)
+    config = json.loads((hangs / "adapter_config.json").read_text())
+    (hangs / "adapter_config.json").write_text(json.dumps({**config, "target_modules": "(.*)*X"}))
+    deleted = tmp_path / "deleted-adapter"
+    s = Settings()
+    adapters = (
+        Adapter(path=str(deleted)),
+        Adapter(path=str(good)),
+        Adapter(path=str(wrong_base), weight=0.5),
+        Adapter(path=str(hangs)),
+    )
+    settings = s.replace(engine=s.engine.replace(model=str(ckpt_untied), device="cpu", adapters=adapters))
+    made = []
+    r = rig(settings, engine_factory=_counting_engine(made))
+    ticks = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start(50)
+    faulthandler.dump_traceback_later(180, exit=True)  # a frozen process ends the run instead of hanging it
+    try:
+        t0 = time.monotonic()
+        r.start()
+        r.wait_status(Status.IDLE, timeout=60_000)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        timer.stop()
+    assert len(ticks) > 0.3 * (time.monotonic() - t0) / 0.05  # the GUI thread ran while the model loaded
+
+    assert r.c.model_label.endswith("medical")  # loaded with the good adapter only
+    saved = SettingsStore(r.store.path).load().engine.adapters
+    assert [(a.path, a.enabled) for a in saved] == [
+        (str(deleted), False),
+        (str(good), True),
+        (str(wrong_base), False),
+        (str(hangs), False),
+    ]
+    assert r.c.settings.engine.adapters == saved
+    warnings = [m for level, m in r.notes if level == "warning" and "switched off" in m]
+    assert len(warnings) == 1  # one notification, naming each adapter and why, in the list's order
+    assert warnings[0].startswith(
+        f"3 LoRA adapters were switched off and the model loaded without them: {deleted}: no such folder; "
+        f"{wrong_base}: trained for a different model"
+    )
+    assert f"; {hangs / 'adapter_config.json'}: its regular expressions did not finish matching" in warnings[0]
+    assert warnings[0].endswith("Switch them on again in Settings → Model once fixed.")
+
+    # the next start loads exactly the good one; switching the others off needed no second load
+    assert controller_module.engine_options(r.c.settings).adapters == (str(good),)
+    assert len(made) == 1
+
+    r.dictate(speech())
+    qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+    assert r.history.recent(1)[0].text == r.chain.delivered[0]

@@ -52,6 +52,13 @@ def click_check(qtbot, check) -> None:
     qtbot.mouseClick(check, Qt.MouseButton.LeftButton, pos=QPoint(8, check.height() // 2))
 
 
+def wait_for_error(qtbot, window, fragment: str) -> str:
+    """The Model page checks adapters on a worker thread: wait for its message under the list."""
+    row = window.page("model").adapter_row
+    qtbot.waitUntil(lambda: fragment in row.error_text(), timeout=20_000)
+    return row.error_text()
+
+
 def with_engine(**changes) -> Settings:
     s = Settings()
     return s.replace(engine=s.engine.replace(**changes))
@@ -290,7 +297,7 @@ def test_model_label_and_loading_progress_are_shown(window, controller):
 # --- adapters ---------------------------------------------------------------------------------------
 
 
-def test_a_rejected_adapter_is_not_added(open_window, make_controller, model_folder, tmp_path, monkeypatch):
+def test_a_rejected_adapter_is_not_added(qtbot, open_window, make_controller, model_folder, tmp_path, monkeypatch):
     seen = []
 
     def check(adapter_dir, folder):
@@ -303,36 +310,36 @@ def test_a_rejected_adapter_is_not_added(open_window, make_controller, model_fol
     adapter = tmp_path / "accent-adapter"
     adapter.mkdir()
     window.page("model").adapter_list.add_folder(adapter)
+    wait_for_error(qtbot, window, "trained on Qwen3-ASR-0.6B")
     assert seen == [(str(adapter), model_folder)]  # checked against the chosen model, before applying
-    assert "trained on Qwen3-ASR-0.6B" in window.page("model").adapter_row.error_text()
     assert controller.saved_settings().engine.adapters == ()
     assert controller.applied == []
     assert window.page("model").adapter_list.table.isHidden()
 
 
-def test_a_real_check_refuses_a_folder_that_is_no_adapter(window, controller, tmp_path):
+def test_a_real_check_refuses_a_folder_that_is_no_adapter(qtbot, window, controller, tmp_path):
     not_adapter = tmp_path / "holiday-photos"
     not_adapter.mkdir()
     window.page("model").adapter_list.add_folder(not_adapter)
-    assert "holiday-photos" in window.page("model").adapter_row.error_text()
+    wait_for_error(qtbot, window, "holiday-photos")
     assert controller.saved_settings().engine.adapters == ()
 
 
-def test_an_adapter_that_fits_the_model_is_added(open_window, make_controller, model_folder, make_adapter):
+def test_an_adapter_that_fits_the_model_is_added(qtbot, open_window, make_controller, model_folder, make_adapter):
     controller = make_controller(with_engine(model=str(model_folder)))
     window = open_window(controller)
     adapter = make_adapter("accent")
     window.page("model").adapter_list.add_folder(adapter)
+    qtbot.waitUntil(lambda: controller.saved_settings().engine.adapters == (Adapter(path=str(adapter)),))
     assert window.page("model").adapter_row.error_text() == ""
-    assert controller.saved_settings().engine.adapters == (Adapter(path=str(adapter)),)
 
 
-def test_an_adapter_for_another_model_is_refused(open_window, make_controller, model_folder, make_adapter):
+def test_an_adapter_for_another_model_is_refused(qtbot, open_window, make_controller, model_folder, make_adapter):
     controller = make_controller(with_engine(model=str(model_folder)))
     window = open_window(controller)
     adapter = make_adapter("for-a-bigger-model", fits=False)
     window.page("model").adapter_list.add_folder(adapter)
-    message = window.page("model").adapter_row.error_text()
+    message = wait_for_error(qtbot, window, "for-a-bigger-model")
     assert "for-a-bigger-model" in message and "different model" in message
     assert controller.saved_settings().engine.adapters == ()
 
@@ -345,7 +352,7 @@ def test_choosing_another_model_warns_about_adapters_that_do_not_fit_it(
     monkeypatch.setattr(model_page, "check_adapter", lambda adapter_dir, folder: f"{adapter_dir}: made for 0.6B.")
     enter_text(qtbot, window.page("model").model_row.editor.edit, str(model_folder))
     assert controller.saved_settings().engine.model == str(model_folder)  # the model change itself applies
-    assert "/adapters/accent: made for 0.6B." in window.page("model").adapter_row.error_text()
+    wait_for_error(qtbot, window, "/adapters/accent: made for 0.6B.")
 
 
 def test_adapters_can_be_added_switched_weighted_and_removed(qtbot, window, controller, tmp_path, monkeypatch):
@@ -353,7 +360,7 @@ def test_adapters_can_be_added_switched_weighted_and_removed(qtbot, window, cont
     adapters = window.page("model").adapter_list
     folder = tmp_path / "jargon"
     adapters.add_folder(folder)
-    assert controller.saved_settings().engine.adapters == (Adapter(path=str(folder)),)
+    qtbot.waitUntil(lambda: controller.saved_settings().engine.adapters == (Adapter(path=str(folder)),))
     assert adapters.table.rowCount() == 1
 
     adapters.add_folder(folder)
@@ -369,7 +376,7 @@ def test_adapters_can_be_added_switched_weighted_and_removed(qtbot, window, cont
     assert adapters.table.isHidden() and not adapters.empty.isHidden()
 
 
-def test_switching_an_adapter_on_checks_it_first(open_window, make_controller, monkeypatch):
+def test_switching_an_adapter_on_checks_it_first(qtbot, open_window, make_controller, monkeypatch):
     monkeypatch.setattr(
         model_page, "check_adapter", lambda adapter_dir, folder: f"{adapter_dir}: no adapter_config.json"
     )
@@ -377,9 +384,45 @@ def test_switching_an_adapter_on_checks_it_first(open_window, make_controller, m
     window = open_window(controller)
     adapters = window.page("model").adapter_list
     adapters.set_enabled(0, True)
-    assert "/adapters/old: no adapter_config.json" in window.page("model").adapter_row.error_text()
+    wait_for_error(qtbot, window, "/adapters/old: no adapter_config.json")
     assert adapters.table.item(0, 0).checkState() == Qt.CheckState.Unchecked
     assert controller.saved_settings().engine.adapters[0].enabled is False
+
+
+def test_an_adapter_whose_pattern_never_finishes_is_refused_while_the_window_stays_live(
+    qtbot, open_window, make_controller, model_folder, make_adapter
+):
+    """target_modules "(.*)*X" used to freeze the GUI thread for ever (re held it); now the check runs on a
+    worker thread, is refused after the matcher's deadline, and the window keeps painting meanwhile."""
+    import faulthandler
+    import json
+    import time
+
+    from PySide6.QtCore import QTimer
+
+    controller = make_controller(with_engine(model=str(model_folder)))
+    window = open_window(controller)
+    adapter = make_adapter("hangs")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "target_modules": "(.*)*X"}))
+    ticks = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start(20)
+    faulthandler.dump_traceback_later(120, exit=True)  # a frozen GUI thread ends the run instead of hanging it
+    try:
+        t0 = time.monotonic()
+        window.page("model").adapter_list.add_folder(adapter)
+        assert time.monotonic() - t0 < 1.0  # returned at once
+        assert not window.page("model").adapter_list.isEnabled()  # no second edit while it is checked
+        message = wait_for_error(qtbot, window, "did not finish matching")
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        timer.stop()
+    assert "adapter_config.json" in message and "(.*)*X" in message
+    assert len(ticks) > 20  # the GUI thread ran its timer all along
+    assert controller.saved_settings().engine.adapters == ()
+    assert window.page("model").adapter_list.isEnabled()
 
 
 # --- Recording page ---------------------------------------------------------------------------------

@@ -110,3 +110,36 @@ def test_twenty_one_minutes_on_cuda_splits_once(ckpt_untied):
     result = engine.transcribe_with_progress(audio, max_new_tokens=8, on_progress=seen.append)
     assert result.chunks == 2 and len(result.token_ids) == 16
     assert [p.chunk for p in seen] == [0, 1, 2]
+
+
+def test_nan_weights_are_found_on_the_gpu_they_land_on(ckpt_untied, tmp_path):
+    """The finite check runs on the device (aminmax per tensor, one sync at the end): a NaN is named there
+    too, and a healthy checkpoint loads; the check's share of a CUDA load is printed for the lead's record."""
+    import shutil
+    import time
+
+    from safetensors.torch import load_file, save_file
+
+    from dictation.asr import WeightsError
+    from dictation.asr import weights as weights_module
+
+    folder = tmp_path / "m"
+    shutil.copytree(ckpt_untied, folder)
+    tensors = load_file(str(folder / "model.safetensors"))
+    name = "thinker.audio_tower.layers.1.fc2.weight"
+    tensors[name] = tensors[name].clone()
+    tensors[name][0, 7] = float("nan")
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(WeightsError, match=f"tensor {name} holds NaN or infinite values"):
+        AsrEngine(EngineOptions(model=str(folder), device="cuda", dtype="bf16")).prepare()
+
+    t0 = time.perf_counter()
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cuda", dtype="bf16"))
+    engine.prepare()
+    load_s = time.perf_counter() - t0
+    params = [p for p in engine.model.state_dict().values() if p.is_floating_point()]
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    flags = [weights_module.finite_flag(p) for p in params]
+    weights_module.check_finite([(folder, "x", f) for f in flags])
+    print(f"finite check on CUDA: {1000 * (time.perf_counter() - t0):.2f} ms of a {load_s:.2f} s load")

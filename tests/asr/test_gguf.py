@@ -18,7 +18,9 @@ for rows that are not a multiple of 256) are quantized with gguf-py.
 from __future__ import annotations
 
 import json
+import os
 import re
+import struct
 from pathlib import Path
 
 import gguf  # the test extra installs it
@@ -708,3 +710,111 @@ def test_non_bpe_tokenizer_is_refused(ckpt_untied, tmp_path):
     vocab = vocab_file(tmp_path, ckpt_untied, "llama.cpp", lambda m: m.update(model="llama"))
     with pytest.raises(ModelError, match="byte-level BPE"):
         vocab.build()
+
+
+# --- malformed headers, absurd hyper-parameters, damaged values (issue 14, item 10) -----------------------
+
+
+def raw_gguf(path: Path, kv: bytes, n_kv: int) -> Path:
+    """A GGUF v3 file with no tensors and these metadata bytes, written by hand (gguf-py would not write it)."""
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, n_kv) + kv + bytes(64))
+    return path
+
+
+def gguf_key(name: str) -> bytes:
+    return struct.pack("<Q", len(name)) + name.encode()
+
+
+def test_arrays_nested_100k_deep_are_one_error(tmp_path):
+    nested = struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 100_000 + struct.pack("<IQ", 4, 0)
+    path = raw_gguf(tmp_path / "deep.gguf", gguf_key("general.deep") + nested, 1)
+    with pytest.raises(WeightsError) as info:
+        read_gguf_file(path)
+    assert str(info.value).startswith(f"{path}: not a readable GGUF file (arrays nested more than 16 deep")
+
+
+@pytest.mark.parametrize("alignment", [b"\x08\x00\x00\x00" + struct.pack("<Q", 3) + b"abc", struct.pack("<II", 4, 0)])
+def test_an_unusable_alignment_is_one_error(tmp_path, alignment):
+    """general.alignment as a string, or 0 (a division by zero before)."""
+    path = raw_gguf(tmp_path / "a.gguf", gguf_key("general.alignment") + alignment, 1)
+    with pytest.raises(WeightsError, match=r"general\.alignment .* is not a power of two"):
+        read_gguf_file(path)
+
+
+def write_single_with(path: Path, folder: Path, encoded, **overrides) -> Path:
+    """write_single, with some of the uint32 hyper-parameters replaced."""
+    cfg = AsrConfig.from_file(folder / "config.json")
+    base = single_kv(cfg, vocab_metadata(folder, "crispasr"))
+
+    def kv(w) -> None:
+        add = w.add_uint32
+        w.add_uint32 = lambda key, value: add(key, overrides.get(key, value))
+        base(w)
+
+    tensors = [(crispasr_name(n), d, q) for n, (d, q) in encoded.items()]
+    return write_file(path, "qwen3asr", kv, tensors)
+
+
+def test_ten_million_layers_in_the_metadata_are_refused_before_the_model_is_built(untied, small_encoded, tmp_path):
+    """Read in a process limited to 3 GiB of data: building that model grew memory without end."""
+    import subprocess
+    import sys
+    import textwrap
+
+    folder, _ = untied
+    path = write_single_with(tmp_path / "m.gguf", folder, small_encoded, **{"qwen3asr.llm.n_layers": 10_000_000})
+    script = textwrap.dedent(f"""
+        import resource, time
+        resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))
+        from dictation.asr.errors import WeightsError
+        from dictation.asr.gguf_file import read_gguf
+        t0 = time.monotonic()
+        try:
+            read_gguf({str(path)!r}, "cpu")
+        except WeightsError as exc:
+            print(round(time.monotonic() - t0, 1), exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seconds, message = proc.stdout.strip().split(" ", 1)
+    assert float(seconds) < 30
+    assert message == (
+        f"{path}: the metadata says the text decoder has 10000000 layers, but the tensors hold layers 0 to 1 (2 in all)"
+    )
+
+
+def test_a_hyper_parameter_out_of_range_is_named(untied, small_encoded, tmp_path):
+    folder, _ = untied
+    path = write_single_with(tmp_path / "m.gguf", folder, small_encoded, **{"qwen3asr.llm.n_heads": 0})
+    with pytest.raises(WeightsError, match=r"text\.num_attention_heads is 0; expected 1 to 2147483647"):
+        read_gguf(path, "cpu")
+
+
+def test_nan_in_a_gguf_tensor_is_named(untied, small_encoded, tmp_path):
+    folder, _ = untied
+    name = "decoder.layers.0.mlp.up_proj.weight"
+    data, qtype = small_encoded[name]
+    data = data.copy()
+    data[1, 2] = np.nan
+    path = write_single(tmp_path / "m.gguf", folder, dict(small_encoded, **{name: (data, qtype)}))
+    with pytest.raises(WeightsError) as info:
+        read_gguf(path, "cpu")
+    assert str(info.value) == f"{path}: tensor blk.0.ffn_up.weight holds NaN or infinite values (a damaged download?)"
+
+
+def test_a_fifo_named_like_a_gguf_file_is_refused_at_once(tmp_path):
+    """Reading a FIFO's magic bytes waited for a writer for ever; on a thread, so a regression fails."""
+    import threading
+
+    from dictation.asr.models import is_gguf_path
+
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    answers = []
+    thread = threading.Thread(target=lambda: answers.append((is_gguf(fifo), is_gguf(tmp_path), is_gguf_path(fifo))))
+    thread.daemon = True
+    thread.start()
+    thread.join(30)
+    assert answers == [(False, False, False)]
+    with pytest.raises(WeightsError, match="not a regular file"):
+        read_gguf_file(fifo)

@@ -12,12 +12,15 @@ import math
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
+from dictation.asr import patterns
 from dictation.asr.errors import AdapterError
 from dictation.asr.lora import AdapterInfo, check_adapter, parse_adapter_spec, read_adapter
 from tests.oracle.checkpoints import cached_checkpoint
@@ -398,3 +401,111 @@ def test_an_adapter_without_lora_weights(tmp_path):
     adapter = write_adapter(tmp_path / "a", ())
     save_file({}, str(adapter / "adapter_model.safetensors"))
     assert check_adapter(adapter) == f"{adapter / 'adapter_model.safetensors'}: holds no LoRA weights"
+
+
+# --- regular expressions that never finish (issue 14, item 9) ---------------------------------------
+
+BACKTRACKS = "(.*)*X"  # exponential in re against a 40-character module name: it would never finish
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("target_modules", BACKTRACKS),
+        ("rank_pattern", {"q_proj": 4, BACKTRACKS: 2}),
+        ("alpha_pattern", {BACKTRACKS: 2}),
+    ],
+)
+def test_a_pattern_that_backtracks_for_ever_is_refused_within_seconds(tmp_path, key, value):
+    adapter = write_adapter(tmp_path / "a", **{key: value})
+    t0 = time.monotonic()
+    with pytest.raises(AdapterError) as info:
+        read_adapter(adapter)
+    elapsed = time.monotonic() - t0
+    assert elapsed < patterns.TIMEOUT_S + 10  # the deadline, plus start-up on a busy machine
+    message = str(info.value)
+    assert message.startswith(f"{adapter / 'adapter_config.json'}: its regular expressions did not finish matching")
+    assert f"{key} {BACKTRACKS!r}" in message and "\n" not in message
+    assert "'q_proj'" not in message  # only the patterns that can backtrack are named
+
+
+def test_matching_a_pattern_that_never_finishes_leaves_the_other_threads_running(tmp_path):
+    """re holds the interpreter lock while it matches: the GUI thread, IPC and signal handlers stopped
+    with it. The child process leaves this thread free to run while the worker waits."""
+    adapter = write_adapter(tmp_path / "a", target_modules=BACKTRACKS)
+    errors = []
+    worker = threading.Thread(target=lambda: errors.append(check_adapter(adapter)))
+    ticks, t0 = 0, time.monotonic()
+    worker.start()
+    while worker.is_alive():
+        time.sleep(0.01)
+        ticks += 1
+    elapsed = time.monotonic() - t0
+    assert errors and "did not finish matching" in errors[0]
+    assert elapsed > 1.0 and ticks > 0.3 * elapsed / 0.01  # this thread ran through the wait
+
+
+def test_regular_expressions_select_as_peft_does(ckpt_untied, tmp_path):
+    """Patterns that can backtrack run in the child, plain ones here; both follow PEFT's rules."""
+    import re
+
+    layers = THINKER_LAYERS
+    target = r".*\.(q_proj|v_proj)"
+    rank_pattern = {r"layers\.[01]\.self_attn\.v_proj": 2, "model.layers.1.self_attn.q_proj": 3}
+    ranks = {}
+    for name, _, _ in layers:  # PEFT's own rule (peft.utils.other.get_pattern_key) decides each rank
+        key = next((k for k in rank_pattern if re.match(rf"(.*\.)?({k})$", name)), None)
+        ranks[name] = rank_pattern[key] if key else 4
+    assert sorted(set(ranks.values())) == [2, 3, 4]  # each kind of key is used
+    adapter = write_adapter(tmp_path / "a", layers, ranks=ranks, target_modules=target, rank_pattern=rank_pattern)
+    info = read_adapter(adapter)
+    assert {
+        layer.lora_a.split(".lora_A")[0].removeprefix("base_model.model."): layer.rank for layer in info.layers
+    } == ranks
+    assert check_adapter(adapter, ckpt_untied) is None
+
+
+def test_the_frozen_app_is_its_own_pattern_child(monkeypatch):
+    """Frozen, the app runs `dictation _match-patterns` as the child; the CLI answers it."""
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert patterns.child_command() == [sys.executable, patterns.CHILD_ARG]
+    monkeypatch.undo()
+    job = {
+        "tables": [["suffix", ["q_proj", "v_.*"]], ["full", [r".*\.o_proj"]]],
+        "names": ["a.q_proj", "a.v_proj", "a.o_proj"],
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "dictation", patterns.CHILD_ARG],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [[0, 1, None], [None, None, 0]]
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"target_modules": "(" * 20_000}, "target_modules is an invalid pattern '(((("),
+        ({"rank_pattern": {"q_proj[": 2}}, "rank_pattern has an invalid pattern 'q_proj['"),
+        ({"rank_pattern": {f"layer{i}": 2 for i in range(5000)}}, "rank_pattern has 5000 patterns, more than 4096"),
+    ],
+)
+def test_patterns_that_cannot_be_used_are_named(tmp_path, config, message):
+    adapter = write_adapter(tmp_path / "a", **config)
+    result = check_adapter(adapter)
+    assert result.startswith(f"{adapter / 'adapter_config.json'}: {message}"), result
+    assert len(result) < 400  # a huge pattern is cut in the message
+
+
+def test_a_deeply_nested_or_huge_config_is_refused(tmp_path):
+    adapter = write_adapter(tmp_path / "a")
+    config = adapter / "adapter_config.json"
+    config.write_text("[" * 100_000 + "]" * 100_000)
+    assert check_adapter(adapter) == f"{config}: not valid JSON (nested too deeply)"
+    config.write_text(json.dumps({"peft_type": "LORA", "pad": "x" * (9 << 20)}))
+    assert check_adapter(adapter).startswith(
+        f"{config}: {config.stat().st_size} bytes, too large for this file (at most 8388608)"
+    )

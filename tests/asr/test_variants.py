@@ -314,3 +314,43 @@ def test_auto_dtype_of_a_quantized_model_on_cpu_follows_the_bf16_instructions(ck
     assert quantized.model.dtype == (torch.bfloat16 if bf16_cpu else torch.float32)
     assert engine(ckpt_untied, dtype="auto").model.dtype == torch.float32  # a float model stays fp32 on CPU
     assert engine(ckpt_untied, variant="int8", dtype="fp32").model.dtype == torch.float32  # as asked
+
+
+def test_skip_bad_adapters_loads_the_model_without_them_and_names_each(ckpt_untied, prequantized, adapters, tmp_path):
+    """The app's load (skip_bad_adapters): an adapter that cannot be read, one for another base, and one
+    that cannot be applied to this variant (it replaces a q_proj, which is int8 in a pre-quantized
+    folder) are left out and named in list order; the good one is applied. The CLI's strict load refuses
+    the first."""
+    from safetensors.torch import save_file
+
+    saves_q = write_adapter(tmp_path / "saves-q", seed=6, layers=(0,), encoder=False)
+    config = json.loads((saves_q / "adapter_config.json").read_text())
+    config["modules_to_save"] = ["layers.1.self_attn.q_proj"]
+    (saves_q / "adapter_config.json").write_text(json.dumps(config))
+    tensors = {
+        "base_model.model.thinker.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(4, 64),
+        "base_model.model.thinker.model.layers.0.self_attn.q_proj.lora_B.weight": torch.zeros(2048, 4),
+        "base_model.model.thinker.model.layers.1.self_attn.q_proj.weight": torch.zeros(2048, 64),
+    }
+    save_file(tensors, str(saves_q / "adapter_model.safetensors"))
+    wide = write_adapter(tmp_path / "wide", q_shape=(2048, 128), encoder=False)
+    missing = tmp_path / "missing"
+    specs = [str(missing), str(adapters["a"]), str(wide) + ":0.5", str(saves_q)]
+
+    e = AsrEngine(EngineOptions(model=str(prequantized["int8"]), device="cpu", adapters=specs, skip_bad_adapters=True))
+    e.prepare()
+    assert [spec for spec, _ in e.skipped_adapters] == [str(missing), str(wide) + ":0.5", str(saves_q)]
+    reasons = [reason for _, reason in e.skipped_adapters]
+    assert reasons[0] == f"{missing}: no such folder"
+    assert "trained for a different model" in reasons[1]
+    assert reasons[2] == (
+        f"{saves_q}: replaces decoder.layers.1.self_attn.q_proj.weight, which is quantized in this model; "
+        "use a floating-point variant with this adapter"
+    )
+    assert e.options.adapters == (str(adapters["a"]),)
+    assert e.model_label.endswith(" · a")
+    assert len(e.transcribe(synth_audio(1.0, seed=2), max_new_tokens=3).token_ids) == 3
+
+    strict = AsrEngine(EngineOptions(model=str(prequantized["int8"]), device="cpu", adapters=specs))
+    with pytest.raises(AdapterError, match=f"^{missing}: no such folder$"):
+        strict.prepare()

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 import torch
@@ -212,3 +217,158 @@ def test_loading_does_not_import_torch_dynamo(ckpt_untied):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr
+
+
+# --- config sizes, damaged files and special files (issue 14, item 10) --------------------------------
+
+
+def edit_config(folder, change):
+    path = folder / "config.json"
+    raw = json.loads(path.read_text())
+    change(raw["thinker_config"]["text_config"])
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_a_config_with_ten_million_layers_is_refused_before_anything_is_built(ckpt_untied, tmp_path):
+    """num_hidden_layers 1e7: building that model (even on the meta device) grew memory without end. The
+    load runs in a process limited to 3 GiB of data so that a regression fails instead of eating the machine."""
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    config = edit_config(folder, lambda text: text.update(num_hidden_layers=1e7))
+    script = textwrap.dedent(f"""
+        import resource, time
+        resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))
+        from dictation.asr import AsrEngine, EngineOptions, ModelError
+        t0 = time.monotonic()
+        try:
+            AsrEngine(EngineOptions(model={str(folder)!r}, device="cpu")).prepare()
+        except ModelError as exc:
+            print(round(time.monotonic() - t0, 1), exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seconds, message = proc.stdout.strip().split(" ", 1)
+    assert float(seconds) < 30
+    assert message == (
+        f"{folder}: the weights have no tensor for decoder.layers.9999999.self_attn.q_proj.weight "
+        "(expected shape (2048, 64))"
+    )
+    assert config.is_file()
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        (
+            {"vocab_size": 10**9},
+            "tensor thinker.model.embed_tokens.weight has shape (151936, 64), but config.json implies "
+            "(1000000000, 64); the weights and config.json come from different models",
+        ),
+        ({"vocab_size": 10**12}, "text_config.vocab_size is 1000000000000; expected 1 to 2147483647"),
+        ({"hidden_size": "sixty-four"}, 'text_config.hidden_size is "sixty-four"; expected a whole number'),
+        ({"num_attention_heads": 0}, "text_config.num_attention_heads is 0; expected 1 to 2147483647"),
+        ({"rms_norm_eps": -1}, "text_config.rms_norm_eps is -1; expected a positive number"),
+        ({"tie_word_embeddings": "false"}, "text_config.tie_word_embeddings is 'false'; expected true or false"),
+        ({"intermediate_size": 2.5}, "text_config.intermediate_size is 2.5; expected a whole number"),
+    ],
+)
+def test_config_sizes_of_the_wrong_kind_or_size_are_one_error(ckpt_untied, tmp_path, change, fragment):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    edit_config(folder, lambda text: text.update(change))
+    t0 = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        load(folder)
+    assert time.monotonic() - t0 < 30
+    message = str(info.value)
+    assert fragment in message and "\n" not in message
+    assert str(folder) in message
+
+
+def test_nan_and_infinite_weights_are_named(ckpt_untied, tmp_path):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    name = "thinker.model.layers.1.mlp.down_proj.weight"
+
+    def poison(value):
+        def change(t):
+            t[name] = t[name].clone()
+            t[name][3, 5] = value
+
+        return change
+
+    for value in (float("nan"), float("inf"), -float("inf")):
+        path = rewrite(folder, poison(value))
+        with pytest.raises(WeightsError) as info:
+            load(folder, "bf16")
+        assert str(info.value) == f"{path}: tensor {name} holds NaN or infinite values (a damaged download?)"
+
+
+def test_deeply_nested_json_is_one_error(ckpt_untied, tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    folder = copy_ckpt(ckpt_untied, tmp_path / "config")
+    (folder / "config.json").write_text(deep)
+    with pytest.raises(ModelError, match=r"config.json: not valid JSON \(nested too deeply\)$"):
+        load(folder)
+
+    folder = copy_ckpt(ckpt_untied, tmp_path / "header")
+    header = deep.encode()
+    (folder / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    with pytest.raises(WeightsError, match=r"not a readable safetensors file \(header JSON nested too deeply\)$"):
+        load(folder)
+
+    folder = copy_ckpt(ckpt_untied, tmp_path / "tokenizer")
+    (folder / "tokenizer_config.json").write_text(deep)
+    with pytest.raises(ModelError, match=r"tokenizer_config.json: not valid JSON \(nested too deeply\)$"):
+        load(folder)
+
+
+@pytest.mark.parametrize(
+    "damage, fragment",
+    [
+        ({"vocab.json": "{not json"}, "not a BPE vocabulary and merge list"),
+        ({"merges.txt": "\x00\x01 garbage\nonly-one-token-on-this-line\n"}, "not a BPE vocabulary and merge list"),
+        (
+            {"tokenizer_config.json": json.dumps({"added_tokens_decoder": {"10000000000": {"content": "x"}}})},
+            "added token id 10000000000 is beyond the model's vocabulary of 151936",
+        ),
+        (
+            {"tokenizer_config.json": json.dumps({"added_tokens_decoder": {"x": 5}})},
+            "added_tokens_decoder entry 'x' is not an id with a content",
+        ),
+        ({"tokenizer_config.json": json.dumps([1, 2])}, "not a tokenizer config"),
+    ],
+)
+def test_garbage_tokenizer_files_are_one_error_naming_them(ckpt_untied, tmp_path, damage, fragment):
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    (folder / "tokenizer.json").unlink(missing_ok=True)  # vocab.json + merges.txt are read
+    for name, text in damage.items():
+        (folder / name).write_text(text)
+    with pytest.raises(ModelError) as info:
+        load(folder)
+    message = str(info.value)
+    assert fragment in message and "\n" not in message
+    assert any(str(folder / name) in message for name in damage)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "tokenizer_config.json", "vocab.json"])
+def test_a_fifo_in_place_of_a_model_file_is_refused_at_once(ckpt_untied, tmp_path, name):
+    """open() on a FIFO waits for a writer, for ever (the tokenizers library even holds the interpreter
+    lock meanwhile): every file of a model folder is refused instead. Run as the CLI, with a deadline."""
+    from dictation.audio.wav import write_wav
+
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    (folder / "tokenizer.json").unlink(missing_ok=True)
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    wav = tmp_path / "speech.wav"
+    write_wav(wav, synth_audio(1.0, seed=3), 16000)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dictation", "transcribe", str(wav), "--model", str(folder), "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"dictation: error: {folder / name}: "), proc.stderr
+    assert "FIFO" in lines[0] or "not a regular file" in lines[0]

@@ -354,3 +354,90 @@ def test_write_wav_rejects_bad_input(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="sample rate"):
         write_wav(tmp_path / "x.wav", np.zeros(4), 0)
     assert not list(tmp_path.iterdir())
+
+
+# --- special files and absurd rates (issue 14, item 10) ---------------------------------------------------
+
+
+def _on_a_thread(fn, seconds: float = 30.0):
+    """fn() must finish within ``seconds``: a blocked open() fails the test instead of hanging it."""
+    import threading
+
+    result: list = []
+
+    def run():
+        try:
+            result.append(("value", fn()))
+        except BaseException as exc:
+            result.append(("error", exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert result, f"still blocked after {seconds} s"
+    return result[0]
+
+
+def test_a_fifo_is_refused_at_once_instead_of_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "take.wav"
+    os.mkfifo(fifo)
+    kind, value = _on_a_thread(lambda: load_audio_16k(fifo))
+    assert kind == "error" and isinstance(value, AudioError)
+    assert str(value) == f"{fifo}: is a FIFO (named pipe), not a WAV file"
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero (a character device)")
+def test_a_device_is_refused_instead_of_read_without_end() -> None:
+    kind, value = _on_a_thread(lambda: read_wav("/dev/zero"))
+    assert kind == "error" and str(value) == "/dev/zero: is a character device, not a WAV file"
+
+
+@pytest.mark.parametrize("rate", [2_000_000_000, 4_294_967_295, 3_999])
+def test_a_header_claiming_gigahertz_is_refused_in_a_moment(tmp_path: Path, rate: int) -> None:
+    """3 GHz took 48 s and 1.5 GB in the resampler's filter design."""
+    import time
+
+    path = tmp_path / "ghz.wav"
+    pcm = (sine(440, 16_000) * 32767).astype("<i2").tobytes()
+    path.write_bytes(riff((b"fmt ", struct.pack("<HHIIHH", 1, 1, rate, 0, 2, 16)), (b"data", pcm)))
+    t0 = time.monotonic()
+    with pytest.raises(AudioError) as info:
+        load_audio_16k(path)
+    assert time.monotonic() - t0 < 1.0
+    assert str(info.value) == (
+        f"{path}: unsupported sample rate {rate} Hz (a WAV file holds 4000 to 768000 Hz; a damaged header?)"
+    )
+
+
+def test_an_odd_rate_far_from_16k_is_resampled_in_about_a_second(tmp_path: Path) -> None:
+    """767999 Hz does not reduce against 16 kHz: the exact filter had 49M taps (10 s, 4 GB). It is read
+    as 768 kHz (1.3 ppm apart), and a 440 Hz tone stays a 440 Hz tone."""
+    import time
+
+    rate = 767_999
+    path = tmp_path / "odd.wav"
+    soundfile.write(path, sine(440, rate, seconds=2.0), rate, subtype="FLOAT")
+    t0 = time.process_time()
+    samples = load_audio_16k(path)
+    assert time.process_time() - t0 < 2.0
+    assert len(samples) == 32_000
+    spectrum = np.abs(np.fft.rfft(samples))
+    assert abs(np.argmax(spectrum) * 16_000 / len(samples) - 440) <= 1
+    assert wav_module.resampling_rate(16_001) == 16_001  # near rates stay exact
+    assert wav_module.resampling_rate(44_101) == 44_100
+
+
+def test_the_cli_refuses_a_fifo_given_as_audio(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "take.wav"
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dictation", "transcribe", str(fifo), "--model", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"dictation: error: {fifo}: is a FIFO (named pipe), not a WAV file"

@@ -3,14 +3,19 @@ where it runs and in which precision, LoRA adapters, and the language and vocabu
 
 Folders and adapters are checked before they are applied (``check_model_folder``, ``check_adapter``):
 a refused one is named with its problem under the control and the settings stay as they were.
+Adapter checks run on a worker thread (an adapter's regular expressions may take up to a few
+seconds to be refused, dictation.asr.patterns): the list is disabled meanwhile, the window stays live.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -28,6 +33,7 @@ from dictation.app.widgets.adapter_list import AdapterList
 from dictation.app.widgets.download_panel import DownloadPanel
 from dictation.app.widgets.fields import ChoiceEditor, FieldEditor, WrappedLabel, fields_of, info_for, style_as_help
 from dictation.app.widgets.recent_models import RecentModelsList
+from dictation.asr.lora import check_adapter as _check_adapter
 from dictation.asr.models import KNOWN_MODELS, KnownModel, find_known_model, hf_cache_dir, looks_like_repo_id
 from dictation.config.schema import FieldInfo
 from dictation.config.settings import Adapter, Settings
@@ -48,9 +54,13 @@ def check_model_folder(path: str | Path) -> str | None:
 
 
 def check_adapter(adapter_dir: str | Path, model_folder: str | Path | None) -> str | None:
-    from dictation.asr.lora import check_adapter as check
+    return _check_adapter(adapter_dir, model_folder)  # imported above: never import on a worker thread
 
-    return check(adapter_dir, model_folder)
+
+class _Relay(QObject):
+    """Carries a check's results from its worker thread to the GUI thread (a queued signal)."""
+
+    done = Signal(str, int, object)  # kind, generation, results
 
 
 def known_model_for(spec: str, cached: dict[str, Path] | None = None) -> KnownModel | None:
@@ -257,6 +267,11 @@ class ModelPage(SettingsPage):
             info_for("engine.adapters"), AdapterList(info_for("engine.adapters")), span=True
         )
         self.adapter_list: AdapterList = self.adapter_row.editor
+        self.checking_label = self.add_note(adapters, "")
+        self.checking_label.hide()
+        self._relay = _Relay(self)
+        self._relay.done.connect(self._on_checked)
+        self._checks: dict[str, tuple[int, Callable[[list], None]]] = {}  # kind -> (generation, then)
 
         controller.model_label_changed.connect(self._show_model_label)
         controller.model_progress.connect(self.progress_label.setText)
@@ -340,34 +355,84 @@ class ModelPage(SettingsPage):
         self._warn_unfit_adapters()
         return True
 
-    def set_adapters(self, adapters: tuple[Adapter, ...]) -> bool:
-        """Apply a new adapter list after checking each adapter that is new or newly switched on."""
+    def set_adapters(self, adapters: tuple[Adapter, ...]) -> None:
+        """Apply a new adapter list after checking each adapter that is new or newly switched on (on a
+        worker thread; the list waits, disabled, and the change applies when the checks pass)."""
         settings = self.controller.settings
         before = {a.path for a in settings.engine.adapters if a.enabled}
         paths = [a.path for a in adapters]
         duplicate = next((p for i, p in enumerate(paths) if p in paths[:i]), None)
-        problem = f"{duplicate} is already in the list." if duplicate else None
-        if problem is None:
-            model_folder = model_folder_of(settings.engine.model)
-            for adapter in adapters:
-                if adapter.enabled and adapter.path not in before:
-                    problem = check_adapter(adapter.path, model_folder)
-                    if problem:
-                        break
-        if problem:
-            self.adapter_row.show_error(problem)
-            self.adapter_list.set_value(settings.engine.adapters)
-            return False
-        return not self.apply(settings.replace(engine=settings.engine.replace(adapters=tuple(adapters))))
+        if duplicate:
+            self._refuse_adapters(f"{duplicate} is already in the list.")
+            return
+        new = [a.path for a in adapters if a.enabled and a.path not in before]
+        if not new:
+            self._apply_adapters(adapters)
+            return
+        model_folder = model_folder_of(settings.engine.model)
+        self.adapter_list.setEnabled(False)
+        self.checking_label.setText(f"Checking {Path(new[0]).name} against the model …")
+        self.checking_label.show()
+
+        def then(problems: list[str | None]) -> None:
+            self.adapter_list.setEnabled(True)
+            self.checking_label.hide()
+            problem = next((p for p in problems if p), None)
+            if problem:
+                self._refuse_adapters(problem)
+            else:
+                self._apply_adapters(adapters)
+
+        self._check_off_thread("add", [(path, model_folder) for path in new], then)
+
+    def _apply_adapters(self, adapters: tuple[Adapter, ...]) -> None:
+        settings = self.controller.settings  # now: other settings may have changed while an adapter was checked
+        self.apply(settings.replace(engine=settings.engine.replace(adapters=tuple(adapters))))
+
+    def _refuse_adapters(self, problem: str) -> None:
+        self.adapter_row.show_error(problem)
+        self.adapter_list.set_value(self.controller.settings.engine.adapters)
 
     def _warn_unfit_adapters(self) -> None:
-        """After a model change, say which enabled adapters do not fit it (they would fail to load)."""
+        """After a model change, say which enabled adapters do not fit it (they would be switched off at
+        the load); checked on a worker thread."""
         settings = self.controller.settings
         folder = model_folder_of(settings.engine.model)
-        problems = [check_adapter(a.path, folder) for a in settings.engine.adapters if a.enabled]
-        problems = [p for p in problems if p]
-        if problems:
-            self.adapter_row.show_error(" ".join(problems) + " Switch it off or remove it.")
+        jobs = [(a.path, folder) for a in settings.engine.adapters if a.enabled]
+
+        def then(problems: list[str | None]) -> None:
+            problems = [p for p in problems if p]
+            if problems:
+                self.adapter_row.show_error(" ".join(problems) + " Switch it off or remove it.")
+
+        if jobs:
+            self._check_off_thread("fit", jobs, then)
+
+    def _check_off_thread(self, kind: str, jobs: list[tuple[str, Path | None]], then: Callable[[list], None]) -> None:
+        """check_adapter for each (adapter, model folder) in ``jobs`` on a worker thread, then ``then(results)``
+        on the GUI thread; a newer check of the same ``kind`` supersedes this one."""
+        generation = self._checks.get(kind, (0, None))[0] + 1
+        self._checks[kind] = (generation, then)
+        check, relay = check_adapter, self._relay  # looked up here: the thread imports nothing
+
+        def work() -> None:
+            results = []
+            for adapter, folder in jobs:
+                try:
+                    results.append(check(adapter, folder))
+                except Exception as exc:  # a check that breaks still answers, as a refusal
+                    results.append(f"{adapter}: cannot be checked ({exc})")
+            with contextlib.suppress(RuntimeError):  # the window was closed meanwhile
+                relay.done.emit(kind, generation, results)
+
+        threading.Thread(target=work, name=f"adapter-check-{kind}", daemon=True).start()
+
+    def _on_checked(self, kind: str, generation: int, results: list) -> None:
+        current, then = self._checks.get(kind, (0, None))
+        if generation != current or then is None:
+            return  # superseded
+        self._checks[kind] = (generation, None)
+        then(results)
 
     # --- known models and downloads ---------------------------------------------------------------
 
