@@ -98,11 +98,12 @@ else
     read -r -a STEPS17 <<<"${GPU_CHECK_STEPS_1_7B-unfused gemv compiled}"
     read -r -a STEPS06 <<<"${GPU_CHECK_STEPS_0_6B-unfused gemv}"
     read -r -a CLIPS <<<"${GPU_CHECK_CLIPS:-5 10 30}"
-    step bench-1.7B 170 "$PY" benchmarks/bench_asr.py --sizes 1.7B --variants bf16 int8 int4 --seconds "${CLIPS[@]}" \
-        ${STEPS17[@]:+--decode-steps "${STEPS17[@]}"} --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" \
+    read -r -a EXTRA <<<"${GPU_CHECK_BENCH_ARGS:-}" # e.g. --no-prequantized
+    step bench-1.7B 200 "$PY" benchmarks/bench_asr.py --sizes 1.7B --variants bf16 int8 int4 --seconds "${CLIPS[@]}" \
+        ${STEPS17[@]:+--decode-steps "${STEPS17[@]}"} ${EXTRA[@]:+"${EXTRA[@]}"} --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" \
         --json "$OUT/bench-1.7B.json" 2>&1 | tee "$OUT/bench-1.7B.txt" | tail -n 60
     step bench-0.6B 80 "$PY" benchmarks/bench_asr.py --sizes 0.6B --variants bf16 int8 int4 --seconds 10 \
-        ${STEPS06[@]:+--decode-steps "${STEPS06[@]}"} --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" \
+        ${STEPS06[@]:+--decode-steps "${STEPS06[@]}"} ${EXTRA[@]:+"${EXTRA[@]}"} --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" \
         --json "$OUT/bench-0.6B.json" 2>&1 | tee "$OUT/bench-0.6B.txt" | tail -n 30
     step gemv 40 "$PY" benchmarks/bench_gemv.py --size 1.7B --json "$OUT/gemv-1.7B.json" 2>&1 |
         tee "$OUT/gemv-1.7B.txt" | tail -n 30
