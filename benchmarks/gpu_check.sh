@@ -43,6 +43,12 @@ fi
 : >"$OUT/steps.txt"
 
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
+# descendants PID: PID and every process under it, listed while the tree is whole.
+descendants() {
+    local child
+    echo "$1"
+    for child in $(pgrep -P "$1"); do descendants "$child"; done
+}
 # step NAME CAP COMMAND...: run with a time limit of min(CAP, what is left), record its seconds.
 step() {
     local name=$1 cap=$(($2 * SCALE)) limit start rc
@@ -56,8 +62,26 @@ step() {
     fi
     echo "== $name (limit ${limit} s)"
     start=$(date +%s)
-    timeout --kill-after=10 "$limit" "$@"
-    rc=$?
+    # At the limit the step's whole process tree goes, not only its first process: pytest-xdist
+    # workers left running would load the GPU and the CPUs under the next step (the bench).
+    "$@" &
+    local pid=$! waited=0
+    while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
+        sleep 1
+        waited=$((waited + 1))
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        local tree
+        tree=$(descendants "$pid")
+        kill -TERM $tree 2>/dev/null
+        sleep 5
+        kill -KILL $tree 2>/dev/null
+        wait "$pid" 2>/dev/null
+        rc=124
+    else
+        wait "$pid"
+        rc=$?
+    fi
     echo "$name=$(($(date +%s) - start))s(rc=$rc)" >>"$OUT/steps.txt"
     return 0
 }
