@@ -18,8 +18,10 @@ speaker.
 
 Then, by what else is there:
 - The cue alone (``fit`` >= `MUTE_FIT`: the user waits for it, or says nothing): it is muted from its
-  first sample to `ECHO_TAIL_S` after its last (the room's reverberation), with 5 ms fades. Nothing
-  of it is left for the trim or the model, and what follows is kept sample for sample.
+  first sample to `ECHO_TAIL_S` after its last (the room's reverberation), with 5 ms fades, or less
+  far where a louder sound begins in that tail (the user speaking right after the chime: the
+  reverberation only decays; `echo_tail_end`). Nothing of it is left for the trim or the model, and
+  what follows is kept sample for sample.
 - The user talks over it (people start speaking as they press; the pre-roll exists for that): the
   cue as heard is estimated, as the played cue through a `FIR_S`-long filter (the speaker's
   colouring and the first reflections, least squares), and subtracted. The estimate lives only in
@@ -56,6 +58,10 @@ FIR_S = 0.03  # the speaker and the room's first reflections, as a filter on the
 FIR_LEAD_S = 0.005  # the filter starts this much before the matched lag (a tone's correlation peaks a period apart)
 RIDGE = 1e-3  # regularisation of the filter estimate (the cue is narrow-band)
 MIN_LEVEL_DBFS = -66.0  # the trim's absolute floor (-60 dBFS) less a 6 dB margin
+CUE_END_S = 0.05  # the cue's end as heard: what its reverberation can be as loud as
+TAIL_FRAME_S = 0.01  # frames in which the echo tail is watched for the voice's onset
+ONSET_RISE_DB = 10.0  # a frame this much louder than the quietest before it in the tail is a new sound
+ONSET_MIN_DBFS = -60.0  # and at least this loud (the trim's absolute floor)
 MIN_OVERLAP = 0.25  # at a take's end, at least this share of the cue must have been recorded
 FRAME_S = 0.02
 
@@ -117,6 +123,30 @@ def mute_envelope(length: int, start: int, end: int, rate: int) -> tuple[int, np
     first = start - fade
     lo, hi = max(0, first), min(length, first + len(envelope))
     return lo, envelope[lo - first : max(lo, hi) - first]
+
+
+def echo_tail_end(x: np.ndarray, cue_end: int, rate: int) -> int:
+    """Where muting after a cue that ended at ``cue_end`` stops: `ECHO_TAIL_S` later (the room's
+    reverberation), or earlier where something else begins there, so that the fade is over one
+    `TAIL_FRAME_S` frame before it. The reverberation only decays, and it is never louder than the
+    cue's last `CUE_END_S` as heard: a tail frame louder than those, or than the quietest tail frame
+    before it, by `ONSET_RISE_DB` (and over the trim's floor) is the user's voice (people speak as soon
+    as the cue has sounded), and it is kept whole."""
+    frame, fade = max(1, round(TAIL_FRAME_S * rate)), round(FADE_S * rate)
+    limit = cue_end + round(ECHO_TAIL_S * rate)
+    tail = np.asarray(x[cue_end : min(len(x), limit)], dtype=np.float64)
+    before = np.asarray(x[max(0, cue_end - round(CUE_END_S * rate)) : cue_end], dtype=np.float64)
+    count = len(tail) // frame
+    if count == 0 or len(before) == 0:
+        return limit
+    energy = np.mean(tail[: count * frame].reshape(count, frame) ** 2, axis=1)
+    floor = np.minimum.accumulate(np.concatenate([[np.mean(before**2)], energy]))[:-1]
+    rise, audible = 10 ** (ONSET_RISE_DB / 10), 10 ** (ONSET_MIN_DBFS / 10)
+    onsets = np.flatnonzero((energy > rise * floor) & (energy > audible))
+    if len(onsets) == 0:
+        return limit
+    onset = cue_end + int(onsets[0]) * frame  # the first sample of the louder frame
+    return max(cue_end, onset - frame - fade)
 
 
 def heard_cue(x: np.ndarray, reference: np.ndarray, start: int, rate: int) -> tuple[int, np.ndarray]:
@@ -241,7 +271,7 @@ class CueEraser:
                 break
             piece = any(a - m <= match.start <= b for a, b in muted)
             if match.fit >= MUTE_FIT or piece:
-                start, end = match.start - round(LEAD_S * rate), match.start + m + round(ECHO_TAIL_S * rate)
+                start, end = match.start - round(LEAD_S * rate), echo_tail_end(y, match.start + m, rate)
                 at, values = mute_envelope(len(y), start, end, rate)
                 y[at : at + len(values)] *= values
                 muted.append((start, end))

@@ -11,7 +11,8 @@ How (a two-threshold endpoint detector in 20 ms frames):
    minimum) for at least ``min_speech_s`` in a row, short dips bridged. A steady hum or fan noise
    never rises above its own level, and a click is too short.
 3. From the first and last such run the span grows outwards while frames stay ``extend_db`` above
-   the floor (the fading-in "s" before a vowel, the decaying end of a word), then by a margin.
+   the floor (the fading-in "s" before a vowel, the decaying end of a word), and where sound runs
+   unbroken from there to digital silence (a noise gate, a muted cue) up to it; then by a margin.
 Trimming only ever removes audio outside that span; when no speech is found nothing is trimmed.
 """
 
@@ -74,6 +75,7 @@ def find_speech(
         first -= 1
     while last < len(levels) and above[last]:
         last += 1
+    first, last = _to_digital_silence(levels, first, last)
     start = max(0, first * frame - round(margin_start_s * sample_rate))
     end = min(n, last * frame + round(margin_end_s * sample_rate))
     return SpeechSpan(True, start, end, floor, loudest)
@@ -88,6 +90,25 @@ def trim_silence(samples: np.ndarray, sample_rate: int = SAMPLE_RATE, **options:
     """The audio with leading and trailing silence removed (margins kept); unchanged if no speech."""
     span = find_speech(samples, sample_rate, **options)
     return np.asarray(samples)[span.start : span.end]
+
+
+def _to_digital_silence(levels: np.ndarray, first: int, last: int) -> tuple[int, int]:
+    """Grow ``[first, last)`` through sound up to digital silence, where it borders on it.
+
+    A microphone with a noise gate, a digital source, or a cue muted by the recorder gives zeros
+    around the voice and nothing else: every frame with sound in it is then speech, and the floor
+    (taken from frames with sound) sits inside the speech, so the extension of step 3 stops at the
+    first dip of the voice and a quiet start can fall outside the margin (44 ms of "Please" were
+    cut on the virtual microphone). Where sound runs unbroken from the span to digital silence, it
+    is all kept; where it runs to the take's edge (room noise), nothing changes."""
+    live = levels > DIGITAL_SILENCE_DBFS
+    a = first
+    while a > 0 and live[a - 1]:
+        a -= 1
+    b = last
+    while b < len(levels) and live[b]:
+        b += 1
+    return (a if a > 0 else first), (b if b < len(levels) else last)
 
 
 def _frame_levels(x: np.ndarray, frame: int) -> np.ndarray:

@@ -64,6 +64,21 @@ def test_soft_onset_and_soft_ending_are_kept_and_silence_is_cut():
     np.testing.assert_array_equal(trimmed, x[span.start : span.end])
 
 
+def test_a_quiet_start_on_digital_silence_is_kept():
+    """A noise gate or a digital source: zeros around the voice, so the floor comes from the speech
+    itself. A 0.4-s quiet start (15 dB under the voice, with a dip) before the loud part is kept."""
+    quiet = np.concatenate([fricative(0.15, -35), fricative(0.1, -45), fricative(0.15, -35)])
+    loud = vowel(0.8, -20)
+    x = np.concatenate([np.zeros(SR // 2), quiet, loud, fricative(0.3, -40), np.zeros(SR // 2)]).astype(np.float32)
+    onset, offset = SR // 2, SR // 2 + len(quiet) + len(loud) + round(0.3 * SR)
+    span = find_speech(x)
+    assert span.has_speech
+    assert span.start <= onset and span.end >= offset
+    # Room noise to the take's edges: the span is not grown through it.
+    y = x + noise(len(x) / SR, -70).astype(np.float32)
+    assert find_speech(y).start > 0
+
+
 def test_margins_are_kept_around_loud_speech_with_sharp_edges():
     x = noise(2.0, -65)
     x[SR // 2 : SR] += vowel(0.5, -15)
