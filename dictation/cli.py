@@ -225,6 +225,11 @@ def cmd_app(args: argparse.Namespace) -> int:
     try:
         from dictation.app.main import run
     except ImportError as exc:
+        from dictation import preflight
+
+        problem = preflight.import_problem(exc)  # a system library of Qt's is missing (libEGL.so.1, ...)
+        if problem:
+            return preflight.refuse_to_start(problem)
         return _fail(f"the desktop app needs PySide6 (pip install PySide6-Essentials): {exc}")
     logging.getLogger().handlers.clear()  # the app logs to its own file, stderr and log view
     return run(verbose=args.verbose)

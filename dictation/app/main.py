@@ -6,6 +6,10 @@ settings and history -> controller (workers, microphone, hotkeys, model loading 
 -> tray, overlay -> event loop. On the first run, with no model chosen, the settings window opens
 on the Model page. A log file or history file that cannot be used does not stop the app: it runs
 without it (the history then lives in memory) and says so in one line, logged and notified.
+
+Before all of it, when no QApplication exists yet, `run` asks `dictation.preflight` whether Qt's
+platform plugin can start here: a missing system library or display becomes one message on
+stderr, in the log and as a desktop notification, and exit status 1, where Qt would abort.
 """
 
 from __future__ import annotations
@@ -85,6 +89,15 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run(verbose: bool = False) -> int:
+    if QApplication.instance() is None:
+        # Qt aborts (no log, nothing on screen) when no platform plugin can start: say why instead.
+        from PySide6.QtCore import QLibraryInfo
+
+        from dictation import preflight
+
+        problem = preflight.qt_problem(plugins_root=QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath))
+        if problem:
+            return preflight.refuse_to_start(problem)
     started = start(verbose)
     if isinstance(started, int):
         return started
