@@ -1,12 +1,12 @@
 """`dictation doctor` and the settings window's Diagnostics page: what works here, what does not, the fix.
 
 `run_checks(settings)` returns a flat list of `Check(area, name, status, detail, fix)`, grouped by
-area in `AREAS` order: the session (display, tray, Qt's platform plugin and system libraries), the
-hotkey and text-output backends (through those packages' own choosers, so the report says what the
-app itself would pick), the microphone, torch and the GPU, the model folder and adapters, and the
-app's files. Status is "ok", "info" (nothing to do), "warning" (works, but worse than it could) or
-"problem" (something the user wants does not work); every warning and problem that has a remedy
-carries it in ``fix`` as the exact command or setting.
+area in `AREAS` order: the session (display, tray, Qt's platform plugin and system libraries, the
+start-at-login entry), the hotkey and text-output backends (through those packages' own choosers,
+so the report says what the app itself would pick), the microphone, torch and the GPU, the model
+folder and adapters, and the app's files. Status is "ok", "info" (nothing to do),
+"warning" (works, but worse than it could) or "problem" (something the user wants does not work);
+every warning and problem that has a remedy carries it in ``fix`` as the exact command or setting.
 
 Qt-free (no Qt import) and safe to call from any thread. Nothing here loads a model, opens a
 microphone stream, writes a file or touches the network (the Qt check dlopens Qt's platform plugin
@@ -299,6 +299,7 @@ def _session(ctx: Context) -> list[Check]:
         owner = bus_name_has_owner("org.kde.StatusNotifierWatcher", ctx.env)
     checks.append(tray_check(owner, ctx.env, ctx.platform))
     checks += qt_checks(ctx)
+    checks.append(autostart_check(ctx))
     return checks
 
 
@@ -357,6 +358,44 @@ def _pyside_version() -> str:
         except metadata.PackageNotFoundError:
             continue
     return ""
+
+
+def autostart_check(ctx: Context) -> Check:
+    """The "Start at login" entry: there when the setting is on, and its command's program exists."""
+    from dictation import autostart
+
+    area, name = "Session", "Start at login"
+    on = ctx.settings.general.start_at_login
+    entry = autostart.read_entry(ctx.platform)
+    if entry is None:
+        path = autostart.autostart_path(ctx.platform)
+        if not on:
+            return Check(area, name, "info", "off")
+        return Check(
+            area,
+            name,
+            "problem",
+            f"on in the settings, but {path} does not exist, so the app does not start at login",
+            "start Dictation once: while the setting is on, it writes the entry at every start",
+        )
+    whose = "" if entry.ours else " (your own entry)"
+    if not entry.enabled:
+        detail = f"{entry.path}{whose} is switched off in the desktop's startup settings"
+        return Check(area, name, "warning" if on else "info", detail, "switch it on there" if on else None)
+    if entry.command is None:
+        return Check(area, name, "warning", f"{entry.path}{whose}: its command cannot be read", f"delete {entry.path}")
+    why = autostart.missing_program(entry.command, ctx.env)
+    if why:
+        if not entry.ours:
+            fix = f"edit or delete {entry.path}"
+        elif on:
+            fix = "start Dictation from the installation you use: it rewrites the entry at every start"
+        else:
+            fix = f"turn Start at login on and off again in the settings, or delete {entry.path}"
+        detail = f"{entry.path}{whose} starts a program that is gone: {why} (a moved or deleted virtual environment?)"
+        return Check(area, name, "problem", detail, fix)
+    command = " ".join(entry.command)
+    return Check(area, name, "ok", f"{entry.path}{whose} starts {command}")
 
 
 def tray_check(available: bool | None, env: Mapping[str, str], platform: str, *, live: bool = False) -> Check:

@@ -1,20 +1,21 @@
-"""`dictation doctor` on what decides whether the app can start (issue 15, item 1): Qt's
-platform plugin and system libraries, with the install command for what is missing. A hidden
-library is an empty file of its name on LD_LIBRARY_PATH (tests/test_preflight.py); the loader's
-answers are also injected where the machine cannot produce them (a Wayland plugin that fails while
-xcb works)."""
+"""`dictation doctor` on what decides whether the app can start (issue 15, items 1 and 5): Qt's
+platform plugin and system libraries, with the install command for what is missing, and the
+"Start at login" entry, whose program must exist. A hidden library is an empty file of its name on
+LD_LIBRARY_PATH (tests/test_preflight.py); the loader's answers are also injected where the
+machine cannot produce them (a Wayland plugin that fails while xcb works)."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from dictation import doctor, preflight, system_packages
+from dictation import autostart, doctor, preflight, system_packages
 from dictation.config.settings import Settings
 from dictation.doctor import run_checks
 
@@ -136,3 +137,67 @@ def test_qt_installed_elsewhere_is_not_judged(bin_dir, monkeypatch):
     assert qt.status == "info" and "not checked here" in qt.detail
     checks = run_checks(Settings(), env=x11(bin_dir), platform="win32", areas=["Session"])
     assert "Qt" not in {c.name for c in checks}
+
+
+# --- Start at login -----------------------------------------------------------------------------
+
+
+def on() -> Settings:
+    settings = Settings()
+    return settings.replace(general=settings.general.replace(start_at_login=True))
+
+
+def write_entry(program: str) -> Path:
+    real = sys.executable
+    try:
+        sys.executable = program
+        return autostart.set_enabled(True, "linux")
+    finally:
+        sys.executable = real
+
+
+def test_start_at_login_off_and_on_without_its_entry(bin_dir):
+    assert session(x11(bin_dir))["Start at login"].status == "info"
+    row = session(x11(bin_dir), on())["Start at login"]
+    assert row.status == "problem"
+    assert row.detail == (
+        f"on in the settings, but {autostart.autostart_path('linux')} does not exist, so the app does not start at "
+        "login"
+    )
+    assert row.fix == "start Dictation once: while the setting is on, it writes the entry at every start"
+
+
+def test_an_entry_that_starts_a_removed_virtual_environment(tmp_path, bin_dir):
+    gone = str(tmp_path / "removed-venv" / "bin" / "python")
+    path = write_entry(gone)
+    row = session(x11(bin_dir), on())["Start at login"]
+    assert row.status == "problem"
+    assert row.detail == (
+        f"{path} starts a program that is gone: {gone} does not exist (a moved or deleted virtual environment?)"
+    )
+    assert row.fix == "start Dictation from the installation you use: it rewrites the entry at every start"
+    off = session(x11(bin_dir))["Start at login"]
+    assert off.fix == f"turn Start at login on and off again in the settings, or delete {path}"
+
+
+def test_a_working_entry_and_one_switched_off_in_the_desktop(tmp_path, bin_dir):
+    path = write_entry(sys.executable)
+    row = session(x11(bin_dir), on())["Start at login"]
+    assert (row.status, row.detail) == ("ok", f"{path} starts {sys.executable} -m dictation")
+    path.write_text(path.read_text() + "Hidden=true\n")
+    row = session(x11(bin_dir), on())["Start at login"]
+    assert row.status == "warning" and row.detail == f"{path} is switched off in the desktop's startup settings"
+
+
+def test_the_users_own_entry_is_checked_but_never_rewritten(tmp_path, bin_dir):
+    path = autostart.autostart_path("linux")
+    path.parent.mkdir(parents=True)
+    path.write_text("[Desktop Entry]\nType=Application\nName=Mine\nExec=/nowhere/dictation\n")
+    row = session(x11(bin_dir), on())["Start at login"]
+    assert row.status == "problem" and row.detail.startswith(f"{path} (your own entry) starts a program that is gone")
+    assert row.fix == f"edit or delete {path}"
+    exe = tmp_path / "mine"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    path.write_text(f"[Desktop Entry]\nType=Application\nName=Mine\nExec={exe} --quiet\n")
+    assert session(x11(bin_dir), on())["Start at login"].detail == f"{path} (your own entry) starts {exe} --quiet"
