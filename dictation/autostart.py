@@ -17,6 +17,13 @@ build: ``dictationw.exe``) is used when it sits beside the executable, so no con
 open. `dictation.desktop` (``dictation install-desktop``) writes the app-menu entry with the same
 command and template.
 
+`refresh` is what the app calls at every start while the setting is on: it writes the entry when it
+is missing and rewrites ours when its content differs (an interpreter that moved, an older
+template), so the entry never keeps starting a removed virtual environment. An entry switched off
+in the desktop's own settings, or one the user wrote, is left as it is. `read_entry` reads the
+command back (`parse_desktop_exec` for the Exec key) for `dictation doctor`, which checks that its
+program exists.
+
 Every file we write carries `MARKER` (a comment), and only such a file is ever removed: an entry
 the user wrote by hand is left alone. Disabling while one exists raises `AutostartError`; enabling
 while an enabled one exists keeps it (it already starts the app). Writes are atomic.
@@ -30,7 +37,10 @@ from __future__ import annotations
 
 import os
 import plistlib
+import shutil
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from dictation import resources
@@ -135,6 +145,147 @@ def set_enabled(enabled: bool, platform: str | None = None) -> Path:
     except OSError as exc:
         raise AutostartError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
+
+
+def refresh(platform: str | None = None) -> Path | None:
+    """At a start with the setting on: write the entry if it is missing, rewrite ours if it differs
+    from what `render_entry` makes now; the path when it was written, None when left as it is (up to
+    date, switched off in the desktop's settings, or the user's own). Raises AutostartError."""
+    path = autostart_path(platform)
+    wanted = render_entry(platform)
+    try:
+        current = path.read_bytes() if path.is_file() else None
+    except OSError as exc:
+        raise AutostartError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if current is None and path.exists():
+        return None  # a folder or other odd thing in its place: not ours to replace
+    if current is not None:
+        text = current.decode("utf-8", errors="replace")
+        if current == wanted or MARKER not in text or (_kind(platform) == "xdg" and _switched_off(text)):
+            return None
+    try:
+        atomic_write(path, wanted)
+    except OSError as exc:
+        raise AutostartError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An autostart file as found: whether we wrote it, whether it starts the app at login, and the
+    command it runs (None when it cannot be read back)."""
+
+    path: Path
+    ours: bool
+    enabled: bool
+    command: list[str] | None
+
+
+def read_entry(platform: str | None = None) -> Entry | None:
+    """The autostart file for ``platform`` and the command it runs; None when there is none."""
+    path = autostart_path(platform)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return Entry(path, False, path.exists(), None) if path.exists() else None
+    text = raw.decode("utf-8", errors="replace")
+    kind = _kind(platform)
+    if kind == "xdg":
+        value = _desktop_value(text, "Exec")
+        command = parse_desktop_exec(value) if value is not None else None
+    elif kind == "windows":
+        command = _windows_command(text)
+    else:
+        try:
+            args = plistlib.loads(raw).get("ProgramArguments")
+        except Exception:  # noqa: BLE001 - any unreadable plist is "no command"
+            args = None
+        command = [str(a) for a in args] if isinstance(args, list) and args else None
+    return Entry(path, MARKER in text, kind != "xdg" or not _switched_off(text), command or None)
+
+
+def missing_program(command: list[str], env: Mapping[str, str] | None = None) -> str:
+    """Why ``command``'s program cannot be started ("" when it can): no such file, or not executable."""
+    env = os.environ if env is None else env
+    program = command[0]
+    if not os.path.isabs(program):
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+        return "" if found else f"{program} is not found on PATH"
+    if not os.path.isfile(program):
+        return f"{program} does not exist"
+    if not os.access(program, os.X_OK):
+        return f"{program} is not executable"
+    return ""
+
+
+def parse_desktop_exec(value: str) -> list[str]:
+    """A .desktop file's Exec value as arguments (the inverse of `desktop_exec`): string escapes
+    first, then double-quoted arguments with their four backslash escapes, then ``%%`` to ``%``;
+    field codes (``%f``, ``%U``, ...) are dropped."""
+    escapes = {"s": " ", "n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+    text, i = "", 0
+    while i < len(value):
+        if value[i] == "\\" and i + 1 < len(value) and value[i + 1] in escapes:
+            text, i = text + escapes[value[i + 1]], i + 2
+        else:
+            text, i = text + value[i], i + 1
+    args: list[str] = []
+    current: str | None = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in " \t\n":
+            if current is not None:
+                args.append(current)
+            current, i = None, i + 1
+        elif ch == '"':
+            current, i = current or "", i + 1
+            while i < len(text) and text[i] != '"':
+                if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in '"`$\\':
+                    i += 1
+                current, i = current + text[i], i + 1
+            i += 1
+        else:
+            current, i = (current or "") + ch, i + 1
+    if current is not None:
+        args.append(current)
+    out = []
+    for arg in args:
+        if len(arg) == 2 and arg[0] == "%" and arg[1] != "%":
+            continue  # a field code
+        out.append(arg.replace("%%", "%"))
+    return out
+
+
+def _desktop_value(text: str, wanted: str) -> str | None:
+    """The value of key ``wanted`` in the [Desktop Entry] group."""
+    in_entry = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            in_entry = line == "[Desktop Entry]"
+            continue
+        key, sep, value = line.partition("=")
+        if in_entry and sep and key.strip() == wanted:
+            return value.strip()
+    return None
+
+
+def _windows_command(text: str) -> list[str] | None:
+    """The program and arguments of our batch file's ``start "" "<program>" args`` line."""
+    for line in text.splitlines():
+        rest = line.strip()
+        if not rest.lower().startswith('start ""'):
+            continue
+        rest = rest[len('start ""') :].strip()
+        if rest.startswith('"'):
+            program, _, tail = rest[1:].partition('"')
+        else:
+            program, _, tail = rest.partition(" ")
+        return [program.replace("%%", "%"), *tail.split()]
+    return None
 
 
 def render_entry(platform: str | None = None) -> bytes:

@@ -225,6 +225,11 @@ def cmd_app(args: argparse.Namespace) -> int:
     try:
         from dictation.app.main import run
     except ImportError as exc:
+        from dictation import preflight
+
+        problem = preflight.import_problem(exc)  # a system library of Qt's is missing (libEGL.so.1, ...)
+        if problem:
+            return preflight.refuse_to_start(problem)
         return _fail(f"the desktop app needs PySide6 (pip install PySide6-Essentials): {exc}")
     logging.getLogger().handlers.clear()  # the app logs to its own file, stderr and log view
     return run(verbose=args.verbose)
@@ -232,17 +237,21 @@ def cmd_app(args: argparse.Namespace) -> int:
 
 def cmd_remote(args: argparse.Namespace) -> int:
     """`dictation toggle|start|stop|cancel|status|quit`: one request to the running app."""
-    from dictation.ipc import IpcError, send_command
+    from dictation.ipc import IpcError, NotRunning, send_command
 
+    as_json = args.command == "status" and args.json
     try:
         reply = send_command(args.command)
     except IpcError as exc:
+        if as_json:  # the socket the app would listen on, for scripts and bug reports
+            running = False if isinstance(exc, NotRunning) else None  # None: there, but not answering
+            print(json.dumps({"ok": False, "running": running, "message": str(exc), "socket": _socket()}))
         return _fail(str(exc))
     if not reply.get("ok"):
         return _fail(str(reply.get("message") or f"the app refused {args.command!r}"))
     if args.command == "status":
-        if args.json:
-            print(json.dumps(reply, ensure_ascii=False))
+        if as_json:
+            print(json.dumps({**reply, "running": True, "socket": _socket()}, ensure_ascii=False))
         else:
             model = reply.get("model") or f"not loaded ({reply.get('model_state', '?')})"
             paused = " (paused)" if reply.get("hotkeys_paused") else ""
@@ -250,6 +259,15 @@ def cmd_remote(args: argparse.Namespace) -> int:
             for problem in reply.get("hotkey_problems") or ():
                 print(f"hotkey problem: {problem}")
     return 0
+
+
+def _socket() -> str | None:
+    from dictation.ipc import IpcError, socket_path
+
+    try:
+        return socket_path()
+    except IpcError:
+        return None  # no private folder for it: the message says why
 
 
 class _CountBar:

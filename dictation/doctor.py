@@ -1,16 +1,19 @@
 """`dictation doctor` and the settings window's Diagnostics page: what works here, what does not, the fix.
 
 `run_checks(settings)` returns a flat list of `Check(area, name, status, detail, fix)`, grouped by
-area in `AREAS` order: the session, the hotkey and text-output backends (through those packages'
-own choosers, so the report says what the app itself would pick), the microphone, torch and the
-GPU, the model folder and adapters, and the app's files. Status is "ok", "info" (nothing to do),
+area in `AREAS` order: the session (display, tray, Qt's platform plugin and system libraries, the
+start-at-login entry), the hotkey and text-output backends (through those packages' own choosers,
+so the report says what the app itself would pick), the microphone, torch and the GPU, the model
+folder and adapters, and the app's files. Status is "ok", "info" (nothing to do),
 "warning" (works, but worse than it could) or "problem" (something the user wants does not work);
 every warning and problem that has a remedy carries it in ``fix`` as the exact command or setting.
 
-Qt-free and safe to call from any thread. Nothing here loads a model, opens a microphone stream,
-writes a file or touches the network; a run takes well under a second, plus the import of torch
-when its build has CUDA (a CPU-only build is recognised from torch/version.py without importing
-it). An exception inside an area becomes one "problem" Check naming it: a run never raises.
+Qt-free (no Qt import) and safe to call from any thread. Nothing here loads a model, opens a
+microphone stream, writes a file or touches the network (the Qt check dlopens Qt's platform plugin
+and the system libraries of `dictation.system_packages`, as the app itself loads them); a run takes
+well under a second, plus the import of torch when its build has CUDA (a CPU-only build is
+recognised from torch/version.py without importing it). An exception inside an area becomes one
+"problem" Check naming it: a run never raises.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dictation import __version__
+from dictation import __version__, system_packages
 from dictation.config.settings import Settings
 
 STATUSES = ("ok", "info", "warning", "problem")
@@ -60,21 +63,6 @@ NVIDIA_PROC = "/proc/driver/nvidia"
 LOW_DISK_BYTES = 5 * 10**9  # the 1.7B model is 4.7 GB
 SMI_TIMEOUT_S = 2.0
 DBUS_TIMEOUT_S = 1.0
-
-# Package names where they differ from the tool's name: {tool: {package manager: package}}.
-_PACKAGES: dict[str, dict[str, str]] = {
-    "wl-copy": {"": "wl-clipboard"},
-    "wl-paste": {"": "wl-clipboard"},
-    "xmodmap": {"apt": "x11-xserver-utils", "pacman": "xorg-xmodmap", "": "xmodmap"},
-    "portaudio": {"apt": "libportaudio2", "zypper": "libportaudio2", "": "portaudio"},
-    "appindicator": {"apt": "gnome-shell-extension-appindicator", "": "gnome-shell-extension-appindicator"},
-}
-_INSTALL = {
-    "apt": "sudo apt install",
-    "dnf": "sudo dnf install",
-    "pacman": "sudo pacman -S",
-    "zypper": "sudo zypper install",
-}
 
 
 @dataclass(frozen=True)
@@ -112,16 +100,22 @@ class Context:
     def linux(self) -> bool:
         return self.platform.startswith("linux")
 
+    @property
+    def package_manager(self) -> str:
+        return system_packages.package_manager(self.which)
+
     def install(self, *tools: str) -> str:
-        """`sudo apt install wtype wl-clipboard`, for this system's package manager (apt if none is found)."""
-        manager = next((m for m in _INSTALL if self.which(m)), "apt")
+        """`sudo apt install wtype wl-clipboard`, for this system's package manager (apt if none is
+        found): the packages of `dictation.system_packages` that provide ``tools`` (commands or
+        package names), else the names themselves."""
+        manager = self.package_manager
         packages: list[str] = []
         for tool in tools:
-            names = _PACKAGES.get(tool, {})
-            package = names.get(manager) or names.get("") or tool
+            listed = system_packages.for_tool(tool)
+            package = (listed.name(manager) if listed else None) or tool
             if package not in packages:
                 packages.append(package)
-        return f"`{_INSTALL[manager]} {' '.join(packages)}`"
+        return f"`{system_packages.INSTALL[manager]} {' '.join(packages)}`"
 
 
 # --- running and reporting ------------------------------------------------------------------------
@@ -304,7 +298,104 @@ def _session(ctx: Context) -> list[Check]:
     if session.is_linux and session.kind != "none":
         owner = bus_name_has_owner("org.kde.StatusNotifierWatcher", ctx.env)
     checks.append(tray_check(owner, ctx.env, ctx.platform))
+    checks += qt_checks(ctx)
+    checks.append(autostart_check(ctx))
     return checks
+
+
+def qt_checks(ctx: Context) -> list[Check]:
+    """Whether Qt's platform plugin loads here (the display aside: the row above covers it), through
+    `dictation.preflight` as the app checks it at start, and whether every system library of Qt's
+    rows in `dictation.system_packages` is installed; each problem with its install command."""
+    from dictation import preflight
+
+    area, name = "Session", "Qt"
+    if not ctx.linux:
+        return []
+    root = preflight.default_plugins_root()
+    if not preflight.plugin_folders(ctx.env, root):
+        detail = "Qt's plugin folder was not found (PySide6 is not installed from its wheel): not checked here"
+        return [Check(area, name, "info", detail + "; the app checks its platform plugin when it starts")]
+    load_library = system_packages.load_library
+    attempts = preflight.try_platforms(ctx.env, root, preflight.load_plugin, check_display=False)
+    detail, fix = preflight.failure(attempts, ctx.env, load_library)
+    if detail:
+        return [Check(area, name, "problem", detail, fix)]
+    missing = system_packages.missing_libraries(system_packages.libraries("qt"), load_library)
+    if missing:
+        detail = "system libraries Qt needs are missing: " + "; ".join(missing.values())
+        return [Check(area, name, "problem", detail, system_packages.fix_for_libraries(missing, ctx.package_manager))]
+    used = attempts[-1]
+    version = _pyside_version()
+    if used.plugin:
+        where = f'the "{used.platform}" platform plugin loads ({used.plugin})'
+    else:
+        where = f'no file for the "{used.platform}" platform plugin in Qt\'s plugin folders: not checked'
+
+    checks = [Check(area, name, "ok" if used.plugin else "info", f"{version}{where}")]
+    if len(attempts) > 1:  # Qt's first choice (Wayland) cannot load: it falls back to XWayland
+        first = attempts[0]
+        fix = preflight.library_fix([first.load_error], ["qt-wayland"], load_library, ctx.which)
+        checks.append(
+            Check(
+                area,
+                "Qt on Wayland",
+                "warning",
+                f'the "{first.platform}" platform plugin cannot load ({first.load_error}): windows go through '
+                "XWayland instead",
+                fix,
+            )
+        )
+    return checks
+
+
+def _pyside_version() -> str:
+    from importlib import metadata
+
+    for dist in ("PySide6-Essentials", "PySide6"):
+        try:
+            return f"PySide6 {metadata.version(dist)}: "
+        except metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+def autostart_check(ctx: Context) -> Check:
+    """The "Start at login" entry: there when the setting is on, and its command's program exists."""
+    from dictation import autostart
+
+    area, name = "Session", "Start at login"
+    on = ctx.settings.general.start_at_login
+    entry = autostart.read_entry(ctx.platform)
+    if entry is None:
+        path = autostart.autostart_path(ctx.platform)
+        if not on:
+            return Check(area, name, "info", "off")
+        return Check(
+            area,
+            name,
+            "problem",
+            f"on in the settings, but {path} does not exist, so the app does not start at login",
+            "start Dictation once: while the setting is on, it writes the entry at every start",
+        )
+    whose = "" if entry.ours else " (your own entry)"
+    if not entry.enabled:
+        detail = f"{entry.path}{whose} is switched off in the desktop's startup settings"
+        return Check(area, name, "warning" if on else "info", detail, "switch it on there" if on else None)
+    if entry.command is None:
+        return Check(area, name, "warning", f"{entry.path}{whose}: its command cannot be read", f"delete {entry.path}")
+    why = autostart.missing_program(entry.command, ctx.env)
+    if why:
+        if not entry.ours:
+            fix = f"edit or delete {entry.path}"
+        elif on:
+            fix = "start Dictation from the installation you use: it rewrites the entry at every start"
+        else:
+            fix = f"turn Start at login on and off again in the settings, or delete {entry.path}"
+        detail = f"{entry.path}{whose} starts a program that is gone: {why} (a moved or deleted virtual environment?)"
+        return Check(area, name, "problem", detail, fix)
+    command = " ".join(entry.command)
+    return Check(area, name, "ok", f"{entry.path}{whose} starts {command}")
 
 
 def tray_check(available: bool | None, env: Mapping[str, str], platform: str, *, live: bool = False) -> Check:
@@ -337,9 +428,9 @@ def tray_check(available: bool | None, env: Mapping[str, str], platform: str, *,
     detail += ": the app shows a small status window with the same menu instead"
     desktop = (session.desktop or "").lower()
     if desktop == "gnome":
-        tools = Context(Settings(), env, platform)
+        extension = Context(Settings(), env, platform).install("gnome-shell-extension-appindicator")
         fix = (
-            f"install and enable the AppIndicator extension: {tools.install('appindicator')}, then turn it on "
+            f"install and enable the AppIndicator extension: {extension}, then turn it on "
             "in the Extensions app and log out and back in"
         )
     elif desktop == "kde":

@@ -16,6 +16,9 @@ Where the socket lives:
   (tests, portable installs) the folder name carries a hash of it, so separate homes run separate apps.
 - Windows: the named pipe ``\\\\.\\pipe\\dictation-<user>[-<hash>]``.
 
+`socket_path` gives the path in use; `dictation status --json` prints it as ``socket``, also when
+the app is not running (then the path it would listen on).
+
 Protocol: one JSON object per line each way. Request ``{"command": "toggle"}``; reply
 ``{"ok": true, "status": "recording", "message": "..."}``. Unknown commands get ``ok: false``.
 """
@@ -60,6 +63,15 @@ def server_name() -> str:
     if sys.platform == "win32":
         return f"dictation-{getpass.getuser()}{_home_suffix()}"
     return str(socket_dir() / "ipc.sock")
+
+
+def socket_path() -> str:
+    """Where the app listens (or would), as a path a person can look up: the socket file on POSIX
+    (its private folder is created if missing), the named pipe's full path on Windows. Raises IpcError
+    when no private folder can be had (`socket_dir`)."""
+    if sys.platform == "win32":
+        return "\\\\.\\pipe\\" + server_name()
+    return server_name()
 
 
 RUN_USER = "/run/user"  # systemd-logind's per-user runtime folders (tests point it elsewhere)

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 
 APP_NAME = "dictation"
+LOG_FILE = "dictation.log"
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"  # the app's log file and stderr
 
 
 def _base(kind: str) -> Path:
@@ -39,6 +41,10 @@ def data_dir() -> Path:
 
 def log_dir() -> Path:
     return _base("log")
+
+
+def log_file() -> Path:
+    return log_dir() / LOG_FILE
 
 
 def recordings_dir() -> Path:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from dictation.paths import log_dir
+from dictation.paths import LOG_FILE, LOG_FORMAT, log_dir
 from dictation.private import private_dir, repair
 
-FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+FORMAT = LOG_FORMAT
 KEEP_RECORDS = 1000
 
 
@@ -73,7 +73,7 @@ def setup_logging(verbose: bool = False, folder: Path | None = None) -> tuple[Lo
     the log view only, and ``bridge.file_problem`` says why, for the caller to tell the user.
     """
     folder = folder or log_dir()
-    path = folder / "dictation.log"
+    path = folder / LOG_FILE
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     for handler in list(root.handlers):

@@ -6,6 +6,11 @@ settings and history -> controller (workers, microphone, hotkeys, model loading 
 -> tray, overlay -> event loop. On the first run, with no model chosen, the settings window opens
 on the Model page. A log file or history file that cannot be used does not stop the app: it runs
 without it (the history then lives in memory) and says so in one line, logged and notified.
+
+Before all of it, when no QApplication exists yet, `run` asks `dictation.preflight` whether Qt's
+platform plugin can start here: a missing system library or display becomes one message on
+stderr, in the log and as a desktop notification, and exit status 1, where Qt would abort. While
+"Start at login" is on, its entry is refreshed at every start (`refresh_autostart`).
 """
 
 from __future__ import annotations
@@ -80,11 +85,35 @@ def open_history(max_entries: int) -> tuple[History, str]:
         return History(IN_MEMORY, max_entries=max_entries), problem
 
 
+def refresh_autostart() -> list[str]:
+    """While "Start at login" is on, its entry is written for this installation at every start (made
+    if missing, rewritten if it differs: it never keeps starting a removed virtual environment); a
+    problem doing so is one line for the user."""
+    from dictation import autostart
+
+    try:
+        path = autostart.refresh()
+    except autostart.AutostartError as exc:
+        return [f"Start at login: {exc}"]
+    if path is not None:
+        log.info("start at login: wrote %s for this installation", path)
+    return []
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def run(verbose: bool = False) -> int:
+    if QApplication.instance() is None:
+        # Qt aborts (no log, nothing on screen) when no platform plugin can start: say why instead.
+        from PySide6.QtCore import QLibraryInfo
+
+        from dictation import preflight
+
+        problem = preflight.qt_problem(plugins_root=QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath))
+        if problem:
+            return preflight.refuse_to_start(problem)
     started = start(verbose)
     if isinstance(started, int):
         return started
@@ -140,6 +169,8 @@ def start(verbose: bool = False) -> App | int:
     settings = report.settings
     history, history_problem = open_history(settings.general.history_size)
     problems += [history_problem] if history_problem else []
+    if settings.general.start_at_login:
+        problems += refresh_autostart()
     controller = AppController(Services(store=store, history=history), settings=settings)
     server.handler = controller.handle_ipc
     controller.attach_log(bridge)
