@@ -1,5 +1,12 @@
 """Keeping the keyboard focus where the user left it.
 
+No window of ours takes the focus unasked: the status window (no tray), the overlay and
+notifications are shown without activation and do not accept focus; only a window the user opened
+on purpose (settings, history) is raised and activated. That holds on X11 (the window manager reads
+the WM_HINTS input flag and _NET_WM_USER_TIME 0). A Wayland compositor decides alone and usually
+focuses every new window; on Sway `keep_unfocused_on_map` asks it not to (a `no_focus` rule for
+our process's status window).
+
 Where one of our windows has the focus anyway (the user opened it or clicked it, a compositor
 focused it, our menu is open), `OwnFocus` tells the output thread, and the text is kept on the
 clipboard instead of being pasted into our own window (`dictation.output.focus.FocusGuard`).
@@ -8,6 +15,8 @@ clipboard instead of being pasted into our own window (`dictation.output.focus.F
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -84,3 +93,26 @@ class OwnFocus(QObject):
             return question.title
         log.info("the GUI thread did not say within %.1f s which window has the focus", ANSWER_TIMEOUT_S)
         return self._last
+
+
+def keep_unfocused_on_map(title_prefix: str) -> bool:
+    """Ask Sway not to focus our next window whose title starts with `title_prefix` when it appears.
+
+    Sway focuses every new window (Qt's WindowDoesNotAcceptFocus does not reach it); its `no_focus`
+    rule is the one way to appear without the focus there, for windows of this process with that
+    title. (Sway still focuses a window that is alone on its workspace, where no other window could
+    lose the focus.) The rule lasts until Sway reloads its configuration. True if Sway took it."""
+    if not QGuiApplication.platformName().startswith("wayland") or not os.environ.get("SWAYSOCK"):
+        return False
+    from dictation.output.process import SystemHost
+
+    host = SystemHost()
+    if host.which("swaymsg") is None:
+        return False
+    criteria = f'[pid={os.getpid()} title="^{re.escape(title_prefix)}"]'
+    result = host.run(["swaymsg", f"no_focus {criteria}"], timeout=2.0)
+    if not result.ok:
+        log.info("sway did not take the no_focus rule for the status window: %s", result.failure())
+        return False
+    log.info("asked sway not to focus the status window when it appears (no_focus %s)", criteria)
+    return True
