@@ -116,8 +116,19 @@ def text_options(settings: Settings) -> Any:
 
 
 def outcome_of(result: Any) -> str:
-    """History outcome for a DeliveryResult."""
+    """History outcome for a DeliveryResult: what really happened to the text.
+
+    Held back (our own window or no window had the focus): "clipboard_only: <why>", or failed when
+    even the clipboard could not take it. The clipboard-only backend sent nothing to any window, so
+    its success is "clipboard_only", never "pasted"."""
+    held_back = getattr(result, "held_back", None)
+    if held_back:
+        if result.on_clipboard:
+            return Outcome.kept(f"not delivered: {held_back}")
+        return Outcome.failed(result.message)
     if result.ok:
+        if result.method == "clipboard":
+            return Outcome.CLIPBOARD_ONLY
         return Outcome.TYPED if str(result.method).endswith("-type") else Outcome.PASTED
     if result.on_clipboard:
         return Outcome.CLIPBOARD_ONLY
@@ -274,6 +285,10 @@ class AppController(QObject):
         ]
         self._started = True
         self._sounds = self._make_sounds(self._settings)
+        if getattr(s.output_worker, "own_window", False) is None:
+            from dictation.app.focus import OwnFocus
+
+            s.output_worker.own_window = OwnFocus(self)  # nothing is pasted into our own windows
         self._audio_configure.emit(recorder_config(self._settings))
         self._output_configure.emit(output_options(self._settings))
         self._start_hotkeys()
@@ -1112,7 +1127,8 @@ class AppController(QObject):
     def _on_delivered(self, key: int, result: Any) -> None:
         if key < 0:  # a re-type from the history window (minus the entry id)
             if not result.ok:
-                self._notify("warning", result.message)
+                held_back = getattr(result, "held_back", None)
+                self._notify("warning", _delivery_message(result) if held_back else result.message)
             return
         job = self._jobs.pop(key, None)
         if not result.ok:
@@ -1169,6 +1185,11 @@ def _apply_textops(text: str, settings: Settings) -> str:
 
 
 def _delivery_message(result: Any) -> str:
+    held_back = getattr(result, "held_back", None)
+    if held_back:  # "a Dictation window had the keyboard focus", "no window had the keyboard focus"
+        if result.on_clipboard:
+            return f"Not typed: {held_back}. The text is on the clipboard: click where it belongs and paste it."
+        return f"Not typed: {held_back}. The text is in the history. ({result.message})"
     if result.on_clipboard:
         return f"The text could not be typed; it is on the clipboard, paste it yourself. ({result.message})"
     return f"The text could not be typed; it is in the history. ({result.message})"

@@ -66,6 +66,8 @@ def local_time(created: datetime, now: datetime | None = None) -> str:
 def outcome_label(outcome: str) -> str:
     if outcome.startswith(Outcome.FAILED_PREFIX):
         return "Failed: " + outcome[len(Outcome.FAILED_PREFIX) :]
+    if outcome.startswith(Outcome.KEPT_PREFIX):  # "On clipboard, not delivered: no window had ..."
+        return "On clipboard, " + outcome[len(Outcome.KEPT_PREFIX) :]
     return _OUTCOME_LABELS.get(outcome, outcome)
 
 

@@ -6,8 +6,10 @@ show it (Wayland). A left click toggles dictation (like `dictation toggle`); the
 has start/stop, the last transcripts (click copies), the model switcher, settings, history, pause
 hotkeys and quit. Notifications from the controller appear as tray balloons.
 
-Without a system tray (bare X servers, GNOME without the AppIndicator extension) the same menu
-lives on a small always-available window, and the log says why.
+Without a system tray (bare X servers, GNOME without the AppIndicator extension, Sway without a
+status notifier host) the same menu lives on a small always-available window, and the log says why.
+That window never takes the keyboard focus (see `dictation.app.focus`): dictated text goes to the
+window the user was working in, and a click on its Menu button leaves the focus there too.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from dictation.app.controller import AppController
+from dictation.app.focus import keep_unfocused_on_map
 from dictation.app.icons import icon, status_icon
 from dictation.app.overlay import overlay_in_use
 from dictation.session import Status
@@ -46,6 +49,7 @@ STATUS_TEXT = {
 }
 VARIANTS = (("auto", "Automatic precision"), ("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
 NO_MODEL_TEXT = "Choose a speech model"
+STATUS_TITLE, TITLE_SEPARATOR = "Dictation", " — "  # the status window's title: "Dictation — Ready"
 PAUSED_TEXT = "Ready (hotkeys paused)"
 _LEVEL_ICON = {
     "info": QSystemTrayIcon.MessageIcon.Information,
@@ -169,16 +173,22 @@ class TrayMenu(QMenu):
 
 
 class StatusWindow(QWidget):
-    """Stands in for the tray icon where no system tray exists: icon, status, menu button."""
+    """Stands in for the tray icon where no system tray exists: icon, status, menu button.
+
+    It does not accept the keyboard focus and is shown without activation (X11: WM_HINTS input
+    False, _NET_WM_USER_TIME 0); the mouse still works its Menu button."""
 
     def __init__(self, menu: QMenu) -> None:
-        super().__init__(None, Qt.WindowType.Window)
-        self.setWindowTitle("Dictation")
+        super().__init__(None, Qt.WindowType.Window | Qt.WindowType.WindowDoesNotAcceptFocus)
+        self.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.setWindowTitle(STATUS_TITLE)
         self.icon_label = QLabel()
         self.status_label = QLabel()
         self.message_label = QLabel()
         self.message_label.setWordWrap(True)
         menu_button = QPushButton("Menu")
+        menu_button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         menu_button.setMenu(menu)
         top = QHBoxLayout()
         top.addWidget(self.icon_label)
@@ -220,7 +230,9 @@ class Tray(QObject):
             )
             self.window = StatusWindow(self.menu)
             self.window.setWindowIcon(icon("app"))
-            self.window.show()
+            self.refresh()  # its title is final before it appears (Sway's rule below matches it)
+            keep_unfocused_on_map(STATUS_TITLE + TITLE_SEPARATOR)
+            self.window.show()  # never raise_() or activateWindow(): it must not take the focus
         controller.status_changed.connect(self.refresh)
         controller.model_label_changed.connect(self.refresh)
         controller.settings_changed.connect(self.refresh)
@@ -257,7 +269,7 @@ class Tray(QObject):
             self.window.icon_label.setPixmap(shown.pixmap(24, 24))
             self.window.status_label.setText(status_text(self.controller))
             self.window.status_label.setToolTip(tip)
-            self.window.setWindowTitle(f"Dictation — {status_text(self.controller)}")
+            self.window.setWindowTitle(f"{STATUS_TITLE}{TITLE_SEPARATOR}{status_text(self.controller)}")
 
     def notify(self, level: str, message: str) -> None:
         if self.tray is not None and QSystemTrayIcon.supportsMessages():

@@ -711,14 +711,19 @@ def _real_recorder(config: RecorderConfig) -> Any:
 
 
 class OutputWorker(QObject):
-    """Owns the output chain. ``chain_factory(OutputOptions) -> OutputChain`` (choose_backend by default)."""
+    """Owns the output chain. ``chain_factory(OutputOptions) -> OutputChain`` (by default
+    ``choose_backend``, given ``own_window``: which of our windows has the focus, so no text is
+    pasted into them; the controller sets it to `dictation.app.focus.OwnFocus` before it starts)."""
 
     delivered = Signal(int, object)  # history entry id, DeliveryResult
     described = Signal(str)  # the chain's diagnostics after (re)building it
 
-    def __init__(self, chain_factory: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self, chain_factory: Callable[[Any], Any] | None = None, own_window: Callable[[], str | None] | None = None
+    ) -> None:
         super().__init__()
         self._factory = chain_factory
+        self.own_window = own_window
         self.chain: Any = None
         self._options: Any = None
 
@@ -732,7 +737,10 @@ class OutputWorker(QObject):
             self.chain.flush()
         self._options = options
         try:
-            self.chain = (self._factory or choose_backend)(options)
+            if self._factory is not None:
+                self.chain = self._factory(options)
+            else:
+                self.chain = choose_backend(options, own_window=self.own_window)
         except ValueError as exc:
             log.error("text output: %s", exc)
             self.chain = None

@@ -4,8 +4,9 @@ Every take gets its row when its recording starts: empty text, outcome ``"pendin
 path of the recording being written (`pending_takes` finds the ones a crash interrupted, so the
 app can transcribe them at its next start; the app never deletes their audio). The transcript goes
 in *before* it is typed (`update`), then the outcome: ``"pasted"`` (or ``"typed"``,
-``"clipboard_only"``, ``"recovered"`` for a take transcribed after a crash and never typed,
-``Outcome.failed("no paste tool")``). A crash between the two leaves the text in the history,
+``"clipboard_only"``, ``Outcome.kept("not delivered: no window had the keyboard focus")`` for text
+left on the clipboard on purpose, ``"recovered"`` for a take transcribed after a crash and never
+typed, ``Outcome.failed("no paste tool")``). A crash between the two leaves the text in the history,
 marked pending.
 
 Durability: WAL journal, ``synchronous=FULL`` and one transaction per change, so a committed row
@@ -56,15 +57,22 @@ class Outcome:
     RECOVERED = "recovered"  # a take a crash interrupted, transcribed at the next start; never typed
     KNOWN = (PENDING, TYPED, PASTED, CLIPBOARD_ONLY, RECOVERED)
     FAILED_PREFIX = "failed: "
+    KEPT_PREFIX = CLIPBOARD_ONLY + ": "  # on the clipboard, with why it was not sent ("not delivered: ...")
 
     @staticmethod
     def failed(reason: str) -> str:
         return Outcome.FAILED_PREFIX + (" ".join(reason.split()) or "unknown reason")
 
     @staticmethod
+    def kept(reason: str) -> str:
+        """Left on the clipboard on purpose, and why (e.g. no window had the keyboard focus)."""
+        return Outcome.KEPT_PREFIX + (" ".join(reason.split()) or "unknown reason")
+
+    @staticmethod
     def is_valid(outcome: str) -> bool:
-        return outcome in Outcome.KNOWN or (
-            outcome.startswith(Outcome.FAILED_PREFIX) and bool(outcome[len(Outcome.FAILED_PREFIX) :].strip())
+        return outcome in Outcome.KNOWN or any(
+            outcome.startswith(prefix) and bool(outcome[len(prefix) :].strip())
+            for prefix in (Outcome.FAILED_PREFIX, Outcome.KEPT_PREFIX)
         )
 
 

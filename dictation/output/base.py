@@ -72,6 +72,9 @@ class DeliveryResult:
     is never True when nothing was sent. `on_clipboard` says the dictated text was left on the
     clipboard (after a failure, or until `restore` runs); `input_sent` says keys may have reached
     the window, so a caller must not retry with another method (the text could arrive twice).
+    `held_back` says why nothing was sent on purpose (`focus.OWN_WINDOW`: one of our own windows has
+    the focus; `focus.NO_WINDOW`: no window has it); the text is then on the clipboard when
+    `on_clipboard`.
     """
 
     method: str
@@ -82,6 +85,7 @@ class DeliveryResult:
     chord: Chord | None = None
     window_class: str | None = None
     restore: ClipboardRestore | None = field(default=None, compare=False, repr=False)
+    held_back: str | None = None
 
 
 @runtime_checkable

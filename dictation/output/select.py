@@ -30,6 +30,11 @@ checks (installed, daemon running).
 Fallback rule: the chain moves to the next backend only when the failed one sent no input
 (`input_sent` False); otherwise a retry could make the text arrive twice. When everything fails,
 the text is put on the clipboard and the result is ok=False with every reason.
+
+Focus rule (`focus.FocusGuard`, checked before the first backend): when one of our own windows or
+no window has the keyboard focus, nothing is sent; the text goes on the clipboard and the result
+is ok=False with `held_back` saying which. A clipboard-only chain (backend "clipboard") skips the
+check: it sends nothing to any window.
 """
 
 from __future__ import annotations
@@ -37,12 +42,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dictation.output.base import Availability, DeliveryResult, OutputBackend, OutputOptions
 from dictation.output.clipboard import platform_clipboard
 from dictation.output.environment import Session, detect_session
+from dictation.output.focus import FocusGuard
 from dictation.output.keys import PynputKeys, WtypeKeys, XdotoolKeys, YdotoolKeys
 from dictation.output.paste import (
     ON_CLIPBOARD,
@@ -88,9 +94,11 @@ class OutputChain:
         session: Session,
         keeper: ClipboardKeeper,
         auto_names: tuple[str, ...] = (),
+        guard: FocusGuard | None = None,
     ):
         self.name, self.backends, self.fallback = name, backends, fallback
         self.session, self.keeper, self._auto_names = session, keeper, auto_names
+        self.guard = guard
         self._lock = threading.Lock()
 
     def is_available(self) -> Availability:
@@ -107,6 +115,10 @@ class OutputChain:
             return self._deliver(text)
 
     def _deliver(self, text: str) -> DeliveryResult:
+        if self.guard is not None and text and self.fallback is not None:
+            focus = self.guard.check()
+            if focus.held_back is not None:
+                return self._hold_back(text, focus.held_back, focus.detail)
         failures: list[str] = []
         on_clipboard = input_sent = False
         last: DeliveryResult | None = None
@@ -142,6 +154,14 @@ class OutputChain:
             chord=last.chord if last else None,
             window_class=last.window_class if last else None,
         )
+
+    def _hold_back(self, text: str, why: str, detail: str) -> DeliveryResult:
+        """Send nothing; leave the text on the clipboard for the user to paste where it belongs."""
+        kept = self.fallback.deliver(text)
+        tail = f"{ON_CLIPBOARD}, paste it yourself" if kept.ok else f"the text is only in history ({kept.message})"
+        log.warning("text not sent: %s (%s); %s", why, detail, tail)
+        message = f"not delivered: {why}; {tail}"
+        return DeliveryResult(self.fallback.name, False, message, on_clipboard=kept.ok, held_back=why)
 
     def flush(self) -> RestoreOutcome | None:
         """Call on quit: put the user's clipboard back now if a restore is pending, and undo
@@ -216,11 +236,13 @@ def choose_backend(
     *,
     platform: str | None = None,
     host: Host | None = None,
+    own_window: Callable[[], str | None] | None = None,
 ) -> OutputChain:
     """The output path for this session, as one OutputBackend (an OutputChain).
 
     `options`: OutputOptions, a settings object with the same attribute names, or None.
     `environment`: defaults to os.environ; `platform` to sys.platform; `host` runs the tools.
+    `own_window`: the app's answer to "which of our windows has the focus?" (see `focus.FocusGuard`).
     """
     options, session, host, keeper = _context(options, environment, platform, host)
     auto = AUTO_ORDER[session.kind]
@@ -232,7 +254,8 @@ def choose_backend(
         if options.method == "auto" or names == (options.backend,)
         else f"{options.backend}, {options.method} only"
     )
-    chain = OutputChain(label, backends, fallback, session, keeper, auto)
+    guard = FocusGuard(session, host, own_window=own_window, timeout=options.command_timeout_s)
+    chain = OutputChain(label, backends, fallback, session, keeper, auto, guard)
     log.info("%s", chain.describe())
     return chain
 

@@ -1,9 +1,15 @@
 """Which window has focus, whether it is a terminal, and so which paste chord to send.
 
-Window class sources: X11 `xdotool getwindowfocus` + `xprop WM_CLASS` (the focused client window;
-`getactivewindow` needs a window manager with _NET_ACTIVE_WINDOW, so it is not used); Hyprland
-`hyprctl activewindow -j`; Sway `swaymsg -t get_tree`. GNOME and KDE on Wayland do not tell other
-programs which window is focused, so the class is unknown there.
+Window class sources: X11 `xdotool getwindowfocus` + `xprop WM_CLASS _NET_WM_PID` (the focused
+client window; `getactivewindow` needs a window manager with _NET_ACTIVE_WINDOW, so it is not used);
+Hyprland `hyprctl activewindow -j`; Sway `swaymsg -t get_tree`. GNOME and KDE on Wayland do not
+tell other programs which window is focused, so the class is unknown there.
+
+Each probe also says whether *no* window has the keyboard focus (`WindowInfo.nothing_focused`:
+X11 focus on None, PointerRoot or the root window; an empty workspace on Sway; no active window on
+Hyprland), as opposed to a probe that could not tell, and gives the focused window's process id
+where the desktop names it (`pid`), so `focus.FocusGuard` can refuse to send text into nothing or
+into our own windows.
 
 Chord rule (paste_chord="auto"): a known terminal gets Ctrl+Shift+V (xterm and rxvt, which bind no
 such key, get Shift+Insert); any other known window gets Ctrl+V; an unknown window gets Shift+Insert
@@ -37,6 +43,7 @@ TERMINAL_CLASSES = frozenset(
 SHIFT_INSERT_TERMINALS = frozenset({"xterm", "uxterm", "rxvt", "urxvt", "rxvt-unicode", "urxvt-256color", "aterm"})
 
 _WM_CLASS = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_NET_WM_PID = re.compile(r"^_NET_WM_PID\(CARDINAL\) = (\d+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class WindowInfo:
     id: str | None = None
     classes: tuple[str, ...] = ()
     note: str = ""
+    pid: int | None = None  # the process owning the window, where the desktop says (_NET_WM_PID, swaymsg, hyprctl)
+    nothing_focused: bool = False  # the desktop answered that no window has the keyboard focus
 
     @property
     def label(self) -> str | None:
@@ -64,16 +73,36 @@ def focused_window(session: Session, host: Host, timeout: float = 2.0) -> Window
     return WindowInfo(note=f"cannot ask {session.desktop or session.kind} for the focused window")
 
 
+# xdotool's words when the X focus is None or PointerRoot (`getwindowfocus` exits 1 after them).
+_X_NO_FOCUS = ("focused window of 1.", "focused window of 0.", "xdo_get_focused_window_sane failed")
+
+
 def _x11_focused(host: Host, timeout: float) -> WindowInfo:
     result = host.run(["xdotool", "getwindowfocus"], timeout=timeout)
     wid = result.text().strip()
     if not result.ok or not wid.isdigit():
+        if any(words in result.stderr.decode("utf-8", "replace") for words in _X_NO_FOCUS):
+            return WindowInfo(note="no window has the keyboard focus", nothing_focused=True)
         return WindowInfo(note=f"no focused window ({result.failure()})")
     if not host.which("xprop"):
         return WindowInfo(wid, note="xprop not installed")
-    prop = host.run(["xprop", "-id", wid, "WM_CLASS"], timeout=timeout)
-    classes = tuple(_WM_CLASS.findall(prop.text())) if prop.ok else ()
-    return WindowInfo(wid, classes, "" if classes else "focused window has no WM_CLASS")
+    prop = host.run(["xprop", "-id", wid, "WM_CLASS", "_NET_WM_PID"], timeout=timeout)
+    text = prop.text() if prop.ok else ""
+    class_line = next((line for line in text.splitlines() if line.startswith("WM_CLASS")), "")
+    classes = tuple(_WM_CLASS.findall(class_line))
+    pid = _NET_WM_PID.search(text)
+    info = WindowInfo(wid, classes, "" if classes else "focused window has no WM_CLASS", int(pid[1]) if pid else None)
+    if not classes and pid is None and _is_root(host, wid, timeout):
+        return WindowInfo(wid, note="the keyboard focus is on the root window", nothing_focused=True)
+    return info
+
+
+def _is_root(host: Host, wid: str, timeout: float) -> bool:
+    """Whether `wid` is the root window (focus there reaches no application window)."""
+    if not host.which("xwininfo"):
+        return False
+    result = host.run(["xwininfo", "-id", wid], timeout=timeout)
+    return result.ok and "(the root window)" in result.text()
 
 
 def _hyprland_focused(host: Host, timeout: float) -> WindowInfo:
@@ -82,9 +111,14 @@ def _hyprland_focused(host: Host, timeout: float) -> WindowInfo:
         data = json.loads(result.text()) if result.ok else {}
     except json.JSONDecodeError:
         data = {}
-    classes = tuple(c for c in (data.get("initialClass"), data.get("class")) if c) if isinstance(data, dict) else ()
-    wid = data.get("address") if isinstance(data, dict) else None
-    return WindowInfo(wid, classes, "" if classes else "hyprctl reported no active window")
+    if not isinstance(data, dict):
+        data = {}
+    classes = tuple(c for c in (data.get("initialClass"), data.get("class")) if c)
+    wid = data.get("address")
+    pid = data.get("pid") if isinstance(data.get("pid"), int) and data.get("pid") > 0 else None
+    # `activewindow -j` answers {} when no window is active; an error or garbage says nothing.
+    nothing = result.ok and data == {} and result.text().strip().startswith("{")
+    return WindowInfo(wid, classes, "" if classes else "hyprctl reported no active window", pid, nothing)
 
 
 def _sway_focused(host: Host, timeout: float) -> WindowInfo:
@@ -99,9 +133,11 @@ def _sway_focused(host: Host, timeout: float) -> WindowInfo:
         if node.get("focused") and node.get("type") in ("con", "floating_con"):
             props = node.get("window_properties") or {}
             classes = tuple(c for c in (node.get("app_id"), props.get("instance"), props.get("class")) if c)
-            return WindowInfo(str(node.get("id")), classes)
+            pid = node.get("pid") if isinstance(node.get("pid"), int) and node.get("pid") > 0 else None
+            return WindowInfo(str(node.get("id")), classes, pid=pid)
         stack.extend(node.get("nodes", []) + node.get("floating_nodes", []))
-    return WindowInfo(note="swaymsg reported no focused window")
+    # A tree without a focused window: the focus is on a workspace (an empty one) or nowhere.
+    return WindowInfo(note="swaymsg reported no focused window", nothing_focused=bool(tree))
 
 
 def terminal_kind(window: WindowInfo, extra_terminals: tuple[str, ...] = ()) -> str | None:

@@ -98,6 +98,26 @@ def _run(env, *argv, input: bytes | None = None, timeout: float = 10) -> subproc
     )
 
 
+def read_lines(stream, timeout: float, pending: bytearray) -> Iterator[str]:
+    """Lines from a child's stdout pipe as they come, until `timeout` or the end of the output.
+
+    Reads the file descriptor itself: a buffered `readline()` after `select()` can swallow a second
+    line that came in the same read (the target's Qt warning, then "ok clear"), and `select()` then
+    waits for input that already arrived. `pending` keeps a partial line for the next call."""
+    fd = stream.fileno()
+    end = time.monotonic() + timeout
+    while True:
+        while b"\n" in pending:
+            line, _, rest = bytes(pending).partition(b"\n")
+            pending[:] = rest
+            yield line.decode("utf-8", "replace") + "\n"
+        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        data = os.read(fd, 65536) if ready else b""
+        if not data:
+            return
+        pending += data
+
+
 class Target:
     """The target window process: read what arrived, clear it, give it focus."""
 
@@ -113,6 +133,7 @@ class Target:
             text=True,
             encoding="utf-8",
         )
+        self._pending = bytearray()  # read from stdout, not yet a whole line
         self._expect("READY", 30)
         found = wait_until(self._search, 15, what="the target window")
         self.window = found.split()[0]
@@ -122,15 +143,8 @@ class Target:
         return result.stdout.decode().strip() if result.returncode == 0 else ""
 
     def _expect(self, line: str, timeout: float) -> None:
-        end = time.monotonic() + timeout
         seen = []
-        while time.monotonic() < end:
-            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, end - time.monotonic()))
-            if not ready:
-                break
-            got = self.proc.stdout.readline()
-            if not got:
-                break
+        for got in read_lines(self.proc.stdout, timeout, self._pending):
             seen.append(got)
             if got.strip() == line:
                 return
