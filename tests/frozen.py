@@ -1,8 +1,9 @@
 """Making this process look like the frozen (PyInstaller) app, for the tests of what its children get.
 
-PyInstaller's bootloader points LD_LIBRARY_PATH at the bundle's ``_internal`` folder (keeping the
-user's value as LD_LIBRARY_PATH_ORIG) and sets its own ``_PYI_*`` variables; its PySide6 runtime
-hook points QT_PLUGIN_PATH and QML2_IMPORT_PATH into the bundle. `simulate_frozen` sets all of that
+PyInstaller's bootloader puts the bundle's ``_internal`` folder in front of LD_LIBRARY_PATH (keeping
+the user's value as LD_LIBRARY_PATH_ORIG) and sets its own ``_PYI_*`` variables; its PySide6 runtime
+hook points QT_PLUGIN_PATH and QML2_IMPORT_PATH into the bundle. (The variables and values are those
+of a real build: PyInstaller 6.22.3, read from /proc/PID/environ of the running app.) `simulate_frozen` sets all of that
 (sys.frozen, sys._MEIPASS included) with monkeypatch, so it is undone after the test.
 """
 
@@ -33,8 +34,9 @@ def simulate_frozen(monkeypatch, tmp_path: Path, *, user_library_path: str | Non
         monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join([str(bundle), user_library_path]))
     monkeypatch.setenv("QT_PLUGIN_PATH", str(bundle / "PySide6" / "Qt" / "plugins"))
     monkeypatch.setenv("QML2_IMPORT_PATH", str(bundle / "PySide6" / "Qt" / "qml"))
-    monkeypatch.setenv("_PYI_APPLICATION_HOME_DIR", str(bundle))
     monkeypatch.setenv("_PYI_ARCHIVE_FILE", str(bundle.parent / "dictation"))
+    monkeypatch.setenv("_PYI_PARENT_PROCESS_LEVEL", "-1")
+    monkeypatch.setenv("_PYI_LINUX_PROCESS_NAME", "dictation")
     return bundle
 
 
