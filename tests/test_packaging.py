@@ -154,6 +154,24 @@ def test_the_source_distribution_builds_the_same_wheel(source, wheel, tmp_path):
     assert sorted(zipfile.ZipFile(rebuilt).namelist()) == sorted(zipfile.ZipFile(wheel).namelist())
 
 
+def test_the_cpu_torch_route_is_documented_for_pip_and_pipx_alike():
+    """pipx makes its own environment, so torch cannot be installed into it first: its CPU route passes
+    PyTorch's index through --pip-args (issue 15, item 2). The update advice keeps the chosen build."""
+    from dictation.doctor import CPU_TORCH_URL
+
+    pipx_cpu = f'pipx install --pip-args="--extra-index-url {CPU_TORCH_URL}" .'
+    pip_cpu = f"pip install torch --index-url {CPU_TORCH_URL} && pip install ."
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    guide = (ROOT / "docs" / "guide" / "install.md").read_text(encoding="utf-8")
+    assert pip_cpu in readme and pipx_cpu in readme
+    pipx_section = guide.split("### With pipx", 1)[1].split("\n### ", 1)[0]
+    assert pipx_cpu in pipx_section
+    assert "--force-reinstall torch" not in pipx_section  # the swap that left the NVIDIA packages behind
+    update = next(line for line in guide.split("\n- ") if line.startswith("Update:"))
+    assert "pipx runpip dictation install ." in update
+    assert "(or `pipx install --force .`)" not in update
+
+
 def test_build_outputs_and_the_build_environment_are_ignored_by_git(tmp_path):
     """release.md builds in .venv-build/ and writes build/ and dist/: none of it may be committed."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
