@@ -369,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser(
         "bench",
-        help="compare the engine's variants' speed, memory and agreement (and the official implementation's)",
+        help="compare the engine's variants' speed, memory and agreement",
         description=bench_options.DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dictation import __version__, system_packages
+from dictation import __version__, spawn, system_packages
 from dictation.config.settings import Settings
 
 STATUSES = ("ok", "info", "warning", "problem")
@@ -920,8 +920,9 @@ def _smi_memory(env: Mapping[str, str]) -> list[GpuInfo]:
     if not smi or env.get("CUDA_VISIBLE_DEVICES"):
         return []
     try:
-        proc = subprocess.run(
+        proc = spawn.run(
             [smi, "--query-gpu=index,name,memory.total,memory.free", "--format=csv,noheader,nounits"],
+            env=env,
             capture_output=True,
             text=True,
             timeout=SMI_TIMEOUT_S,

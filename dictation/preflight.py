@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dictation import paths, system_packages
+from dictation import paths, spawn, system_packages
 
 NOTIFY_TITLE = "Dictation cannot start"
 NOTIFY_TIMEOUT_S = 3.0
@@ -311,9 +311,9 @@ def notify(message: str, env: Mapping[str, str]) -> bool:
         message.replace("`", ""),
     ]
     try:
-        done = subprocess.run(
+        done = spawn.run(
             args,
-            env=dict(env),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -9,9 +9,10 @@
 # the CPU torch wheel first (pip install torch --index-url https://download.pytorch.org/whl/cpu);
 # the CUDA wheel works too but the folder is several GB.
 # Afterwards it runs the built app's --version and loads its engine as a smoke test, and prints the
-# folder's size.
+# folder's size and (Linux) the oldest glibc and libstdc++ the folder runs on (packaging/linux_libs.py).
 # DIST_DIR and WORK_DIR move the output (default dist/) and PyInstaller's work folder
-# (default build/pyinstaller/); PYTHON picks the interpreter (default python).
+# (default build/pyinstaller/); PYTHON picks the interpreter (default python); MAX_GLIBC (Linux, e.g.
+# 2.35) fails the build when the folder needs a newer glibc than that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python}
@@ -36,4 +37,7 @@ out=$("$app" transcribe "$DIST_DIR/no-such-file.wav" --model none 2>&1 || true)
 case "$out" in
     *Traceback*|*"Failed to execute"*|"") echo "the built app cannot load the engine:"; echo "$out"; exit 1 ;;
 esac
+if [ "$(uname -s)" = Linux ]; then
+    "$PYTHON" packaging/linux_libs.py "$DIST_DIR/dictation" ${MAX_GLIBC:+--max "$MAX_GLIBC"}
+fi
 echo "built $DIST_DIR/dictation/ in $((end - start)) s, $(du -sh "$DIST_DIR/dictation" | cut -f1)"

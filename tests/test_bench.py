@@ -200,6 +200,27 @@ def test_cli_bench_help_and_a_tiny_run(workdir):
     assert bad.returncode == 1 and "--tokens must be at least 2" in bad.stderr
 
 
+def test_installed_bench_help_sends_the_official_comparison_to_a_source_checkout():
+    """An installed copy has no benchmarks/ folder and never runs the official implementation: its help
+    says where both are (issue 15, item 6), while the checkout's script offers the official side."""
+    installed = _run("-m", "dictation", "bench", "--help")
+    assert installed.returncode == 0, installed.stderr
+    text = " ".join(installed.stdout.split())
+    assert "measures our engine only" in text
+    assert "source checkout of the project with the test extra installed" in text
+    assert "python benchmarks/bench_asr.py" in text
+    assert "benchmarks/README.md of the source repository (an installed copy does not include it)" in text
+    assert "next to the official implementation" not in text
+    impl_help = text[text.rindex("--impl {ours,official}") :].split("--workdir")[0]
+    assert "official runs only from a source checkout" in impl_help
+    assert "dictation bench --quick" in text
+    script = _run(REPO / "benchmarks" / "bench_asr.py", "--help")
+    assert script.returncode == 0, script.stderr
+    text = " ".join(script.stdout.split())
+    assert "next to the official implementation when it is installed" in text
+    assert "measures our engine only" not in text and "bench_asr.py --quick" in text
+
+
 def test_script_keeps_its_options():
     proc = _run(REPO / "benchmarks" / "bench_asr.py", "--help")
     assert proc.returncode == 0, proc.stderr

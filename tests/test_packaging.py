@@ -20,6 +20,7 @@ import shutil
 import site
 import subprocess
 import sys
+import tarfile
 import textwrap
 import zipfile
 from pathlib import Path
@@ -34,7 +35,18 @@ from tests.test_autostart import parse_exec
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the wheel is built from: the checkout's files, without caches, build output or environments.
-SOURCE_ENTRIES = ("pyproject.toml", "README.md", "dictation", "tests", "benchmarks", "tools", "docs", "packaging")
+SOURCE_ENTRIES = (
+    "pyproject.toml",
+    "MANIFEST.in",
+    "README.md",
+    "LICENSE",
+    "dictation",
+    "tests",
+    "benchmarks",
+    "tools",
+    "docs",
+    "packaging",
+)
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "dist", "*.egg-info", ".*")
 
 
@@ -42,6 +54,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     """The environment for programs of the test venv: nothing pointing back at this checkout."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     return {**env, "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
+
+
+STALE_MODULE = "removed_module.py"
 
 
 def run(args, cwd, timeout=120, **env):
@@ -56,7 +71,8 @@ def run(args, cwd, timeout=120, **env):
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def source(tmp_path_factory) -> Path:
+    """A copy of the checkout's files, with the leftovers of an earlier build."""
     src = tmp_path_factory.mktemp("src")
     for name in SOURCE_ENTRIES:
         path = ROOT / name
@@ -64,6 +80,17 @@ def wheel(tmp_path_factory) -> Path:
             shutil.copytree(path, src / name, ignore=IGNORED)
         elif path.is_file():
             shutil.copy2(path, src / name)
+    # What an earlier `pip install .` of an older checkout leaves behind: setuptools' staging folder
+    # with a module that has since been removed. It must not ship again.
+    stale = src / "build" / "lib" / "dictation" / STALE_MODULE
+    stale.parent.mkdir(parents=True)
+    stale.write_text("raise ImportError('removed long ago')\n", encoding="utf-8")
+    return src
+
+
+@pytest.fixture(scope="module")
+def wheel(source, tmp_path_factory) -> Path:
+    src = source
     out = tmp_path_factory.mktemp("wheels")
     # --no-build-isolation: setuptools comes from this environment (torch requires it), no download.
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", src, "-w", out], out)
@@ -86,6 +113,72 @@ def test_wheel_carries_the_resources_and_only_the_package(wheel):
     assert expected <= data, expected - data
     assert f"{dist_info}entry_points.txt" in names
     assert "dictation = dictation.cli:main" in zipfile.ZipFile(wheel).read(f"{dist_info}entry_points.txt").decode()
+    assert f"dictation/{STALE_MODULE}" not in names  # the build starts from an empty build/lib
+
+
+def test_wheel_declares_the_license_and_carries_its_text(wheel):
+    """An SPDX expression (PEP 639), not the deprecated table, and the LICENSE file in the wheel."""
+    archive = zipfile.ZipFile(wheel)
+    dist_info = f"dictation-{dictation.__version__}.dist-info/"
+    metadata = archive.read(f"{dist_info}METADATA").decode()
+    headers = metadata.split("\n\n", 1)[0].splitlines()
+    assert "License-Expression: Apache-2.0" in headers
+    assert "License-File: LICENSE" in headers
+    assert not any(h.startswith("License:") for h in headers)
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert archive.read(f"{dist_info}licenses/LICENSE").decode() == license_text
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'license = "Apache-2.0"' in pyproject
+
+
+def test_the_source_distribution_builds_the_same_wheel(source, wheel, tmp_path):
+    """`python -m build` makes an sdist and builds the wheel from it: the sdist must carry the build
+    backend (pyproject.toml's backend-path) and the LICENSE."""
+    build_sdist = (
+        "import sys; sys.path.insert(0, 'packaging/build_backend'); import dictation_build; "
+        f"print(dictation_build.build_sdist({str(tmp_path)!r}))"
+    )
+    name = run([sys.executable, "-c", build_sdist], source).stdout.strip().splitlines()[-1]
+    sdist = tmp_path / name
+    with tarfile.open(sdist) as tar:
+        members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
+    assert {"pyproject.toml", "LICENSE", "packaging/build_backend/dictation_build.py"} <= members
+    out = tmp_path / "from-sdist"
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", sdist, "-w", out],
+        tmp_path,
+    )
+    (rebuilt,) = out.glob("dictation-*.whl")
+    assert sorted(zipfile.ZipFile(rebuilt).namelist()) == sorted(zipfile.ZipFile(wheel).namelist())
+
+
+def test_the_cpu_torch_route_is_documented_for_pip_and_pipx_alike():
+    """pipx makes its own environment, so torch cannot be installed into it first: its CPU route passes
+    PyTorch's index through --pip-args (issue 15, item 2). The update advice keeps the chosen build."""
+    from dictation.doctor import CPU_TORCH_URL
+
+    pipx_cpu = f'pipx install --pip-args="--extra-index-url {CPU_TORCH_URL}" .'
+    pip_cpu = f"pip install torch --index-url {CPU_TORCH_URL} && pip install ."
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    guide = (ROOT / "docs" / "guide" / "install.md").read_text(encoding="utf-8")
+    assert pip_cpu in readme and pipx_cpu in readme
+    pipx_section = guide.split("### With pipx", 1)[1].split("\n### ", 1)[0]
+    assert pipx_cpu in pipx_section
+    assert "--force-reinstall torch" not in pipx_section  # the swap that left the NVIDIA packages behind
+    update = next(line for line in guide.split("\n- ") if line.startswith("Update:"))
+    assert "pipx runpip dictation install ." in update
+    assert "(or `pipx install --force .`)" not in update
+
+
+def test_build_outputs_and_the_build_environment_are_ignored_by_git(tmp_path):
+    """release.md builds in .venv-build/ and writes build/ and dist/: none of it may be committed."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = [".venv-build/bin/python", "build/lib/dictation/cli.py", "dist/dictation/dictation"]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert proc.stdout.split() == paths, proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,8 @@ Weighed and not taken: refusing nested quantifiers is defeated without any (``(a
 (``(?:x{65535}){65535}`` exhausts memory while it compiles) and its semantics differ from ``re``
 at the edges; a linear-time engine (RE2) refuses look-arounds that PEFT accepts.
 
-This module imports only the standard library: it is the child's program too.
+This module imports only the standard library at its top: it is the child's program too (the parent
+starts the child through ``dictation.spawn``, imported where it is used).
 """
 
 from __future__ import annotations
@@ -123,11 +124,11 @@ def child_command() -> list[str]:
 
 def _in_child(tables: list, names: list[str], timeout: float) -> list[list[int | None]] | None:
     """The child's answer; None if it did not finish in time or failed (out of memory)."""
+    from dictation import spawn  # not at the top: the child runs this file without the package
+
     job = json.dumps({"tables": tables, "names": names})
     try:
-        proc = subprocess.run(
-            child_command(), input=job, capture_output=True, text=True, encoding="utf-8", timeout=timeout
-        )
+        proc = spawn.run(child_command(), input=job, capture_output=True, text=True, encoding="utf-8", timeout=timeout)
     except subprocess.TimeoutExpired:
         return None  # run() killed it
     except OSError as exc:

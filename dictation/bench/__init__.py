@@ -1,4 +1,5 @@
-"""``dictation bench``: speed, memory and agreement of our engine's variants. See benchmarks/README.md.
+"""``dictation bench``: speed, memory and agreement of our engine's variants. See benchmarks/README.md
+(in the source repository; an installed copy has no benchmarks/ folder).
 
 Modules: ``options`` (command line; import-light), ``checkpoints`` (random checkpoints at the real
 sizes, pre-quantized copies), ``runner`` (contenders, timing, agreement), ``report`` (tables).
@@ -29,4 +30,4 @@ def main(argv: list[str] | None = None, prog: str | None = None, official=None) 
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return run(parse_args(argv, prog), official)
+    return run(parse_args(argv, prog, official=official is not None), official)

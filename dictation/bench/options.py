@@ -16,25 +16,54 @@ DECODE_STEPS = ("unfused", "gemv", "compiled")  # besides the engine's default s
 GROUP_SIZES = (32, 64, 128, 256)
 INT4_METHODS = ("mse", "minmax")  # dictation.asr.quant.INT4_METHODS
 
-DESCRIPTION = """\
+_DESCRIPTION = """\
 Stage-by-stage speed, memory and agreement of our Qwen3-ASR engine's variants (bf16/fp16/fp32,
-int8/int4), next to the official implementation when transformers 4.57.6 + qwen-asr are installed.
+int8/int4){official_clause}.
 
 Everything runs in one process on the same random checkpoint at the real model size (or --model),
 the same synthetic audio, the same prompt and the same number of generated tokens. Stages: load
 (also of a pre-quantized folder for int8/int4), log-mel, audio encoder, prefill, decode (ms per
 token), end to end, weight and peak memory; agreement of every variant with a reference variant
-(greedy ids, teacher-forced top-1, cosine of the first logits). See benchmarks/README.md.
-
+(greedy ids, teacher-forced top-1, cosine of the first logits).
+{where}
 examples:
-  dictation bench --quick
-  dictation bench --sizes 0.6B --variants fp32 int8 int4 --seconds 5 --tokens 16 --json out.json
-  dictation bench --sizes 0.6B 1.7B --variants bf16 int8 int4 --device cuda --json gpu.json
+  {prog} --quick
+  {prog} --sizes 0.6B --variants fp32 int8 int4 --seconds 5 --tokens 16 --json out.json
+  {prog} --sizes 0.6B 1.7B --variants bf16 int8 int4 --device cuda --json gpu.json
+"""
+
+# `dictation bench` from an installed copy: no benchmarks/ folder, no official implementation.
+_INSTALLED = """
+This command measures our engine only: the app never loads the official implementation. The
+comparison with it needs a source checkout of the project with the test extra installed (README,
+"Run the tests"), where `python benchmarks/bench_asr.py` takes these same options and adds it. The
+method and the measured tables are in benchmarks/README.md of the source repository (an installed
+copy does not include it).
+"""
+
+# benchmarks/bench_asr.py, run from a checkout.
+_CHECKOUT = """
+The official implementation is measured when transformers 4.57.6 and qwen-asr are installed (the
+test extra). See benchmarks/README.md.
 """
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the benchmark's options to ``p`` (a parser or a subcommand's parser)."""
+def description(official: bool = False, prog: str = "dictation bench") -> str:
+    """The --help text: ``official`` for benchmarks/bench_asr.py (which can add the official implementation),
+    else for ``dictation bench`` as an installed copy has it."""
+    return _DESCRIPTION.format(
+        official_clause=", next to the official implementation when it is installed" if official else "",
+        where=_CHECKOUT if official else _INSTALLED,
+        prog=prog,
+    )
+
+
+DESCRIPTION = description()  # `dictation bench --help`
+
+
+def add_arguments(p: argparse.ArgumentParser, official: bool = False) -> None:
+    """Add the benchmark's options to ``p`` (a parser or a subcommand's parser); ``official``: the parser
+    of benchmarks/bench_asr.py, which can run the official implementation."""
     p.add_argument(
         "--sizes",
         nargs="+",
@@ -98,7 +127,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the norms, SiLU and residual adds folded in: 5 kernels a layer), compiled (the decode step compiled by "
         "torch.compile; its compile time shows in 'warm-up (s)')",
     )
-    p.add_argument("--impl", nargs="+", default=list(IMPLS), choices=IMPLS, help="which implementations")
+    impl_help = (
+        "which implementations (official: needs the test extra)"
+        if official
+        else "which implementations; official runs only from a source checkout (python benchmarks/bench_asr.py), "
+        "this command measures ours"
+    )
+    p.add_argument("--impl", nargs="+", default=list(IMPLS), choices=IMPLS, help=impl_help)
     p.add_argument(
         "--workdir",
         type=Path,
@@ -146,16 +181,18 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+def build_parser(prog: str | None = None, official: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=prog, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog,
+        description=description(official, prog or "dictation bench"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_arguments(p)
+    add_arguments(p, official)
     return p
 
 
-def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
-    p = build_parser(prog)
+def parse_args(argv: list[str] | None = None, prog: str | None = None, official: bool = False) -> argparse.Namespace:
+    p = build_parser(prog, official)
     args = p.parse_args(argv)
     try:
         return check_args(args)

@@ -3,7 +3,8 @@
 Every backend talks to the outside world through a `Host`: `which()` to find a tool on the
 session's PATH, `exists()` for sockets, and `run()` for one command with a timeout. The real
 `SystemHost` runs subprocesses with the *session's* environment (DISPLAY, WAYLAND_DISPLAY, ...),
-which is not necessarily `os.environ`: tests point it at their own Xvfb.
+which is not necessarily `os.environ`: tests point it at their own Xvfb. In the frozen app the
+bundle's library path is taken out of it first (`dictation.spawn`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from dictation import spawn
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,8 @@ class SystemHost:
         capture_stdout: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> ProcResult:
-        """Run one command; `env` adds to (overrides) the session environment.
+        """Run one command; `env` adds to (overrides) the session environment, which the child gets as
+        the user had it (`dictation.spawn.user_environment`).
 
         `capture_stdout=False` is for tools that fork a daemon which keeps serving a selection
         (xclip -i, xsel -i, wl-copy): a pipe on their stdout/stderr would never reach EOF, so
@@ -100,7 +104,7 @@ class SystemHost:
         argv = tuple(argv)
         with tempfile.TemporaryFile() as err_file:
             try:
-                proc = subprocess.run(
+                proc = spawn.run(
                     argv,
                     input=input,
                     stdin=None if input is not None else subprocess.DEVNULL,

@@ -161,6 +161,28 @@ def test_the_real_checks_in_the_settings_window(qtbot, controller):
     assert (model.status, model.fix) == ("problem", NO_MODEL_FIX)  # the fake controller has no model
 
 
+def test_the_doctor_child_of_a_frozen_app_gets_the_users_environment(monkeypatch, tmp_path):
+    """`dictation doctor --json` runs as a child process; in the frozen app it must not inherit the
+    bundle's library path (issue 15, item 3). The child here records its environment and answers."""
+    import json
+    import sys
+
+    from tests.frozen import USER_LIBRARY_PATH, bundle_variables, simulate_frozen
+
+    bundle = simulate_frozen(monkeypatch, tmp_path)
+    out = tmp_path / "doctor-env.json"
+    script = (
+        "import json, os; "
+        f"open({str(out)!r}, 'w').write(json.dumps(dict(os.environ))); "
+        "print(json.dumps({'checks': [{'area': 'Session', 'name': 'Desktop', 'status': 'ok', 'detail': 'x'}]}))"
+    )
+    monkeypatch.setattr(diagnostics, "doctor_command", lambda: [sys.executable, "-c", script])
+    checks = diagnostics.doctor_in_a_process(None)
+    assert [(c.area, c.name, c.status) for c in checks] == [("Session", "Desktop", "ok")]
+    env = json.loads(out.read_text(encoding="utf-8"))
+    assert env["LD_LIBRARY_PATH"] == USER_LIBRARY_PATH and bundle_variables(env, bundle) == {}
+
+
 def test_icons_and_area_status():
     for status in ("ok", "info", "warning", "problem"):
         assert not status_icon(status).isNull()

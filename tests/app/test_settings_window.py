@@ -4,6 +4,8 @@ settings.json, what is refused is explained next to the field and leaves the fil
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -600,17 +602,49 @@ def test_log_shows_earlier_and_new_lines_and_filters_by_level(open_window, contr
     assert "hidden" not in page.text()
 
 
-def test_open_log_folder_opens_the_log_directory(qtbot, open_window, controller, monkeypatch):
-    from PySide6.QtGui import QDesktopServices
+def _click_open_log_folder(qtbot, window, out: Path) -> tuple[str, dict[str, str]]:
+    """Click "Open log folder" with a stand-in xdg-open on PATH; what it was given."""
+    from tests.frozen import read_fake_tool
 
-    from dictation.paths import log_dir
-
-    opened = []
-    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url) or True)
-    window = open_window(controller, "log")
     qtbot.mouseClick(window.page("log").open_button, Qt.MouseButton.LeftButton)
-    assert [Path(url.toLocalFile()) for url in opened] == [log_dir()]
+    qtbot.waitUntil(out.exists, timeout=10_000)
+    args, env, _ = read_fake_tool(out)
+    assert window.page("log").folder_error.isHidden()
+    return args, env
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="xdg-open opens folders on Linux")
+def test_open_log_folder_opens_the_log_directory(qtbot, open_window, controller, monkeypatch, tmp_path):
+    from dictation.paths import log_dir
+    from tests.frozen import fake_tool
+
+    out = tmp_path / "xdg-open.out"
+    fake_tool(tmp_path / "bin", "xdg-open", out)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    window = open_window(controller, "log")
+    args, _ = _click_open_log_folder(qtbot, window, out)
+    assert args == str(log_dir())
     assert log_dir().is_dir()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="xdg-open opens folders on Linux")
+def test_the_file_manager_of_a_frozen_app_gets_the_users_environment(
+    qtbot, open_window, controller, monkeypatch, tmp_path
+):
+    """Qt would start xdg-open (and so the file manager) with the bundle's LD_LIBRARY_PATH and Qt plugin
+    path (issue 15, item 3)."""
+    from dictation.paths import log_dir
+    from tests.frozen import USER_LIBRARY_PATH, bundle_variables, fake_tool, simulate_frozen
+
+    out = tmp_path / "xdg-open.out"
+    fake_tool(tmp_path / "bin", "xdg-open", out)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    window = open_window(controller, "log")
+    bundle = simulate_frozen(monkeypatch, tmp_path)
+    args, env = _click_open_log_folder(qtbot, window, out)
+    assert args == str(log_dir())
+    assert env["LD_LIBRARY_PATH"] == USER_LIBRARY_PATH
+    assert bundle_variables(env, bundle) == {} and "QT_PLUGIN_PATH" not in env
 
 
 def test_streaming_settings_sit_on_their_pages_and_live_preview_greys_out_without_streaming(qtbot, window, controller):

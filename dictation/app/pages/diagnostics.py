@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from dictation import spawn
 from dictation.app.pages import SettingsPage
 from dictation.app.widgets.fields import WrappedLabel, style_as_help
 from dictation.config.settings import Settings
@@ -61,7 +62,7 @@ def doctor_in_a_process(settings: Settings) -> list[Check]:
     sounddevice, the backends) and an import on a Python thread while Qt's GUI thread collects
     garbage can crash PySide6's import hook; and a slow torch import never touches the GUI."""
     try:
-        proc = subprocess.run(doctor_command(), capture_output=True, text=True, timeout=DOCTOR_TIMEOUT_S)
+        proc = spawn.run(doctor_command(), capture_output=True, text=True, timeout=DOCTOR_TIMEOUT_S)
         report = json.loads(proc.stdout)
         return [Check(**item) for item in report["checks"]]
     except subprocess.TimeoutExpired:

@@ -4,6 +4,9 @@ filtered by level, and a button that opens the folder holding the log files."""
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import sys
 from collections import deque
 from datetime import datetime
 from typing import Any
@@ -12,6 +15,7 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices, QFontDatabase, QTextOption
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QWidget
 
+from dictation import spawn
 from dictation.app.pages import SettingsPage
 from dictation.app.widgets.fields import ERROR_STYLE
 from dictation.app.widgets.wheel import ComboBox
@@ -19,6 +23,18 @@ from dictation.app.widgets.wheel import ComboBox
 MAX_LINES = 5000
 LEVELS = (("All messages", logging.NOTSET), ("Info and above", logging.INFO), ("Warnings and errors", logging.WARNING))
 _formatter = logging.Formatter()
+
+
+def open_folder(folder: str) -> bool:
+    """Show ``folder`` in the file manager. On Linux and the BSDs through ``xdg-open`` (what Qt would run),
+    started with the user's environment (`dictation.spawn`: Qt would hand the frozen app's library and
+    plugin paths to the file manager); elsewhere through Qt."""
+    if sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
+        env = spawn.user_environment()
+        opener = shutil.which("xdg-open", path=env.get("PATH", os.defpath))
+        if opener:
+            return spawn.start_detached([opener, folder], env=env)
+    return QDesktopServices.openUrl(QUrl.fromLocalFile(folder))
 
 
 def format_record(record: logging.LogRecord) -> str:
@@ -108,7 +124,7 @@ class LogPage(SettingsPage):
         except OSError as e:
             self._folder_failed(f"Cannot create the log folder {folder}: {e}")
             return
-        if QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+        if open_folder(str(folder)):
             self.folder_error.hide()
         else:
             self._folder_failed(f"No file manager could open {folder}.")
