@@ -249,6 +249,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if not reply.get("ok"):
         return _fail(str(reply.get("message") or f"the app refused {args.command!r}"))
+    if reply.get("warning"):  # e.g. a start the microphone could not honour from the press on
+        print(f"dictation: warning: {reply['warning']}", file=sys.stderr)
     if args.command == "status":
         if as_json:
             print(json.dumps({**reply, "running": True, "socket": _socket()}, ensure_ascii=False))

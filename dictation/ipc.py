@@ -19,8 +19,16 @@ Where the socket lives:
 `socket_path` gives the path in use; `dictation status --json` prints it as ``socket``, also when
 the app is not running (then the path it would listen on).
 
-Protocol: one JSON object per line each way. Request ``{"command": "toggle"}``; reply
-``{"ok": true, "status": "recording", "message": "..."}``. Unknown commands get ``ok: false``.
+Protocol: one JSON object per line each way. Request ``{"command": "start", "sent": 12345.678}``;
+reply ``{"ok": true, "status": "recording", "message": "..."}``. Unknown commands get ``ok: false``.
+``sent`` is the client's `time.monotonic()` when it sent the request (CLOCK_MONOTONIC on Linux, one
+clock for every process of the machine): the app takes it as the time of the press, so a request
+that waited while the app was busy (starting up) still records from the press (the app checks
+that the time is plausible, else it uses the time it read the request). A `start` or `toggle`
+that starts a recording is answered once the microphone is recording; when the take cannot begin
+at the press (the microphone was still opening), the reply says so: ``late_ms`` (how much audio
+after the press is missing) and ``warning`` (a sentence for the user); when the microphone cannot
+be opened, ``ok`` is false.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import socket
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -155,12 +164,51 @@ def _claim(folder: Path, parent_must_be_private: bool) -> str | None:
     return None
 
 
+class InstanceLock:
+    """Held by the one app of this user (and ``DICTATION_HOME``) while it runs: an exclusive
+    ``flock`` on ``instance.lock`` beside the socket, which the system releases when the process
+    ends, however it ends. It lets the app open the microphone and take the hotkeys before it
+    listens on its socket, without a second copy started at the same moment doing the same."""
+
+    def __init__(self, fd: int | None, path: Path | None) -> None:
+        self._fd = fd
+        self.path = path
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def claim_instance() -> InstanceLock | None:
+    """The instance lock, or None when another app holds it (it runs, or is starting). On Windows
+    the lock is not used (an InstanceLock that holds nothing): the named pipe decides alone.
+    Raises IpcError when the lock file cannot be opened."""
+    if sys.platform == "win32":  # pragma: no cover - Windows only
+        return InstanceLock(None, None)
+    import fcntl
+
+    path = socket_dir() / "instance.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise IpcError(f"cannot open the app's instance lock {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError as exc:  # a file system without locks: go on; the socket still keeps one instance
+        log.warning("cannot lock %s (%s); relying on the socket alone", path, exc.strerror or exc)
+    return InstanceLock(fd, path)
+
+
 def send_command(command: str, timeout: float = 3.0) -> dict:
     """Send one command to the running app and return its reply (a dict with at least ``ok``).
 
     Raises `NotRunning` when no app listens, `IpcError` when it does not answer in ``timeout`` seconds.
     """
-    request = (json.dumps({"command": command}) + "\n").encode()
+    request = (json.dumps({"command": command, "sent": time.monotonic()}) + "\n").encode()
     if sys.platform == "win32":
         raw = _send_windows(request, timeout)
     else:
@@ -176,15 +224,8 @@ def send_command(command: str, timeout: float = 3.0) -> dict:
 
 def _send_posix(request: bytes, timeout: float) -> bytes:
     path = server_name()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
+    sock = _connect(path, timeout)
     try:
-        try:
-            sock.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise NotRunning("dictation is not running (start it with `dictation`)") from None
-        except OSError as exc:
-            raise IpcError(f"cannot reach the running app at {path}: {exc.strerror or exc}") from None
         try:
             sock.sendall(request)
             return _read_line(sock.recv)
@@ -194,6 +235,33 @@ def _send_posix(request: bytes, timeout: float) -> bytes:
             raise IpcError(f"lost the connection to the running app: {exc.strerror or exc}") from None
     finally:
         sock.close()
+
+
+REFUSED_RETRY_S = 0.3  # a socket that exists but refuses: the app may be between binding and listening
+
+
+def _connect(path: str, timeout: float) -> socket.socket:
+    """A connection to the app's socket. A socket file that refuses connections is either left by a
+    crashed app or one the app has just bound and is about to listen on (the moment it starts):
+    that is retried for `REFUSED_RETRY_S` before the app is called not running."""
+    deadline = time.monotonic() + REFUSED_RETRY_S
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+            return sock
+        except FileNotFoundError:
+            sock.close()
+            raise NotRunning("dictation is not running (start it with `dictation`)") from None
+        except ConnectionRefusedError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise NotRunning("dictation is not running (start it with `dictation`)") from None
+            time.sleep(0.01)
+        except OSError as exc:
+            sock.close()
+            raise IpcError(f"cannot reach the running app at {path}: {exc.strerror or exc}") from None
 
 
 def _read_line(read: Callable[[int], bytes]) -> bytes:

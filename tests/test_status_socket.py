@@ -85,7 +85,8 @@ def test_running_the_reply_carries_the_socket_it_came_from(no_runtime, capsys):
     finally:
         thread.join(5)
         server.close()
-    assert json.loads(requests[0]) == {"command": "status"}
+    request = json.loads(requests[0])
+    assert request["command"] == "status" and isinstance(request["sent"], float)  # the client's send time
     assert (code, err) == (0, "")
     assert reply == {"ok": True, "status": "idle", "model": None, "hotkeys": "x11", "running": True, "socket": path}
 

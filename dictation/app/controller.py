@@ -29,6 +29,7 @@ never typed (`_on_recovered`).
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -61,6 +62,14 @@ DICTATE = "dictate"
 CANCEL = "cancel"
 NO_MODEL_MESSAGE = "No speech model is chosen yet: open Settings → Model to download one or choose a folder."
 RECORDER_POLL_MS = 100
+# A take that begins this much after its press has lost words; the user (and a `dictation start`) is told.
+LATE_START_S = 0.05
+# A command's send time (`dictation.ipc`) is the press time when it is plausible on this app's clock:
+# not ahead of it (beyond a little slack) and not older than this.
+MAX_COMMAND_AGE_S = 30.0
+CLOCK_SLACK_S = 0.05
+DISCARDED_MESSAGE = "the recording was discarded (cancelled, or stopped too soon)"
+START_REPLY_MS = 2000  # a `start` whose microphone is not recording by then is answered all the same
 MINUTE_MS = 60_000  # idle-unload unit (tests shorten it)
 RETRANSCRIBE_BASE = 1_000_000_000  # engine request ids at or above this are history re-transcriptions
 STREAMED_KEY = "streamed"  # in a history entry's timings: 1.0 = transcribed while recorded, end trimmed only
@@ -256,10 +265,17 @@ class AppController(QObject):
         self._threads: list[Any] = []
         self._log_bridge: Any = None
         self._started = False
+        self._held_notes: list[tuple[str, str]] | None = None  # notes before the windows exist (start_input)
+        # job id -> its `start` request's answer, and when to answer it at the latest (monotonic s)
+        self._start_replies: dict[int, tuple[Callable[[dict], None], float]] = {}
+        self._clock_warned = False
         self._history_worker = services.history_worker or _history_worker_for(
             services.history, self._settings.general.history_size
         )
 
+        self._reply_timer = QTimer(self)  # answers `start` requests whose microphone is slow
+        self._reply_timer.setSingleShot(True)
+        self._reply_timer.timeout.connect(self._start_replies_overdue)
         self._idle_timer = QTimer(self)
         self._idle_timer.setSingleShot(True)
         self._idle_timer.timeout.connect(self._idle_unload)
@@ -271,27 +287,57 @@ class AppController(QObject):
 
     # ---- start / stop -------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the worker threads, open the microphone, load the model, register the hotkeys."""
+    def start_input(self) -> None:
+        """What a press needs, before anything slow (the windows, the model): the history and audio
+        threads, the microphone opened ahead of time, the hotkeys listening. A press from now on is
+        honoured from its time (the microphone's pre-roll ring reaches back to it) even though it is
+        handled only once the event loop runs. Notifications wait for `start` (the tray shows them)."""
+        if self._started:
+            return
         s = self._s
+        self._started = True
+        self._held_notes = []
         self._wire_workers()
         self._history_thread = start_thread(self._history_worker, "history")
         self._history_open.emit()  # first: replay what was kept aside, find interrupted takes
-        self._threads = [
+        self._threads = [start_thread(s.audio_worker, "audio")]
+        self._audio_configure.emit(recorder_config(self._settings))
+        self._start_hotkeys()
+
+    def wait_input_ready(self, timeout: float) -> bool:
+        """Block until the microphone was opened (or failed to open) and has heard a pre-roll's
+        worth, so the first press gets its pre-roll too, and the hotkeys listen; at most ``timeout``
+        seconds. False if that was not reached in time."""
+        audio = self._s.audio_worker
+        deadline = time.monotonic() + timeout
+        ready = audio.wait_configured(timeout)
+        if self._hotkeys is not None:
+            ready = self._hotkeys.wait_ready(max(0.0, deadline - time.monotonic())) and ready
+        while (heard := audio.heard_s()) is not None and heard < audio.pre_roll_s():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return ready
+
+    def start(self) -> None:
+        """Everything else: the engine, output and download threads, the sounds, the model's load
+        (after `start_input`, which it runs first if it has not run)."""
+        s = self._s
+        self.start_input()
+        self._threads += [
             start_thread(s.engine_worker, "engine"),
-            start_thread(s.audio_worker, "audio"),
             start_thread(s.output_worker, "output"),
             start_thread(s.download_worker, "download"),
         ]
-        self._started = True
+        held, self._held_notes = self._held_notes or [], None
+        for level, message in held:
+            self.notified.emit(level, message)
         self._sounds = self._make_sounds(self._settings)
         if getattr(s.output_worker, "own_window", False) is None:
             from dictation.app.focus import OwnFocus
 
             s.output_worker.own_window = OwnFocus(self)  # nothing is pasted into our own windows
-        self._audio_configure.emit(recorder_config(self._settings))
         self._output_configure.emit(output_options(self._settings))
-        self._start_hotkeys()
         if self._settings.engine.model:
             self._request_load()
         else:
@@ -304,6 +350,9 @@ class AppController(QObject):
         if not self._started:
             return
         self._started = False
+        for job_id in list(self._start_replies):
+            self._answer_start(job_id, {"ok": False, "message": "dictation is quitting"})
+        self._reply_timer.stop()
         self._stop_hotkeys()
         self._s.engine_worker.interrupt(RETRANSCRIBE_BASE)  # every take: a running live preview ends now
         self._poll.stop()
@@ -437,12 +486,18 @@ class AppController(QObject):
     def cancel_dictation(self) -> None:
         self._dispatch(S.CancelRequested())
 
-    def handle_ipc(self, command: str) -> dict:
-        """Answer one `dictation <command>` (see dictation.ipc)."""
-        actions = {
-            "toggle": self.toggle,
-            "start": self.start_dictation,
-            "stop": self.stop_dictation,
+    def handle_ipc(
+        self, command: str, sent: float | None = None, answer: Callable[[dict], None] | None = None
+    ) -> dict | None:
+        """Answer one `dictation <command>` (see dictation.ipc). ``sent`` is the client's monotonic
+        send time: a plausible one is the press time (`command_time`). With ``answer``, a command
+        that starts a recording returns None and is answered through it once the microphone records
+        (`_answer_start`): late (``late_ms``, ``warning``) or failed (``ok`` false) starts are told."""
+        t = self.command_time(sent)
+        actions = {  # (not through toggle() etc.: those are slots, and Qt passes them arguments of its own)
+            "toggle": lambda: self._dispatch(S.ToggleRequested(t)),
+            "start": lambda: self._dispatch(S.StartRequested(t)),
+            "stop": lambda: self._dispatch(S.StopRequested(t)),
             "cancel": self.cancel_dictation,
             "status": lambda: None,
             "show-settings": lambda: self.show_settings_requested.emit(""),
@@ -451,9 +506,31 @@ class AppController(QObject):
         }
         if command not in actions:
             return {"ok": False, "message": f"unknown command {command!r}; known: {', '.join(actions)}"}
+        before = self.session.recording_job_id
         actions[command]()
         if command in ("toggle", "start") and self.session.model_state is S.ModelState.NOT_CHOSEN:
             return {"ok": False, "message": S.NO_MODEL_MESSAGE}  # refused: the command says so too
+        job_id = self.session.recording_job_id
+        if answer is not None and job_id is not None and job_id != before and job_id in self._jobs:
+            self._start_replies[job_id] = (answer, time.monotonic() + START_REPLY_MS / 1000)
+            if not self._reply_timer.isActive():
+                self._reply_timer.start(START_REPLY_MS)
+            return None
+        return self._status_reply()
+
+    def command_time(self, sent: float | None) -> float:
+        """The time a command was sent, on this app's clock, where plausible; else now."""
+        now = self._clock()
+        if sent is None:
+            return now
+        if sent <= now + CLOCK_SLACK_S and now - sent <= MAX_COMMAND_AGE_S:
+            return min(sent, now)
+        if not self._clock_warned:  # another clock (a container's time namespace, another machine)
+            self._clock_warned = True
+            log.warning("a command's send time is %.1f s off this app's clock; using the time it arrived", now - sent)
+        return now
+
+    def _status_reply(self) -> dict:
         return {
             "ok": True,
             "status": self._status.value,
@@ -463,6 +540,25 @@ class AppController(QObject):
             "hotkeys_paused": self._hotkeys_paused,
             "hotkey_problems": list(getattr(self._hotkeys, "problems", [])),
         }
+
+    def _answer_start(self, job_id: int, extra: dict | None = None) -> None:
+        """Answer the `start` (or `toggle`) request that began take ``job_id``, if one waits."""
+        pending = self._start_replies.pop(job_id, None)
+        if pending is not None:
+            pending[0]({**self._status_reply(), **(extra or {})})
+
+    def _start_replies_overdue(self) -> None:
+        now = time.monotonic()
+        warning = (
+            f"The microphone was not recording {START_REPLY_MS / 1000:g} s after the press (it is slow to "
+            "open): what is said until it records is missing."
+        )
+        for job_id, (_, due) in list(self._start_replies.items()):
+            if due <= now:
+                self._answer_start(job_id, {"warning": warning})
+        if self._start_replies:
+            due = min(due for _, due in self._start_replies.values())
+            self._reply_timer.start(max(1, round((due - now) * 1000)))
 
     def apply_settings(self, settings: Settings) -> list[FieldError]:
         errors = validate(settings)
@@ -629,7 +725,7 @@ class AppController(QObject):
     def _request_load(self, device: str | None = None) -> None:
         if self.session.model_state is not S.ModelState.LOADING:
             self._dispatch(S.ModelLoading())
-        self._load.emit(engine_options(self._settings, device))
+        self._load.emit(functools.partial(engine_options, self._settings, device))
 
     def _on_loaded(self, label: str, seconds: float) -> None:
         self._model_label = label
@@ -654,7 +750,7 @@ class AppController(QObject):
                 "dictation will be slower.",
             )
             self.model_progress.emit(f"GPU failed: {message}; loading on the CPU …")
-            self._load.emit(engine_options(self._settings, device="cpu"))
+            self._load.emit(functools.partial(engine_options, self._settings, device="cpu"))
             return
         self.model_progress.emit(f"Failed: {message}")
         self._dispatch(S.ModelFailed(message))
@@ -837,11 +933,12 @@ class AppController(QObject):
             job = self._jobs.pop(action.job_id, None)
             self._set_preview("")
             self._audio_cancel.emit(action.job_id)  # deletes the take's file
+            self._answer_start(action.job_id, {"message": DISCARDED_MESSAGE})  # a start not answered yet
             if job is not None and job.started:
                 self._history_discard.emit(action.job_id, False, self._settings.general.keep_recordings)
         elif isinstance(action, S.LoadModel):
             if self._settings.engine.model:
-                self._load.emit(engine_options(self._settings))
+                self._load.emit(functools.partial(engine_options, self._settings))
             else:
                 self._queue.append(S.ModelNotChosen())
         elif isinstance(action, S.Transcribe):
@@ -879,6 +976,9 @@ class AppController(QObject):
         """Show ``message`` (the tray) and log it, or log ``log_as`` instead where the message
         quotes what the user said: no dictated word goes into the log."""
         {"info": log.info, "warning": log.warning}.get(level, log.error)("%s", message if log_as is None else log_as)
+        if self._held_notes is not None:  # between start_input and start: no tray to show it yet
+            self._held_notes.append((level, message))
+            return
         self.notified.emit(level, message)
 
     def _poll_recorder(self) -> None:
@@ -896,16 +996,28 @@ class AppController(QObject):
 
     # ---- jobs ---------------------------------------------------------------------------------
 
-    def _on_started(self, job_id: int, path: Any) -> None:
-        """The mic is live and the take is being written to ``path``: its history entry comes next."""
+    def _on_started(self, job_id: int, path: Any, gap: float | None = None) -> None:
+        """The mic is live and the take is being written to ``path``: its history entry comes next.
+        ``gap``: the take's first sample minus the press (the take's `start_gap_s`, as far as known
+        now); above `LATE_START_S` words after the press are missing, and the user is told."""
         job = self._jobs.get(job_id)
         if job is not None and not job.started:  # not if it was discarded before it even started
             job.started = True
             self._history_begin.emit(job_id, path)
+        extra: dict = {}
+        if gap is not None and gap > LATE_START_S and job is not None:
+            warning = late_start_message(gap, self._settings.recording.keep_mic_open)
+            extra = {"late_ms": round(gap * 1000), "warning": warning}
+            if self._settings.recording.keep_mic_open:
+                self._notify("warning", warning)
+            else:  # the user chose a microphone that opens at each press; the settings say what it costs
+                log.info("take %d: %s", job_id, warning)
+        self._answer_start(job_id, extra)
         self._dispatch(S.RecordingStarted(job_id))
 
     def _on_start_failed(self, job_id: int, message: str) -> None:
         self._end_stream(job_id)
+        self._answer_start(job_id, {"ok": False, "message": f"Could not start recording: {message}"})
         self._dispatch(S.RecordingFailed(job_id, message))
 
     def _on_history_ready(self, job_id: int, durable: bool) -> None:
@@ -934,7 +1046,9 @@ class AppController(QObject):
         job = self._jobs.setdefault(job_id, _Job())
         job.saved = saved
         if saved.path is not None:
-            log.info("recording %d saved: %s (%.1f s)", job_id, saved.path, saved.duration_s)
+            gap = saved.start_gap_s
+            late = f"; it began {gap:.2f} s after the press" if gap is not None and gap > LATE_START_S else ""
+            log.info("recording %d saved: %s (%.1f s%s)", job_id, saved.path, saved.duration_s, late)
         if saved.error:
             self._notify("warning", saved.error)
         if saved.save_error is not None and job.skip_reason is None:
@@ -1182,6 +1296,16 @@ def _apply_textops(text: str, settings: Settings) -> str:
     from dictation.output.textops import apply
 
     return apply(text, text_options(settings))
+
+
+def late_start_message(gap: float, keep_open: bool) -> str:
+    """What the user is told about a take that began ``gap`` seconds after its press."""
+    why = (
+        "the microphone was not recording yet"
+        if keep_open
+        else "the microphone opens at each press; Settings → Recording → Keep the microphone open avoids that"
+    )
+    return f"The recording began {gap * 1000:.0f} ms after the press ({why}): words spoken in that moment are missing."
 
 
 def _delivery_message(result: Any) -> str:

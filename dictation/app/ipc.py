@@ -6,26 +6,34 @@ instance already answers there, it returns False and the caller forwards its req
 crashed app answers nothing; it is removed and claimed.
 
 Each connection sends one JSON line and gets one JSON line back (`dictation.ipc` describes the
-protocol). The handler runs on the GUI thread and must return at once: it only feeds events to
-the session. Sockets are user-only: the folder is 0700 and the server uses UserAccessOption on Windows.
+protocol). The handler, ``handler(command, sent, answer)``, runs on the GUI thread and must return
+at once: it only feeds events to the session. ``sent`` is the client's monotonic send time (None
+when the request had none or not a number). It returns the reply, or None to answer later through
+``answer(reply)`` (a `start` is answered once the recording has begun); a reply not given within
+`DEFERRED_LIMIT_S` is given by the server, so no client waits for its own timeout. Sockets are
+user-only: the folder is 0700 and the server uses UserAccessOption on Windows.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject
+import shiboken6
+from PySide6.QtCore import QObject, QTimer
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 from dictation.ipc import IpcError, NotRunning, send_command, server_name
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[str], dict]
+Answer = Callable[[dict], None]
+Handler = Callable[[str, "float | None", Answer], "dict | None"]
 _MAX_REQUEST = 64 * 1024
+DEFERRED_LIMIT_S = 2.5  # under the client's default timeout (3 s)
 
 
 class IpcServer(QObject):
@@ -87,13 +95,32 @@ class IpcServer(QObject):
                 raise TypeError
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError):
             # RecursionError: JSON nested deeper than the parser's recursion limit ("[[[[...").
-            reply = {"ok": False, "message": 'bad request: expected one JSON line {"command": ...}'}
-        else:
-            try:
-                reply = self.handler(command)
-            except Exception as exc:  # a handler bug must not kill the server; the client hears it
-                log.exception("IPC command %r failed", command)
-                reply = {"ok": False, "message": f"{command} failed: {exc}"}
+            self._reply(conn, {"ok": False, "message": 'bad request: expected one JSON line {"command": ...}'})
+            return
+        sent = request.get("sent")
+        if isinstance(sent, bool) or not isinstance(sent, (int, float)) or not math.isfinite(sent):
+            sent = None
+        answered = False
+
+        def answer(reply: dict) -> None:
+            nonlocal answered
+            if not answered and shiboken6.isValid(conn):  # the client may have gone meanwhile
+                answered = True
+                self._reply(conn, reply)
+
+        try:
+            reply = self.handler(command, sent, answer)
+        except Exception as exc:  # a handler bug must not kill the server; the client hears it
+            log.exception("IPC command %r failed", command)
+            reply = {"ok": False, "message": f"{command} failed: {exc}"}
+        if reply is not None:
+            answer(reply)
+            return
+        late = {"ok": False, "message": f"{command}: the app did not answer within {DEFERRED_LIMIT_S:g} s"}
+        QTimer.singleShot(round(DEFERRED_LIMIT_S * 1000), conn, lambda: answer(late))
+
+    @staticmethod
+    def _reply(conn: QLocalSocket, reply: dict) -> None:
         conn.write((json.dumps(reply, ensure_ascii=False) + "\n").encode("utf-8"))
         conn.flush()
         conn.disconnectFromServer()

@@ -1,11 +1,17 @@
 """`dictation` with no arguments: the tray app.
 
-Start-up order: QApplication -> logging (file + log view) -> single instance (a second `dictation`
-asks the first to show its settings and exits) -> the app's folders made private (0700/0600) ->
-settings and history -> controller (workers, microphone, hotkeys, model loading in the background)
--> tray, overlay -> event loop. On the first run, with no model chosen, the settings window opens
-on the Model page. A log file or history file that cannot be used does not stop the app: it runs
-without it (the history then lives in memory) and says so in one line, logged and notified.
+Start-up order: QApplication -> logging (file + log view) -> single instance (the instance lock; a
+second `dictation` asks the first to show its settings and exits) -> the app's folders made private
+(0700/0600) -> settings and history -> the controller's input: the microphone opened and the hotkeys
+listening -> tray, overlay -> waiting (at most `INPUT_WAIT_S`) until the microphone has heard a
+pre-roll's worth and the hotkeys are taken -> the command socket -> the rest of the controller
+(output, sounds, the model loading in the background) -> event loop. So by the time `dictation
+start` can reach the app (its socket exists), the microphone records: a press from then on is
+recorded from its own time, pre-roll included (its stamp, and the pre-roll ring), although it is
+handled only once the event loop runs. On the first run, with no model chosen, the
+settings window opens on the Model page. A log file or history file that cannot be used does not
+stop the app: it runs without it (the history then lives in memory) and says so in one line,
+logged and notified.
 
 Before all of it, when no QApplication exists yet, `run` asks `dictation.preflight` whether Qt's
 platform plugin can start here: a missing system library or display becomes one message on
@@ -19,6 +25,7 @@ import logging
 import signal
 import sqlite3
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
@@ -30,6 +37,9 @@ if TYPE_CHECKING:
     from dictation.config.history import History
 
 log = logging.getLogger(__name__)
+
+INPUT_WAIT_S = 3.0  # at most this long for the microphone and the hotkeys before the socket is claimed
+FORWARD_WAIT_S = 15.0  # a second `dictation` waits this long for a starting first one to answer
 
 
 class App:
@@ -44,6 +54,7 @@ class App:
         self.settings_window = None
         self.history_window = None
         self.shutdown = lambda: None  # set by `start`: what quitting runs
+        self.instance = None  # the instance lock (dictation.ipc.claim_instance), held while the app runs
         self.tray = Tray(controller, self.show_settings, self.show_history, force_window=tray_force_window)
         self.overlay = Overlay(controller)
         controller.show_settings_requested.connect(self.show_settings)
@@ -104,6 +115,37 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _fail(exc: Exception) -> int:
+    log.error("%s", exc)
+    print(f"dictation: error: {exc}", file=sys.stderr)
+    return 1
+
+
+def _forward_to_running() -> int:
+    """Ask the running app to show its settings; one still starting is waited for (its socket
+    appears once its microphone and hotkeys are ready)."""
+    from dictation.ipc import IpcError, NotRunning, send_command
+
+    deadline = time.monotonic() + FORWARD_WAIT_S
+    while True:
+        try:
+            send_command("show-settings")
+            break
+        except NotRunning:
+            if time.monotonic() > deadline:
+                print(
+                    f"dictation: error: another dictation is starting but did not answer within {FORWARD_WAIT_S:g} s",
+                    file=sys.stderr,
+                )
+                return 1
+            time.sleep(0.1)
+        except IpcError as exc:
+            print(f"dictation: error: {exc}", file=sys.stderr)
+            return 1
+    print("dictation is already running; its settings window is shown.", file=sys.stderr)
+    return 0
+
+
 def run(verbose: bool = False) -> int:
     if QApplication.instance() is None:
         # Qt aborts (no log, nothing on screen) when no platform plugin can start: say why instead.
@@ -127,7 +169,7 @@ def start(verbose: bool = False) -> App | int:
     from dictation.app.ipc import IpcServer
     from dictation.app.logs import setup_logging
     from dictation.config.store import SettingsStore
-    from dictation.ipc import IpcError, send_command
+    from dictation.ipc import IpcError, claim_instance
     from dictation.paths import private_folders
     from dictation.private import repair
 
@@ -139,21 +181,12 @@ def start(verbose: bool = False) -> App | int:
     qapp.setQuitOnLastWindowClosed(False)
     bridge, log_path = setup_logging(verbose)
 
-    server = IpcServer(lambda command: {"ok": False, "message": "dictation is still starting; try again"})
     try:
-        first = server.listen()
+        instance = claim_instance()
     except IpcError as exc:
-        log.error("%s", exc)
-        print(f"dictation: error: {exc}", file=sys.stderr)
-        return 1
-    if not first:
-        try:
-            send_command("show-settings")
-        except IpcError as exc:
-            print(f"dictation: error: {exc}", file=sys.stderr)
-            return 1
-        print("dictation is already running; its settings window is shown.", file=sys.stderr)
-        return 0
+        return _fail(exc)
+    if instance is None:  # another one runs, or is starting: it shows its settings
+        return _forward_to_running()
 
     log.info("dictation %s starting; log file %s", __version__, log_path if not bridge.file_problem else "none")
     problems = [bridge.file_problem] if bridge.file_problem else []
@@ -172,9 +205,27 @@ def start(verbose: bool = False) -> App | int:
     if settings.general.start_at_login:
         problems += refresh_autostart()
     controller = AppController(Services(store=store, history=history), settings=settings)
-    server.handler = controller.handle_ipc
     controller.attach_log(bridge)
-    app = App(qapp, controller)
+    t_input = time.monotonic()
+    controller.start_input()  # before anything slow: a press at launch is not lost
+    app = App(qapp, controller)  # the windows, while the microphone opens
+    app.instance = instance
+    if not controller.wait_input_ready(INPUT_WAIT_S):
+        log.warning("the microphone or the hotkeys were not ready %.0f s after the start", INPUT_WAIT_S)
+    log.info("microphone and hotkeys ready %.2f s after they were started", time.monotonic() - t_input)
+
+    server = IpcServer(controller.handle_ipc)
+    try:
+        first = server.listen()
+    except IpcError as exc:
+        first = exc
+    if first is not True:  # no socket, or an app without the instance lock (an older version) answers there
+        controller.shutdown()
+        app.overlay.close()
+        app.tray.hide()
+        history.close()
+        instance.release()
+        return _fail(first) if isinstance(first, IpcError) else _forward_to_running()
     for problem in report.problems:
         controller.notified.emit("warning", f"Settings: {problem}")
     for problem in problems:  # one line each, in the log and as a notification
@@ -195,6 +246,7 @@ def start(verbose: bool = False) -> App | int:
         app.overlay.close()
         app.tray.hide()
         history.close()
+        instance.release()
 
     qapp.aboutToQuit.connect(shutdown)
     app.shutdown = shutdown

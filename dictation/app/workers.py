@@ -35,6 +35,7 @@ dictation is never lost; a cancelled take cancels its stream.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16_000  # what the engine consumes; takes stream only when the device delivers it
 STREAM_PULL_MS = 500  # how often a streamed take's new audio goes to the engine
+FIRST_BLOCK_WAIT_S = 1.0  # a microphone opened at the press: how long `start` waits to learn when its audio begins
 # A live preview runs at most this often, and waits twice as long as the last one took: on a slow
 # CPU previews get rarer instead of piling up and holding back the window work.
 PREVIEW_MIN_INTERVAL_S = 1.0
@@ -116,8 +118,12 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def load(self, options: Any) -> None:
+        """Load the model ``options`` (EngineOptions) name; a callable returning them is called here
+        first, so building them (which imports torch, seconds at a cold start) keeps off the GUI thread."""
         from dictation.asr import AsrEngine
 
+        if callable(options):
+            options = options()
         if self._engine is not None and self._options == options and self._engine.is_loaded:
             self.loaded.emit(self._engine.model_label, 0.0)
             return
@@ -461,6 +467,7 @@ class SavedTake:
     error: str | None  # the device failed during the take
     streamed: bool = False  # fed to the engine while recording: only its trailing silence is trimmed
     save_error: str | None = None  # why the audio could not be kept (the samples are still transcribed)
+    start_gap_s: float | None = None  # Take.start_gap_s: > 0 when audio after the press is missing
 
     @property
     def speech(self) -> np.ndarray:
@@ -471,7 +478,10 @@ class SavedTake:
 class AudioWorker(QObject):
     """Owns the Recorder. ``recorder_factory(RecorderConfig) -> Recorder-like``."""
 
-    started = Signal(int, object)  # job id, the take's file being written (None: it could not be created)
+    # job id, the take's file being written (None: it could not be created), and the take's first
+    # sample minus its press in seconds (Recorder.start_gap; None: not known): > 0 means audio after the
+    # press is missing
+    started = Signal(int, object, object)
     start_failed = Signal(int, str)
     saved = Signal(int, object)  # job id, SavedTake (also when the file could not be written)
     opened = Signal(str)  # device name, when the stream was opened ahead of a press
@@ -496,6 +506,7 @@ class AudioWorker(QObject):
         self._file_error: str | None = None
         self._pull_timer = QTimer(self)  # a child: it moves to the audio thread with the worker
         self._pull_timer.timeout.connect(self._pull)
+        self._configured = threading.Event()  # the first configure() ran: the microphone is open, or failed to
 
     @Slot(object)
     def configure(self, config: RecorderConfig) -> None:
@@ -510,6 +521,25 @@ class AudioWorker(QObject):
             self._create()
             if config.keep_open:
                 self._open_ahead()
+        self._configured.set()
+
+    def heard_s(self) -> float | None:
+        """Any thread: seconds of audio the open microphone has delivered so far (how far back a
+        press can reach); None when it is not open."""
+        recorder = self.recorder
+        rate = getattr(recorder, "device_sample_rate", None)
+        if recorder is None or not getattr(recorder, "is_open", False) or not rate:
+            return None
+        return getattr(recorder, "frames_delivered", 0) / rate
+
+    def pre_roll_s(self) -> float:
+        """How far a take reaches back before its press (the recorder's pre-roll)."""
+        return float(getattr(self.recorder, "pre_roll_s", 0.0) or 0.0)
+
+    def wait_configured(self, timeout: float) -> bool:
+        """Any thread: wait until the first `configure` has run (with the microphone kept open: until
+        it is open or failed to open); False after ``timeout`` seconds."""
+        return self._configured.wait(timeout)
 
     def _create(self) -> None:
         assert self._config is not None
@@ -549,7 +579,9 @@ class AudioWorker(QObject):
             self._pull_timer.start(STREAM_PULL_MS)
         if stream and not self._streaming:
             log.info("take %d is transcribed after the recording: the microphone runs at %s Hz", job_id, self._rate())
-        self.started.emit(job_id, self._file.path if self._file is not None else None)
+        # how far the take reaches back: it begins after the press when the microphone opened later
+        gap = self.recorder.start_gap(FIRST_BLOCK_WAIT_S) if hasattr(self.recorder, "start_gap") else None
+        self.started.emit(job_id, self._file.path if self._file is not None else None, gap)
 
     def _open_file(self, job_id: int) -> None:
         """The take's file, written while it records (if the recorder can be read while it records)."""
@@ -627,7 +659,9 @@ class AudioWorker(QObject):
         elif trim:  # one speech search both trims and says whether there is speech at all
             span = find_speech(samples, take.sample_rate)
             start, end = (0 if streamed else span.start, span.end) if span.has_speech else (0, 0)
-        saved = SavedTake(path, samples, start, end, take.duration_s, silence, take.error, streamed, save_error)
+        saved = SavedTake(
+            path, samples, start, end, take.duration_s, silence, take.error, streamed, save_error, take.start_gap_s
+        )
         self.saved.emit(job_id, saved)
         self._apply_pending_config()
 

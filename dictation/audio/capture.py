@@ -55,7 +55,9 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16_000  # what the engine consumes
 BLOCK_SECONDS = 0.02  # callback block: 20 ms (PortAudio's "low" latency alone gives 2-frame blocks)
-RING_EXTRA_SECONDS = 1.5  # ring = pre-roll + this: a start() up to 1.5 s after the press still gets it all
+# ring = pre-roll + this: a start() up to 5 s after the press still gets it all (a press while the app
+# starts up, or while its GUI thread is busy, is handled late but stamped with its own time)
+RING_EXTRA_SECONDS = 5.0
 STALL_SECONDS = 1.0  # no audio for this long while waiting for the tail = device gone
 LEVEL_FLOOR_DBFS = -100.0  # level() of digital silence (16-bit quantisation noise is about -101)
 # A working microphone's own noise peaks well above this over any take; only a muted or dead input
@@ -508,6 +510,31 @@ class Recorder:
                 live.tape = tape
                 events = live.status_events
             self._pending = _Pending(live, tape, t_press, wall_time, start, events, list(self._open_warnings))
+
+    def start_gap(self, timeout: float = 0.0) -> float | None:
+        """The current take's first sample minus its press, in seconds, as `Take.start_gap_s` will
+        say: <= 0 when the take reaches back to the press, > 0 when audio after the press is missing
+        (the stream opened after the press, or the press is older than the ring). A stream opened
+        by `start` has not delivered yet: this waits up to ``timeout`` seconds for its first block.
+        None when not recording or still unknown."""
+        with self._api:
+            pending = self._pending
+            if pending is None:
+                return None
+            live = pending.live
+            deadline = time.monotonic() + timeout
+            with live.cond:
+                live.waiting = True
+                try:
+                    while live.total <= pending.start_frame and not live.lost.is_set():
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            return None
+                        live.cond.wait(min(remaining, 0.05))
+                finally:
+                    live.waiting = False
+                first_time = live.time_of(pending.start_frame)
+            return None if first_time is None else first_time - pending.t_press
 
     def stop(self, t_release: float | None = None) -> Take:
         """End the take: wait for the audio up to ``post_roll_s`` after ``t_release`` (default: now).

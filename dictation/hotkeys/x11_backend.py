@@ -28,6 +28,11 @@ so the X server gives its press, its repeats and its release to this app alone:
   nothing to keep from the window, while grabbing it would take Ctrl+C away from applications as long
   as it is held: such bindings are watched through pynput (XRecord) instead.
 - A new keyboard mapping (setxkbmap, xmodmap) re-grabs everything; stop() releases every grab.
+- A chord already held when the grabs are made (pressed while the app was starting) never
+  activates them, and its release would go to the window: the backend sees it in the keyboard's
+  state, takes the whole keyboard until its key goes up (as the server does for a grabbed press),
+  reports the press at once and says, through ``on_error`` (not fatal), that it came before the
+  app listened, so what was said before may be missing.
 
 Everything X is done on the backend's own thread with its own connection; other threads only post
 requests to it and wake it through a pipe.
@@ -246,6 +251,7 @@ class X11GrabBackend(HotkeyBackend):
         self._grabs: dict[tuple[int, int], set[str]] = {}  # (keycode, state) -> bindings it serves
         self._active: dict[str, tuple[int, int]] = {}  # pressed binding -> (keycode, matched mask)
         self._grab_key: int | None = None  # the key whose press made the server grab the keyboard for us
+        self._keyboard_grabbed = False  # we took the keyboard (a chord held at start): let go at its release
         self._keyboard: Keyboard | None = None
         self._pushback: list[Any] = []
 
@@ -368,6 +374,43 @@ class X11GrabBackend(HotkeyBackend):
         if not self.detectable_auto_repeat:
             log.info("x11 hotkeys: XKB detectable auto-repeat unavailable; recognising repeats by their timing")
         self._regrab(report=True)
+        self._catch_held()
+
+    def _catch_held(self) -> None:
+        """A chord held down already (pressed before the grabs existed): report its press now and
+        take the keyboard until its key goes up, so its release comes to us and not to the window."""
+        from Xlib import X
+
+        display = self._display
+        keymap = display.query_keymap()
+        root = display.screen().root
+        state = root.query_pointer().mask  # the modifiers held now
+        for chord in list(self._chords.values()):
+            down = sorted(code for code in chord.keycodes if _is_down(keymap, code))
+            match = self._match(down[0], state) if down else None
+            if match is None or match[0] != chord.name:
+                continue
+            if root.grab_keyboard(False, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime) != X.GrabSuccess:
+                self._report(f"{chord.hotkey} was held down before the hotkeys were ready; it was missed", fatal=False)
+                return
+            self._keyboard_grabbed = True
+            self._grab_key = down[0]
+            self._active[chord.name] = (down[0], match[1])
+            self._report(
+                f"{chord.hotkey} was already held down when the app began listening: the recording starts now, "
+                "so what was said before may be missing",
+                fatal=False,
+            )
+            self._emit([(chord.name, True)])
+            return
+
+    def _let_go_of_keyboard(self) -> None:
+        from Xlib import X
+
+        if self._keyboard_grabbed and self._display is not None:
+            self._keyboard_grabbed = False
+            self._display.ungrab_keyboard(X.CurrentTime)
+            self._display.flush()
 
     def _regrab(self, report: bool) -> None:
         """(Re)build the chords from the current keyboard mapping and grab every enabled one."""
@@ -475,6 +518,8 @@ class X11GrabBackend(HotkeyBackend):
                 try:
                     for keycode, state in list(self._grabs):
                         display.screen().root.ungrab_key(keycode, state)
+                    if self._keyboard_grabbed:
+                        display.ungrab_keyboard(X.CurrentTime)
                     display.allow_events(X.AsyncKeyboard, X.CurrentTime)  # never leave the keyboard frozen
                     display.sync()
                 finally:
@@ -484,6 +529,7 @@ class X11GrabBackend(HotkeyBackend):
         self._grabs.clear()
         self._active.clear()
         self._grab_key = None
+        self._keyboard_grabbed = False
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -540,6 +586,7 @@ class X11GrabBackend(HotkeyBackend):
             # The server ended its grab with this release: whatever else is held is no longer ours.
             ended += [name for name in self._active if name not in ended]
             self._grab_key = None
+            self._let_go_of_keyboard()
         for name in ended:
             del self._active[name]
         self._emit([(name, False) for name in ended])
@@ -548,6 +595,7 @@ class X11GrabBackend(HotkeyBackend):
         ended = list(self._active)
         self._active.clear()
         self._grab_key = None
+        self._let_go_of_keyboard()
         self._emit([(name, False) for name in ended])
 
     def _is_fake_release(self, event: Any) -> bool:

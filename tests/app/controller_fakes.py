@@ -1,7 +1,9 @@
 """Stand-ins for the hardware behind the controller's workers (same interfaces as the real parts).
 
-- `FakeRecorder`: the Recorder face (open/start/stop/cancel/close/level/error/limit_reached,
-  take_samples/device_sample_rate); each take returns the samples queued with `next_samples`.
+- `FakeRecorder`: the Recorder face (open/start/start_gap/stop/cancel/close/level/error/limit_reached,
+  take_samples/device_sample_rate); each take returns the samples queued with `next_samples`, and
+  remembers the press and release times it was given; `gap` is what `start_gap` says (a gate
+  holds it back, as a microphone slow to deliver its first block does).
   While it records, `take_samples` hands out the take as it "arrives": all at once, or
   ``arrive_per_read`` more samples at each read (audio arriving over time, without waiting for it).
 - `FakeChain`: the OutputChain face; records what it was asked to deliver.
@@ -40,6 +42,10 @@ class FakeRecorder:
         self.device = InputDevice(0, "Fake Mic", 16000, 1, True)
         self.fail_start: str | None = None
         self.cues: list[tuple[float, int, int]] = []  # what mark_cue was told
+        self.t_press: float | None = None
+        self.t_release: float | None = None
+        self.gap: float | None = None  # what start_gap says: the take's first sample minus the press
+        self.gap_gate: threading.Event | None = None  # start_gap waits for it (a slow first block)
 
     def open(self) -> None:
         self.opened = True
@@ -54,6 +60,12 @@ class FakeRecorder:
             raise AudioDeviceError(self.fail_start)
         self.recording = True
         self.arrived = 0
+        self.t_press = t_press
+
+    def start_gap(self, timeout: float = 0.0) -> float | None:
+        if self.gap_gate is not None:
+            self.gap_gate.wait(30)
+        return self.gap
 
     def take_samples(self, start: int = 0) -> np.ndarray:
         if not self.recording:
@@ -68,6 +80,7 @@ class FakeRecorder:
 
     def stop(self, t_release=None) -> Take:
         self.recording = False
+        self.t_release = t_release
         samples = self.samples[: self.take_frames].astype(np.float32)
         peak = float(np.max(np.abs(samples))) if len(samples) else 0.0
         silent = peak < 1e-4
@@ -79,7 +92,7 @@ class FakeRecorder:
             peak_dbfs=-100.0 if silent else 20 * np.log10(peak),
             rms_dbfs=-100.0 if silent else -20.0,
             silent=silent,
-            start_gap_s=0.0,
+            start_gap_s=self.gap if self.gap is not None else -0.4,
             truncated=False,
         )
 

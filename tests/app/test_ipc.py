@@ -49,7 +49,7 @@ def ask(qtbot, command: str, timeout: float = 5.0) -> dict:
 def test_commands_reach_the_handler_and_the_reply_comes_back(qtbot):
     seen = []
 
-    def handler(command):
+    def handler(command, sent, answer):
         seen.append(command)
         return {"ok": True, "status": "recording" if command == "toggle" else "idle"}
 
@@ -64,7 +64,7 @@ def test_commands_reach_the_handler_and_the_reply_comes_back(qtbot):
 
 
 def test_socket_is_private_to_the_user(qtbot):
-    server = IpcServer(lambda c: {"ok": True})
+    server = IpcServer(lambda c, *_: {"ok": True})
     assert server.listen()
     try:
         path = server_name()
@@ -81,13 +81,13 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 from PySide6.QtCore import QCoreApplication
 from dictation.app.ipc import IpcServer
 app = QCoreApplication([])
-print(IpcServer(lambda c: {"ok": True}).listen())
+print(IpcServer(lambda c, *_: {"ok": True}).listen())
 """
 
 
 def test_a_second_instance_sees_the_first_and_leaves_it_alone(qtbot):
     seen = []
-    first = IpcServer(lambda c: seen.append(c) or {"ok": True, "status": "idle"})
+    first = IpcServer(lambda c, *_: seen.append(c) or {"ok": True, "status": "idle"})
     assert first.listen()
     try:
         proc = subprocess.Popen([sys.executable, "-c", SECOND_INSTANCE], stdout=subprocess.PIPE, text=True)
@@ -106,7 +106,7 @@ def test_a_stale_socket_from_a_crashed_app_is_taken_over(qtbot):
     stale.bind(path)  # bound, never listening, then abandoned: what a killed app leaves
     stale.close()
     assert os.path.exists(path)
-    server = IpcServer(lambda c: {"ok": True, "status": "idle"})
+    server = IpcServer(lambda c, *_: {"ok": True, "status": "idle"})
     try:
         assert server.listen() is True
         assert ask(qtbot, "status") == {"ok": True, "status": "idle"}
@@ -129,7 +129,7 @@ DEEP = 30_000  # far beyond the JSON parser's recursion limit, well within one r
     ids=["not-json", "deep-open", "deep-closed", "deep-command", "deep-object"],
 )
 def test_bad_requests_get_a_clear_refusal(qtbot, request_line):
-    server = IpcServer(lambda c: {"ok": True, "status": "idle"})
+    server = IpcServer(lambda c, *_: {"ok": True, "status": "idle"})
     assert server.listen()
     try:
         box = {}
@@ -216,7 +216,7 @@ def test_a_folder_another_user_made_in_tmp_does_not_stop_the_app(qtbot, tmp_path
     squatted.mkdir(mode=0o777)
     os.chown(squatted, 54321, 54321)
 
-    server = IpcServer(lambda c: {"ok": True, "status": "idle"})
+    server = IpcServer(lambda c, *_: {"ok": True, "status": "idle"})
     try:
         assert server.listen() is True
         assert not server.name.startswith(str(squatted))

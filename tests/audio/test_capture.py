@@ -433,3 +433,83 @@ def test_take_samples_may_run_past_the_release_and_the_take_is_their_prefix():
     assert_frames(take.samples, 3200, 16000 + 1600)  # up to the release + 100 ms
     assert len(early) == 24000
     np.testing.assert_array_equal(early[: len(take.samples)], take.samples)
+
+
+# --- how far a take reaches back, known as it starts (issue 15, item 8) -------------------------------
+
+
+def test_start_gap_of_a_warm_stream_is_the_pre_roll():
+    recorder, backend, clock = make(pre_roll_s=0.4)
+    assert recorder.start_gap() is None  # not recording
+    recorder.open()
+    frame = push_coded(backend, 0, 1.0)
+    recorder.start(clock())
+    assert recorder.start_gap() == pytest.approx(-0.4)
+    push_coded(backend, frame, 0.2)
+    assert recorder.stop().start_gap_s == pytest.approx(-0.4)
+
+
+def test_start_gap_of_a_press_before_the_stream_opened_is_the_audio_missed():
+    # A press stamped 0.3 s ago (while the app started), the microphone opened only now.
+    recorder, backend, clock = make(pre_roll_s=0.4)
+    t_press = clock() - 0.3
+    recorder.open()
+    frame = push_coded(backend, 0, 0.1)
+    recorder.start(t_press)
+    gap = recorder.start_gap()
+    push_coded(backend, frame, 0.2)
+    take = recorder.stop()
+    assert gap == pytest.approx(0.3) and take.start_gap_s == pytest.approx(0.3)
+    assert_frames(take.samples, 0, 4800)  # from the open on: all there is
+
+
+def test_start_gap_of_a_press_older_than_the_ring_is_the_audio_missed():
+    recorder, backend, clock = make(pre_roll_s=0.4)
+    recorder.open()
+    t_press = clock()
+    ring = round((0.4 + capture.RING_EXTRA_SECONDS) * SR)
+    frame = push_coded(backend, 0, capture.RING_EXTRA_SECONDS + 1.0)  # the GUI thread was stuck that long
+    recorder.start(t_press)
+    assert recorder.start_gap() == pytest.approx(capture.RING_EXTRA_SECONDS + 1.0 - (0.4 + capture.RING_EXTRA_SECONDS))
+    push_coded(backend, frame, 0.1)
+    assert len(recorder.stop().samples) == ring + 1600
+
+
+def test_a_start_handled_seconds_after_its_press_still_gets_the_whole_pre_roll():
+    # A press during start-up is handled once the event loop runs, seconds later.
+    recorder, backend, clock = make(pre_roll_s=0.4)
+    recorder.open()
+    frame = push_coded(backend, 0, 1.0)
+    t_press = clock()
+    frame = push_coded(backend, frame, 3.0)
+    recorder.start(t_press)
+    assert recorder.start_gap() == pytest.approx(-0.4)
+    push_coded(backend, frame, 0.1)
+    assert_frames(recorder.stop().samples, 16000 - 6400, 6400 + 3.1 * SR)
+
+
+def test_start_gap_waits_for_the_first_block_of_a_stream_opened_at_the_press():
+    recorder, backend, clock = make(pre_roll_s=0.4)
+    t_press = clock()
+    recorder.start(t_press)  # opens the stream: it has delivered nothing yet
+
+    def first_block_later() -> None:
+        time.sleep(0.1)
+        clock.advance(0.15)  # the device takes 150 ms to deliver its first block
+        push_coded(backend, 0, 0.02)
+
+    feeder = threading.Thread(target=first_block_later)
+    feeder.start()
+    gap = recorder.start_gap(timeout=5.0)
+    feeder.join()
+    assert gap == pytest.approx(0.15)
+    assert recorder.stop().start_gap_s == pytest.approx(0.15)
+
+
+def test_start_gap_is_none_when_the_first_block_does_not_come_in_time():
+    recorder, backend, clock = make(pre_roll_s=0.4)
+    recorder.start(clock())
+    t0 = time.monotonic()
+    assert recorder.start_gap(timeout=0.1) is None
+    assert 0.1 <= time.monotonic() - t0 < 2.0
+    recorder.cancel()

@@ -489,3 +489,26 @@ def test_doctor_names_a_hotkey_another_program_holds(xvfb_display, monkeypatch, 
         assert grab_checks()["Grab ctrl+F6"].status == "problem"
     finally:
         other.close()
+
+
+def test_a_chord_held_before_the_grabs_exist_is_caught_told_and_its_release_comes_to_us(run, target, xvfb_display):
+    """Issue 15, item 8: pressed while the app was still starting, the chord was lost without trace
+    (a grab starts only at a press) and its release went to the window."""
+    target.focus()
+    xdotool(xvfb_display, "keydown", "ctrl+alt+space")
+    try:
+        r = run()
+        name, pressed, _ = r.events.get(timeout=TIMEOUT)
+        assert (name, pressed) == ("dictate", True)
+        assert len(r.errors) == 1 and not r.errors[0].fatal
+        assert "ctrl+alt+space was already held down when the app began listening" in str(r.errors[0])
+        time.sleep(0.8)  # Space auto-repeats meanwhile: to us, not to the window
+    finally:
+        xdotool(xvfb_display, "keyup", "space", "keyup", "alt", "keyup", "ctrl")
+    reported, seen = r.sync()  # the F12/z barrier works: the keyboard was let go at Space's release
+    assert reported == [("dictate", False)]
+    assert not [e for e in seen if e[1] == QT_SPACE and e[0] == "RELEASE"]  # the release came to the backend
+    assert not [e for e in seen if e[1] == QT_SPACE and e[2]]  # and no repeat reached the window
+    assert r.backend.repeats_suppressed > 0
+    r.keys("key", "ctrl+alt+space")  # and the chord works as usual afterwards
+    assert r.sync()[0] == [("dictate", True), ("dictate", False)]
