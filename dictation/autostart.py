@@ -325,19 +325,8 @@ def _desktop_entry(command: list[str]) -> bytes:
 
 def _switched_off(text: str) -> bool:
     """Whether a .desktop entry says not to autostart (Hidden=true, X-GNOME-Autostart-enabled=false)."""
-    in_entry = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            in_entry = line == "[Desktop Entry]"
-            continue
-        key, sep, value = line.partition("=")
-        if not in_entry or not sep:
-            continue
-        key, value = key.strip(), value.strip().lower()
-        if (key == "Hidden" and value == "true") or (key == "X-GNOME-Autostart-enabled" and value == "false"):
-            return True
-    return False
+    hidden = (_desktop_value(text, "Hidden") or "").lower() == "true"
+    return hidden or (_desktop_value(text, "X-GNOME-Autostart-enabled") or "").lower() == "false"
 
 
 def _windows_cmd(command: list[str]) -> bytes:
