@@ -131,6 +131,14 @@ else
         --json "$OUT/bench-0.6B.json" 2>&1 | tee "$OUT/bench-0.6B.txt" | tail -n 30
     step gemv 40 "$PY" benchmarks/bench_gemv.py --size 1.7B --json "$OUT/gemv-1.7B.json" 2>&1 |
         tee "$OUT/gemv-1.7B.txt" | tail -n 30
+    # GPU_CHECK_SPLITS: the fused decode attention split into N programs per head (0: automatic), on a
+    # 30-s clip's context (position 450), to see whether splitting below 1024 positions pays; empty: skip.
+    read -r -a SPLITS <<<"${GPU_CHECK_SPLITS-0 2 4 8}"
+    if [ "${#SPLITS[@]}" -gt 0 ]; then
+        step splits 60 "$PY" benchmarks/profile_decode.py --sizes 1.7B --device cuda --steps fused --position 450 \
+            --tokens 32 --repeats 3 --top 3 --splits "${SPLITS[@]}" --workdir "$CKPT" 2>&1 |
+            tee "$OUT/splits-1.7B.txt" | tail -n 20
+    fi
 fi
 
 step diagnosis 60 "$PY" benchmarks/gpu_diagnose.py --device "$DEVICE" --out "$OUT/diagnosis.txt"

@@ -10,6 +10,10 @@ text): the warm-up's seconds (kernel compiles, the graph capture), the decode ti
 ``--tokens`` steps as decoding runs them (captured on CUDA), the bandwidth floor, the kernels one
 step launches (torch's profiler, one uncaptured step: GPU kernels on CUDA, operators on the CPU)
 and the ones that take the most time. What the bench's one row per step does not show.
+
+``--splits 0 2 4 8`` repeats each step with the fused decode attention split into that many
+programs per query head (0: the automatic choice, `triton_fused.attention_splits`), to see whether
+splitting earlier pays on a long context (e.g. ``--position 450``, a 30-s clip).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from dictation.asr import AsrEngine, EngineOptions  # noqa: E402
+from dictation.asr import AsrEngine, EngineOptions, fused  # noqa: E402
 from dictation.asr import generate as generate_mod  # noqa: E402
 from dictation.bench import checkpoints  # noqa: E402
 from dictation.bench.runner import decode_weight_bytes, gpu_bandwidth, kv_cache_bytes  # noqa: E402
@@ -76,42 +80,51 @@ def profile_step(model, position: int) -> list[tuple[str, int, float]]:
 
 def run(folder: Path, label: str, args: argparse.Namespace) -> None:
     for step in args.steps:
-        engine, warm_up_s = load(folder, args, step)
-        model = engine.model
-        device = model.device
-        embeds = torch.randn(1, args.position, model.cfg.text.hidden_size, generator=torch.Generator().manual_seed(0))
-        embeds = (embeds * 0.02).to(device=device, dtype=model.dtype)
-        times = []
-        for _ in range(args.repeats):
-            gen = generate_mod.greedy(model, embeds, max_new_tokens=args.tokens, eos_ids=())
-            times.append(gen.decode_s * 1e3 / (args.tokens - 1))
-        ms = statistics.median(times)
-        used = ""
-        if step == "compiled" and not model.compiled_step:
-            used = " (not compiled: the default step ran, see the log)"
-        elif step in ("fused", "gemv") and not model.decoder.uses_kernels(embeds):
-            used = " (fused kernels unavailable: the torch ops ran, see the log)"
-        elif step == "gemv" and not model.decoder.uses_gemv(embeds):
-            used = " (the GEMV option did not apply: the fused step ran, see the log)"
-        floor = ""
-        bandwidth = gpu_bandwidth(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
-        if bandwidth:
-            per_token = decode_weight_bytes(model) + kv_cache_bytes(
-                model.cfg, model.dtype.itemsize, args.position + args.tokens / 2
-            )
-            floor = f" (floor {per_token / bandwidth[1] * 1e3:.3f} ms on {bandwidth[0]})"
-        rows = profile_step(model, args.position + args.tokens)
-        layers = model.cfg.text.num_hidden_layers
-        calls = sum(n for _, n, _ in rows)
-        busy = sum(t for _, _, t in rows) / 1e3
-        what = "GPU kernels" if device.type == "cuda" else "operators"
-        print(
-            f"[{label} {engine.variant} {step}]{used} warm-up {warm_up_s:.2f} s · decode {ms:.3f} ms/token{floor} · "
-            f"{calls} {what} per step ({calls / layers:.1f} per layer), {busy:.3f} ms in them"
+        for splits in args.splits or [None]:
+            fused.ATTENTION_SPLITS = splits or None  # part of the captured step's key: recaptured per value
+            try:
+                run_step(folder, label if splits is None else f"{label} splits={splits or 'auto'}", args, step)
+            finally:
+                fused.ATTENTION_SPLITS = None
+
+
+def run_step(folder: Path, label: str, args: argparse.Namespace, step: str) -> None:
+    engine, warm_up_s = load(folder, args, step)
+    model = engine.model
+    device = model.device
+    embeds = torch.randn(1, args.position, model.cfg.text.hidden_size, generator=torch.Generator().manual_seed(0))
+    embeds = (embeds * 0.02).to(device=device, dtype=model.dtype)
+    times = []
+    for _ in range(args.repeats):
+        gen = generate_mod.greedy(model, embeds, max_new_tokens=args.tokens, eos_ids=())
+        times.append(gen.decode_s * 1e3 / (args.tokens - 1))
+    ms = statistics.median(times)
+    used = ""
+    if step == "compiled" and not model.compiled_step:
+        used = " (not compiled: the default step ran, see the log)"
+    elif step in ("fused", "gemv") and not model.decoder.uses_kernels(embeds):
+        used = " (fused kernels unavailable: the torch ops ran, see the log)"
+    elif step == "gemv" and not model.decoder.uses_gemv(embeds):
+        used = " (the GEMV option did not apply: the fused step ran, see the log)"
+    floor = ""
+    bandwidth = gpu_bandwidth(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    if bandwidth:
+        per_token = decode_weight_bytes(model) + kv_cache_bytes(
+            model.cfg, model.dtype.itemsize, args.position + args.tokens / 2
         )
-        for name, n, total in rows[: args.top]:
-            print(f"    {total / 1e3:8.3f} ms {n:5d}x  {name[:110]}")
-        engine.unload()
+        floor = f" (floor {per_token / bandwidth[1] * 1e3:.3f} ms on {bandwidth[0]})"
+    rows = profile_step(model, args.position + args.tokens)
+    layers = model.cfg.text.num_hidden_layers
+    calls = sum(n for _, n, _ in rows)
+    busy = sum(t for _, _, t in rows) / 1e3
+    what = "GPU kernels" if device.type == "cuda" else "operators"
+    print(
+        f"[{label} {engine.variant} {step}]{used} warm-up {warm_up_s:.2f} s · decode {ms:.3f} ms/token{floor} · "
+        f"{calls} {what} per step ({calls / layers:.1f} per layer), {busy:.3f} ms in them"
+    )
+    for name, n, total in rows[: args.top]:
+        print(f"    {total / 1e3:8.3f} ms {n:5d}x  {name[:110]}")
+    engine.unload()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--top", type=int, default=12, help="kernels listed per step")
+    p.add_argument(
+        "--splits",
+        type=int,
+        nargs="+",
+        default=None,
+        help="programs per query head of the fused decode attention, one run each (0: automatic)",
+    )
     p.add_argument("--workdir", type=Path, default=None, help="where random checkpoints are written and reused")
     args = p.parse_args(argv)
     if args.model:

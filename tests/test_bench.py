@@ -407,3 +407,25 @@ def test_the_decode_profile_script_lists_what_one_step_runs(workdir, capsys):
     assert "ms/token" in head and "operators per step" in head and "per layer" in head
     listed = lines[lines.index(head) + 1 : lines.index(head) + 4]
     assert len(listed) == 3 and all("aten::" in line and "ms" in line for line in listed)
+
+
+def test_profile_decode_repeats_a_step_per_attention_split_and_restores_the_default(tmp_path, capsys, monkeypatch):
+    import benchmarks.profile_decode as profile_decode
+    from dictation.asr import fused
+
+    seen = []
+    load = profile_decode.load
+
+    def recording_load(folder, args, step):
+        seen.append(fused.ATTENTION_SPLITS)  # what the step's capture (and its key) will see
+        return load(folder, args, step)
+
+    monkeypatch.setattr(profile_decode, "load", recording_load)
+    code = profile_decode.main(
+        ["--sizes", "tiny", "--device", "cpu", "--steps", "unfused", "--tokens", "3", "--repeats", "1"]
+        + ["--position", "20", "--top", "0", "--splits", "0", "4", "--workdir", str(tmp_path)]
+    )
+    assert code == 0
+    assert seen == [None, 4] and fused.ATTENTION_SPLITS is None
+    heads = [line for line in capsys.readouterr().out.splitlines() if "ms/token" in line]
+    assert [h.split("]")[0] for h in heads] == ["[tiny splits=auto fp32 unfused", "[tiny splits=4 fp32 unfused"]

@@ -103,6 +103,13 @@ def test_the_summary_has_the_tests_the_diagnosis_and_each_variants_decode_and_en
     }
     (tmp_path / "bench-1.7B.json").write_text(json.dumps(bench), encoding="utf-8")
     (tmp_path / "bench-0.6B.txt").write_text("device: ...\nTraceback: out of time\n", encoding="utf-8")
+    (tmp_path / "splits-1.7B.txt").write_text(
+        "[1.7B] built random checkpoint\n"
+        "[1.7B splits=auto bf16 fused] warm-up 4.10 s · decode 3.050 ms/token (floor 1.1 ms) · 224 GPU kernels\n"
+        "      0.9 ms   28x  _decode_attention\n"
+        "[1.7B splits=4 bf16 fused] warm-up 4.20 s · decode 2.400 ms/token (floor 1.1 ms) · 252 GPU kernels\n",
+        encoding="utf-8",
+    )
     assert gpu_check.summary(tmp_path) == 0
     out = capsys.readouterr().out
     assert "steps: gpu-tests=61s(rc=1), total=300s" in out
@@ -112,6 +119,9 @@ def test_the_summary_has_the_tests_the_diagnosis_and_each_variants_decode_and_en
     assert "bench 1.7B on NVIDIA H100 80GB HBM3" in out
     assert "1.7B 10 s: bf16 1.23/1.03 ms/tok e2e 80; int4 0.61/1.03 ms/tok e2e 80; official e2e 737 ms (9.2x)" in out
     assert "bench-0.6B: no JSON (Traceback: out of time)" in out
+    assert "splits-1.7B:\n[1.7B splits=auto bf16 fused] warm-up 4.10 s · decode 3.050 ms/token (floor 1.1 ms)\n" in out
+    assert "[1.7B splits=4 bf16 fused] warm-up 4.20 s · decode 2.400 ms/token (floor 1.1 ms)" in out
+    assert "_decode_attention" not in out
     assert (tmp_path / "summary.txt").read_text(encoding="utf-8").strip() == out.strip()
 
 
