@@ -5,7 +5,6 @@ runs on. Offscreen, in a private app home and XDG config folder."""
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 
@@ -16,6 +15,7 @@ from dictation.app import main as app_main
 from dictation.app.tray import Tray
 from dictation.config.settings import Settings
 from dictation.config.store import SettingsStore
+from tests.app.started import stop_started_apps
 
 
 @pytest.fixture
@@ -48,16 +48,7 @@ def start(qtbot, monkeypatch):
         return app
 
     yield run
-    for app in started:
-        app.shutdown()
-        app.qapp.aboutToQuit.disconnect(app.shutdown)
-        app.wake.stop()
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if getattr(h, "_dictation", False)]:
-        root.removeHandler(handler)
-        handler.close()
+    stop_started_apps(started, handlers)
 
 
 def stale_entry(tmp_path, monkeypatch) -> str:

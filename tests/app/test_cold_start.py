@@ -27,6 +27,7 @@ from dictation.ipc import claim_instance, send_command, server_name
 from dictation.session import Status
 from tests.app.controller_fakes import FakeHotkeys, hotkey_chooser
 from tests.app.rig import speech
+from tests.app.started import stop_started_apps
 
 
 @pytest.fixture
@@ -350,16 +351,7 @@ def app_start(qtbot, runtime, monkeypatch):
         return app
 
     yield run
-    for app in started:
-        app.shutdown()
-        app.qapp.aboutToQuit.disconnect(app.shutdown)
-        app.wake.stop()
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if getattr(h, "_dictation", False)]:
-        root.removeHandler(handler)
-        handler.close()
+    stop_started_apps(started, handlers)
 
 
 def test_the_socket_exists_only_once_the_microphone_and_the_hotkeys_are_ready(app_start, monkeypatch):

@@ -19,6 +19,7 @@ import pytest
 from dictation.app import main as app_main
 from dictation.app.tray import Tray
 from dictation.ipc import IpcError, send_command
+from tests.app.started import stop_started_apps
 
 
 @pytest.fixture
@@ -52,19 +53,7 @@ def start(qtbot, monkeypatch):
         return app
 
     yield run
-    for app in started:
-        app.shutdown()
-        app.qapp.aboutToQuit.disconnect(app.shutdown)
-        for window in (app.settings_window, app.history_window):
-            if window is not None:
-                window.close()
-        app.wake.stop()
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if getattr(h, "_dictation", False)]:
-        root.removeHandler(handler)
-        handler.close()
+    stop_started_apps(started, handlers)
 
 
 def ask(qtbot, command: str) -> dict:

@@ -24,7 +24,9 @@ def takes_wheel(widget: QWidget) -> bool:
     return widget.hasFocus()
 
 
-class ComboBox(QComboBox):
+class _WheelWhenFocused:
+    """Mixed in before the Qt class: focus by click and Tab only, the wheel only while focused."""
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
@@ -36,25 +38,13 @@ class ComboBox(QComboBox):
             event.ignore()  # goes on to the parent: the page scrolls
 
 
-class SpinBox(QSpinBox):
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-
-    def wheelEvent(self, event: QWheelEvent) -> None:
-        if takes_wheel(self):
-            super().wheelEvent(event)
-        else:
-            event.ignore()
+class ComboBox(_WheelWhenFocused, QComboBox):
+    pass
 
 
-class DoubleSpinBox(QDoubleSpinBox):
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+class SpinBox(_WheelWhenFocused, QSpinBox):
+    pass
 
-    def wheelEvent(self, event: QWheelEvent) -> None:
-        if takes_wheel(self):
-            super().wheelEvent(event)
-        else:
-            event.ignore()
+
+class DoubleSpinBox(_WheelWhenFocused, QDoubleSpinBox):
+    pass
