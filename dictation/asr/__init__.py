@@ -8,10 +8,15 @@ from typing import TYPE_CHECKING
 
 from dictation.asr.errors import AdapterError, AsrError, AudioError, LanguageError, ModelError, WeightsError
 
+SAMPLE_RATE = 16_000
+"""What the engine consumes: mono float32 samples at 16 kHz (the model's mel frontend, spec §3).
+Every part of the app that records, reads or trims audio uses this one constant."""
+
 if TYPE_CHECKING:
     from dictation.asr.engine import AsrEngine, EngineOptions, Progress, Transcript
 
 __all__ = [
+    "SAMPLE_RATE",
     "AsrEngine",
     "EngineOptions",
     "Progress",

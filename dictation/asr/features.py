@@ -15,7 +15,8 @@ import math
 import numpy as np
 import torch
 
-SAMPLE_RATE = 16000
+from dictation.asr import SAMPLE_RATE
+
 N_FFT = 400
 HOP_LENGTH = 160
 # Reflect padding needs more than half a window, and one frame needs a hop.
