@@ -7,7 +7,7 @@ matmul; int4: our Triton kernel, torch's tinygemm ``_weight_int4pack_mm``, dequa
 prints the GPU time of one call, the bytes that kernel reads, the bandwidth that makes and its share
 of the GPU's peak. Times are GPU time in a CUDA graph (as the decode step runs) over enough copies of
 each layer to spill the L2 cache, so the weights come from memory as they do in a real step
-(``quant.gpu_time_ms``, ``quant.l2_copies``). Every result is checked against the float product.
+(``graphs.gpu_time_ms``, ``graphs.l2_copies``). Every result is checked against the float product.
 
     python benchmarks/bench_gemv.py                        # 1.7B shapes, about 20-30 s on an H100
     python benchmarks/bench_gemv.py --size 0.6B --group-size 64 --configs --json gemv.json
@@ -36,7 +36,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere: import dict
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from dictation.asr import quant, triton_gemv  # noqa: E402
+from dictation.asr.nn import graphs, quant_format, quantized  # noqa: E402
+from dictation.asr.nn.kernels import triton_gemv  # noqa: E402
 from dictation.bench.checkpoints import SIZES, TEXT_COMMON  # noqa: E402
 from dictation.bench.runner import gpu_bandwidth  # noqa: E402
 
@@ -61,7 +62,7 @@ def _bytes(t: torch.Tensor) -> int:
 
 def _timer(device: torch.device, repeats: int):
     if device.type == "cuda":
-        return lambda calls: quant.gpu_time_ms(calls, device, repeats)
+        return lambda calls: graphs.gpu_time_ms(calls, device, repeats)
 
     def wall(calls) -> float:  # CPU: wall-clock, for smoke runs
         for call in calls:
@@ -75,7 +76,7 @@ def _timer(device: torch.device, repeats: int):
 
 
 def _copies(layer, device: torch.device):
-    return quant.l2_copies(layer, device) if device.type == "cuda" else [layer]
+    return graphs.l2_copies(layer, device) if device.type == "cuda" else [layer]
 
 
 def _candidates(kind: str, layer, x: torch.Tensor, device: torch.device, configs: bool):
@@ -108,7 +109,7 @@ def _candidates(kind: str, layer, x: torch.Tensor, device: torch.device, configs
                 half = _bytes(layer.qweight) + 2 * layer.scales.numel() * 2
                 fn = lambda m: functools.partial(kernel, x, m.qweight, m.scales.half(), m.zeros.half())  # noqa: E731
                 out.append(("triton-fp16-scales", "triton, fp16 scales+zeros", half, fn))
-    if quant._kernel_available(kind, device, dtype):
+    if quantized._kernel_available(kind, device, dtype):
         out.append(("torch", "torch" if kind == "int8" else "torch (tinygemm)", torch_bytes,
                     lambda m: functools.partial(m._torch_kernel, x, dtype)))  # fmt: skip
     out.append(("dequantize", "dequantize + matmul", dequant_bytes, lambda m: functools.partial(m._fallback, x)))
@@ -149,8 +150,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     linear = lambda m, x=x: functools.partial(F.linear, x, m.weight)  # noqa: E731
                     cands = [("cublas", "F.linear", _bytes(layer.weight), linear)]
                 else:
-                    layer = (quant.Int8Linear.from_weight(w) if kind == "int8"
-                             else quant.Int4Linear.from_weight(w, group_size=args.group_size))  # fmt: skip
+                    layer = (quantized.Int8Linear.from_weight(w) if kind == "int8"
+                             else quantized.Int4Linear.from_weight(w, group_size=args.group_size))  # fmt: skip
                     reference = x.float() @ layer.dequantize().T
                     cands = _candidates(kind, layer, x, device, args.configs)
                 layers = _copies(layer, device)
@@ -158,7 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for path, label, nbytes, make in cands:
                     calls = [make(m) for m in layers]
                     err = float((calls[0]().float() - reference).abs().max()) / scale
-                    ok = err <= quant._PROBE_TOLERANCE.get(dtype, 2e-2)
+                    ok = err <= quantized._PROBE_TOLERANCE.get(dtype, 2e-2)
                     ms = time_ms(calls)
                     row = {
                         "layer": layer_name, "out": out_f, "in": in_f, "kind": kind, "path": path, "kernel": label,
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="1.7B", choices=list(SIZES), help="layer shapes of this model size")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"], help="activation dtype")
-    p.add_argument("--group-size", type=int, default=quant.DEFAULT_GROUP_SIZE, choices=quant.GROUP_SIZES)
+    p.add_argument("--group-size", type=int, default=quant_format.DEFAULT_GROUP_SIZE, choices=quant_format.GROUP_SIZES)
     p.add_argument("--repeats", type=int, default=100, help="calls per timing (CUDA: in one graph)")
     p.add_argument(
         "--configs",

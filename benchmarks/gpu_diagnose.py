@@ -35,7 +35,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-import dictation.asr.generate as generate_mod  # noqa: E402
+import dictation.asr.decode.greedy as generate_mod  # noqa: E402
 from dictation.asr import AsrEngine, EngineOptions  # noqa: E402
 from tests.asr.test_fast_paths import BF16_PICK_TOLERANCE, decode, pick_gaps, prompt_embeds  # noqa: E402
 from tests.oracle import synth_audio  # noqa: E402
@@ -150,7 +150,7 @@ def short(name: str) -> str:
 
 
 def streams_and_kernels(engine: AsrEngine) -> None:
-    from dictation.asr.generate import capture_stream
+    from dictation.asr.nn.graphs import capture_stream
 
     model = engine.model
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))

@@ -6,12 +6,12 @@ cosine of the first logits and the teacher-forced top-1 (the reference's greedy 
 the weights go back. Experiments, in the order given:
 
   folder:METHOD:GROUP   a pre-quantized int4 folder (write_quantized_folder, kept in --workdir), read
-                        back by numpy alone from the documented format (not by quant.py); also prints
+                        back by numpy alone from the documented format (not by quantized.py); also prints
                         the relative error |w' - w| / |w| of every layer against the float weights
   noise:REL             Gaussian noise of REL times each weight matrix's RMS (REL = int4's relative
                         error gives a model that is as far from the weights without any rounding)
   int8                  symmetric per-row int8 as numpy computes it
-  METHOD:GROUP          int4 by quant.quantize_int4 (method mse or minmax), dequantized to float32
+  METHOD:GROUP          int4 by quant_format.quantize_int4 (method mse or minmax), dequantized to float32
   modules:METHOD:GROUP  the real Int4Linear layers (quantize_model; the CPU kernels in float32):
                         must match METHOD:GROUP; always run last
 
@@ -39,8 +39,9 @@ if str(REPO_ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from dictation.asr import quant  # noqa: E402
-from dictation.asr.weights import checkpoint_name  # noqa: E402
+from dictation.asr.checkpoints.locate import checkpoint_name  # noqa: E402
+from dictation.asr.nn import quant_format, quantized  # noqa: E402
+from dictation.asr.tune import quantize  # noqa: E402
 from dictation.bench.checkpoints import SIZES, build_checkpoint, prequantized_folder  # noqa: E402
 from dictation.bench.runner import OursBench, synth_audio  # noqa: E402
 
@@ -73,13 +74,13 @@ def numpy_int8(w: np.ndarray) -> np.ndarray:
 
 class Experiment:
     def __init__(self, size: str, workdir: Path, seconds: float, tokens: int) -> None:
-        quant.CPU_BF16_COMPUTE = False  # float32 everywhere: the comparison is about the weights
+        quantized.CPU_BF16_COMPUTE = False  # float32 everywhere: the comparison is about the weights
         self.workdir = workdir
         self.folder = build_checkpoint(size, workdir, log=print)
-        self.bench = OursBench(self.folder, torch.device("cpu"), "fp32", "fp32", quant.DEFAULT_GROUP_SIZE)
+        self.bench = OursBench(self.folder, torch.device("cpu"), "fp32", "fp32", quant_format.DEFAULT_GROUP_SIZE)
         self.bench.load()
         self.model = self.bench.engine.model
-        self.names = quant.quantizable_names(self.model.cfg.text.num_hidden_layers)
+        self.names = quantized.quantizable_names(self.model.cfg.text.num_hidden_layers)
         self.layout = self.model.cfg.layout
         from safetensors import safe_open
 
@@ -147,13 +148,13 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             errors = exp.set_weights(lambda name, w, rel=float(rest): w + _noise(w, gen) * rel)
         elif kind == "int8":
             errors = exp.set_weights(lambda name, w: numpy_int8(w.double().numpy()))
-        elif kind in quant.INT4_METHODS:
+        elif kind in quant_format.INT4_METHODS:
             errors = exp.set_weights(lambda name, w, g=int(rest), m=kind: _dequantized(w, g, m))
         elif kind == "modules":
             method, group = rest.split(":")
             exp.set_weights(lambda name, w: w)
             with _method(method):
-                quant.quantize_model(exp.model, "int4", group_size=int(group))
+                quantize.quantize_model(exp.model, "int4", group_size=int(group))
         else:
             raise SystemExit(f"unknown experiment {spec!r}")
         cosine, top1, first = exp.measure()
@@ -180,18 +181,18 @@ def _noise(w: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 def _dequantized(w: torch.Tensor, group: int, method: str) -> torch.Tensor:
-    layer = quant.Int4Linear(w.shape[1], w.shape[0], device="meta", group_size=group)
-    layer.qweight, layer.scales, layer.zeros = quant.quantize_int4(w, layer.group_size, method=method)
+    layer = quantized.Int4Linear(w.shape[1], w.shape[0], device="meta", group_size=group)
+    layer.qweight, layer.scales, layer.zeros = quant_format.quantize_int4(w, layer.group_size, method=method)
     return layer.dequantize()
 
 
 @contextlib.contextmanager
 def _method(method: str):
-    saved, quant.INT4_METHOD = quant.INT4_METHOD, method
+    saved, quant_format.INT4_METHOD = quant_format.INT4_METHOD, method
     try:
         yield
     finally:
-        quant.INT4_METHOD = saved
+        quant_format.INT4_METHOD = saved
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,8 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from dictation.asr import AsrEngine, EngineOptions, fused  # noqa: E402
-from dictation.asr import generate as generate_mod  # noqa: E402
+from dictation.asr import AsrEngine, EngineOptions  # noqa: E402
+from dictation.asr.decode import greedy as generate_mod
+from dictation.asr.nn import graphs
+from dictation.asr.nn.kernels import fused
 from dictation.bench import checkpoints  # noqa: E402
 from dictation.bench.runner import decode_weight_bytes, gpu_bandwidth, kv_cache_bytes  # noqa: E402
 
@@ -56,7 +58,7 @@ def profile_step(model, position: int) -> list[tuple[str, int, float]]:
 
     cuda = model.device.type == "cuda"
     token = torch.zeros(1, dtype=torch.long, device=model.device)
-    graph = generate_mod.DecodeGraph(model, token, position, capture=False)
+    graph = graphs.DecodeGraph(model, token, position, capture=False)
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
     with torch.inference_mode():
         graph._step(model)  # anything lazy happens before the profile

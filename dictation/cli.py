@@ -11,7 +11,13 @@ from pathlib import Path
 from dictation import __version__
 
 DEFAULT_DOWNLOAD = "Qwen/Qwen3-ASR-1.7B"
-VARIANT_CHOICES = ["bf16", "fp16", "fp32", "int8", "int4"]  # dictation.asr.quant.VARIANTS, without importing torch
+VARIANT_CHOICES = [
+    "bf16",
+    "fp16",
+    "fp32",
+    "int8",
+    "int4",
+]  # dictation.asr.nn.quant_format.VARIANTS, without importing torch
 
 
 def _fail(message: str) -> int:
@@ -22,7 +28,7 @@ def _fail(message: str) -> int:
 def cmd_transcribe(args: argparse.Namespace) -> int:
     from dictation.asr import AsrEngine, AsrError, EngineOptions
     from dictation.asr.engine import is_silent
-    from dictation.asr.prompt import normalize_language
+    from dictation.asr.text.prompt import normalize_language
     from dictation.audio.wav import load_audio_16k
 
     try:
@@ -121,8 +127,9 @@ example:
 
 def cmd_quantize(args: argparse.Namespace) -> int:
     from dictation.asr import AsrError
-    from dictation.asr.models import resolve_model
-    from dictation.asr.quant import DEFAULT_GROUP_SIZE, write_quantized_folder
+    from dictation.asr.checkpoints.hub import resolve_model
+    from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE
+    from dictation.asr.tune.writers import write_quantized_folder
 
     bar = _CountBar(f"quantizing to {args.variant}") if sys.stderr.isatty() else None
     try:
@@ -159,7 +166,7 @@ def _weights_bytes(folder: Path) -> int:
 
 def cmd_merge_lora(args: argparse.Namespace) -> int:
     from dictation.asr import AsrError
-    from dictation.asr.adapters import write_merged_folder
+    from dictation.asr.tune.writers import write_merged_folder
 
     try:
         out = write_merged_folder(args.model, args.adapter, Path(args.out))
@@ -181,7 +188,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_download(args: argparse.Namespace) -> int:
     from dictation.asr import AsrError
-    from dictation.asr.models import download_model
+    from dictation.asr.checkpoints.hub import download_model
 
     bar = _ProgressBar(args.model)
     try:
@@ -419,8 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv)[:1] == ["_match-patterns"]:  # dictation.asr.patterns.CHILD_ARG
-        from dictation.asr import patterns
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["_match-patterns"]:  # dictation.asr.tune.patterns.CHILD_ARG
+        from dictation.asr.tune import patterns
 
         return patterns.child_main()  # the frozen app as the regular-expression child (not a user command)
     parser = build_parser()

@@ -1082,7 +1082,7 @@ def _device_check(ctx: Context, accelerator: str, gpus: list[GpuInfo]) -> Check:
 
 
 def _memory_check(ctx: Context, gpus: list[GpuInfo]) -> Check | None:
-    from dictation.asr.models import find_known_model
+    from dictation.asr.checkpoints.hub import find_known_model
 
     engine = ctx.settings.engine
     known = find_known_model(engine.model.strip())
@@ -1106,8 +1106,14 @@ def _memory_check(ctx: Context, gpus: list[GpuInfo]) -> Check | None:
 
 
 def _model(ctx: Context) -> list[Check]:
-    from dictation.asr.lora import check_adapter
-    from dictation.asr.models import check_model_folder, hf_cache_dir, is_gguf_path, looks_like_repo_id, resolve_model
+    from dictation.asr.checkpoints.hub import (
+        check_model_folder,
+        hf_cache_dir,
+        is_gguf_path,
+        looks_like_repo_id,
+        resolve_model,
+    )
+    from dictation.asr.tune.adapter_files import check_adapter
 
     area = "Model"
     engine = ctx.settings.engine

@@ -255,7 +255,7 @@ def test_kernel_layouts_include_the_fused_projections(variants_run, workdir):
     import numpy as np
     import torch
 
-    from dictation.asr import quant
+    from dictation.asr.nn import quantized
     from dictation.bench.runner import OursBench
 
     (folder,) = [p for p in workdir.iterdir() if p.is_dir() and p.name.endswith("tiny-random")]
@@ -266,14 +266,14 @@ def test_kernel_layouts_include_the_fused_projections(variants_run, workdir):
     submodules_only = sum(
         t.numel() * t.element_size()
         for m in model.modules()
-        if isinstance(m, quant.QUANT_MODULES)
+        if isinstance(m, quantized.QUANT_MODULES)
         for tensors in m._cache.values()
         for t in tensors
     )
     fused = sum(
         t.numel() * t.element_size() for f in model.decoder.fused_layers() for v in f._cache.values() for t in v
     )
-    assert fused > 0 and bench.kernel_cache_bytes() == quant.kernel_cache_bytes(model) == submodules_only + fused
+    assert fused > 0 and bench.kernel_cache_bytes() == quantized.kernel_cache_bytes(model) == submodules_only + fused
     bench.unload()
 
 
@@ -332,23 +332,24 @@ def test_the_bandwidth_floor_knows_the_gpu_by_its_reported_name(name, label):
 
 
 def test_the_int4_method_is_an_option_and_reaches_the_quantizer(monkeypatch):
-    from dictation.asr import ModelError, quant, weights
+    from dictation.asr import ModelError, device
+    from dictation.asr.nn import quant_format
     from dictation.bench import parse_args, runner
 
     def no_device(name):
         raise ModelError("no such device")
 
-    assert parse_args([]).int4_method == quant.INT4_METHOD == "mse"
-    monkeypatch.setattr(quant, "INT4_METHOD", "mse")
-    monkeypatch.setattr(weights, "resolve_device", no_device)
+    assert parse_args([]).int4_method == quant_format.INT4_METHOD == "mse"
+    monkeypatch.setattr(quant_format, "INT4_METHOD", "mse")
+    monkeypatch.setattr(device, "resolve_device", no_device)
     assert runner.run(parse_args(["--int4-method", "minmax"])) == 1  # stops at the device, method set
-    assert quant.INT4_METHOD == "minmax"
+    assert quant_format.INT4_METHOD == "minmax"
 
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_a_streamed_text_that_differs_stops_fp32_and_is_counted_otherwise(workdir, monkeypatch, variant):
     """fp32 streaming must equal the whole clip; bf16 and quantized rounding depends on the chunking."""
-    from dictation.asr.streaming import StreamingTranscription
+    from dictation.asr.decode.streaming import StreamingTranscription
 
     real = StreamingTranscription.finish
 
@@ -379,7 +380,7 @@ def test_random_checkpoints_are_drawn_on_all_cores_with_the_serial_values(monkey
     import torch
 
     from dictation.asr.config import AsrConfig
-    from dictation.asr.model import AsrModel
+    from dictation.asr.nn.model import AsrModel
     from dictation.bench import checkpoints
 
     with torch.device("meta"):
@@ -411,7 +412,7 @@ def test_the_decode_profile_script_lists_what_one_step_runs(workdir, capsys):
 
 def test_profile_decode_repeats_a_step_per_attention_split_and_restores_the_default(tmp_path, capsys, monkeypatch):
     import benchmarks.profile_decode as profile_decode
-    from dictation.asr import fused
+    from dictation.asr.nn.kernels import fused
 
     seen = []
     load = profile_decode.load

@@ -496,7 +496,7 @@ def test_a_model_that_is_not_downloaded_and_a_missing_adapter(tmp_path):
 def test_a_good_model_folder_and_low_disk_space(tmp_path, monkeypatch):
     import shutil
 
-    from dictation.asr import models
+    from dictation.asr.checkpoints import hub as models
 
     folder = tmp_path / "model"
     folder.mkdir()

@@ -77,7 +77,8 @@ def test_no_module_imports_qt_outside_app_or_the_reference_anywhere():
 def test_light_modules_do_not_load_torch():
     """Settings, prompt helpers and the session machine stay cheap to import (the tray starts fast)."""
     script = (
-        "import sys, dictation.asr, dictation.asr.prompt, dictation.asr.errors, dictation.session, dictation.config;"
+        "import sys, dictation.asr, dictation.asr.text.prompt, dictation.asr.errors, dictation.session,"
+        " dictation.config;"
         "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -15,7 +15,7 @@ import int4_agreement  # noqa: E402
 
 
 def test_the_experiments_relate_as_they_must(tmp_path, monkeypatch):
-    from dictation.asr import quant
+    from dictation.asr.nn import quantized as quant
 
     monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", None)  # the script sets it; leave no trace
     out = tmp_path / "agreement.json"
@@ -24,7 +24,7 @@ def test_the_experiments_relate_as_they_must(tmp_path, monkeypatch):
     assert int4_agreement.main([*experiments, *options]) == 0
     rows = {r["experiment"]: r for r in json.loads(out.read_text())["rows"]}
     assert list(rows) == [e for e in experiments if not e.startswith("modules")] + ["modules:minmax:64"]
-    # the folder read back by numpy is the minmax quantization quant.py computes
+    # the folder read back by numpy is the minmax quantization quantized.py computes
     assert rows["folder:minmax:64"]["cosine"] == pytest.approx(rows["minmax:64"]["cosine"], abs=1e-6)
     assert rows["folder:minmax:64"]["layer_error"]["mean"] == pytest.approx(0.0896, abs=0.003)  # K = 64: group 64
     assert rows["mse:64"]["layer_error"]["mean"] < 0.96 * rows["minmax:64"]["layer_error"]["mean"]

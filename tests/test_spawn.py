@@ -142,8 +142,8 @@ def test_nvidia_smi_gets_the_users_environment(monkeypatch, tmp_path):
 
 
 def test_the_pattern_matchers_child_gets_the_users_environment(monkeypatch, tmp_path):
-    """The child that matches a LoRA adapter's regular expressions (dictation.asr.patterns)."""
-    from dictation.asr import patterns
+    """The child that matches a LoRA adapter's regular expressions (dictation.asr.tune.patterns)."""
+    from dictation.asr.tune import patterns
 
     bundle = simulate_frozen(monkeypatch, tmp_path)
     env_out = tmp_path / "child-env.json"

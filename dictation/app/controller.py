@@ -101,7 +101,7 @@ def adapter_spec(adapter: Any) -> str:
 
 def parse_path(spec: str) -> str:
     """The folder of an engine adapter spec (``DIR`` or ``DIR:weight``)."""
-    from dictation.asr.lora import parse_adapter_spec
+    from dictation.asr.tune.adapter_files import parse_adapter_spec
 
     return parse_adapter_spec(spec)[0]
 

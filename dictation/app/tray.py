@@ -117,7 +117,7 @@ class TrayMenu(QMenu):
     def _model_menu(self) -> QMenu:
         """The models on this computer (the Hugging Face cache, then the folders chosen before), the
         precision, and the Model page."""
-        from dictation.asr.models import KNOWN_MODELS, local_models
+        from dictation.asr.checkpoints.hub import KNOWN_MODELS, local_models
 
         c = self.controller
         menu = QMenu("Model", self)

@@ -824,8 +824,8 @@ class DownloadWorker(QObject):
 
     @Slot(str)
     def run(self, repo_id: str) -> None:
+        from dictation.asr.checkpoints.hub import download_model
         from dictation.asr.errors import AsrError
-        from dictation.asr.models import download_model
 
         self._cancel = False
 

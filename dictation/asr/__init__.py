@@ -6,11 +6,8 @@ prompt, models) can be imported without loading torch.
 
 from typing import TYPE_CHECKING
 
+from dictation.asr.config import SAMPLE_RATE
 from dictation.asr.errors import AdapterError, AsrError, AudioError, LanguageError, ModelError, WeightsError
-
-SAMPLE_RATE = 16_000
-"""What the engine consumes: mono float32 samples at 16 kHz (the model's mel frontend, spec §3).
-Every part of the app that records, reads or trims audio uses this one constant."""
 
 if TYPE_CHECKING:
     from dictation.asr.engine import AsrEngine, EngineOptions, Progress, Transcript

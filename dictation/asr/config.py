@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from dictation.asr.errors import ModelError
-from dictation.asr.files import read_json
+from dictation.files import read_json
+
+SAMPLE_RATE = 16_000
+"""What the engine consumes: mono float32 samples at 16 kHz (the model's mel frontend, spec §3).
+Every part of the app that records, reads or trims audio uses this one constant, re-exported by
+``dictation.asr``."""
 
 MAX_CONFIG_BYTES = 16 << 20  # config.json; a real one is a few kB
 MAX_INT = 2**31 - 1  # any size or id beyond this is not a model's (and would overflow int32 indices)
@@ -75,7 +80,7 @@ class AsrConfig:
     special: SpecialTokens
     layout: str  # "thinker" or "hf"
     support_languages: tuple[str, ...] = ()
-    # config.json's quantization_config of a pre-quantized folder (see dictation.asr.quant), validated;
+    # config.json's quantization_config of a pre-quantized folder (see dictation.asr.nn.quantized), validated;
     # None for a floating-point model. The variant comes from here, never from the folder's name.
     quantization: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
 
@@ -147,7 +152,7 @@ class AsrConfig:
         return cls.from_dict(raw, source=str(path))
 
 
-# Kept here (not imported from dictation.asr.quant) so that reading a config never imports torch.
+# Kept here (not imported from dictation.asr.nn.quantized) so that reading a config never imports torch.
 _QUANT_METHOD = "dictation"
 _QUANT_FORMAT_VERSION = 1
 _QUANT_VARIANTS = ("int8", "int4")

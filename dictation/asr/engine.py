@@ -20,32 +20,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from dictation.asr.checkpoint import check_sizes, locate
-from dictation.asr.config import AsrConfig
+from dictation.asr.checkpoints.hub import is_gguf_path
+from dictation.asr.checkpoints.locate import check_sizes, locate
+from dictation.asr.checkpoints.safetensors import load_model
+from dictation.asr.config import SAMPLE_RATE, AsrConfig
+from dictation.asr.decode.greedy import Generation, greedy, sync_device
+from dictation.asr.decode.longform import MAX_PASS_SECONDS, join_texts, merge_languages, split_long_audio
+from dictation.asr.device import resolve_device, resolve_dtype
 from dictation.asr.errors import AdapterError, AsrError, AudioError
-from dictation.asr.features import MIN_SAMPLES, SAMPLE_RATE, LogMel, n_audio_tokens
-from dictation.asr.generate import Generation, greedy, sync_device
-from dictation.asr.longform import MAX_PASS_SECONDS, join_texts, merge_languages, split_long_audio
-from dictation.asr.model import AsrModel
-from dictation.asr.models import is_gguf_path
-from dictation.asr.prompt import PromptBuilder, normalize_language, parse_output
-from dictation.asr.quant import (
-    DEFAULT_GROUP_SIZE,
-    QUANT_MODULES,
-    QUANTIZED,
-    VARIANTS,
-    cpu_computes_in_bf16,
-    format_bytes,
-    quantizable_linears,
-    quantize_model,
-    replace_linear,
-    weight_bytes,
-)
-from dictation.asr.weights import load_model, resolve_device, resolve_dtype
+from dictation.asr.nn.features import MIN_SAMPLES, LogMel, n_audio_tokens
+from dictation.asr.nn.model import AsrModel
+from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE, QUANTIZED, VARIANTS
+from dictation.asr.nn.quantized import QUANT_MODULES, cpu_computes_in_bf16, quantizable_linears
+from dictation.asr.text.parse import parse_output
+from dictation.asr.text.prompt import PromptBuilder, normalize_language
+from dictation.asr.tune.quantize import format_bytes, quantize_model, replace_linear, weight_bytes
 
 if TYPE_CHECKING:
-    from dictation.asr.adapters import AdapterState
-    from dictation.asr.streaming import StreamingTranscription
+    from dictation.asr.decode.streaming import StreamingTranscription
+    from dictation.asr.tune.adapters import AdapterState
 
 FLOAT_VARIANTS = ("bf16", "fp16", "fp32")
 
@@ -166,7 +159,7 @@ class AsrEngine:
         self.skipped_adapters: tuple[tuple[str, str], ...] = ()
         self.folder: Path | None = None
         self.load_seconds = 0.0
-        # Streaming (dictation.asr.streaming): which stream's prompt the shared KV cache holds (any
+        # Streaming (dictation.asr.decode.streaming): which stream's prompt the shared KV cache holds (any
         # other use of the cache clears it), and a counter of weight changes (adapters, reloads).
         self._kv_owner: object | None = None
         self._weights_version = 0
@@ -216,7 +209,7 @@ class AsrEngine:
     def _read_adapters(self) -> tuple[list[tuple[str, object, float]], list[tuple[str, str]]]:
         """(spec, AdapterInfo, weight) of each adapter in the options, and (spec, message) of those that
         cannot be read: with ``skip_bad_adapters``; otherwise the first problem raises AdapterError."""
-        from dictation.asr.adapters import read_specs
+        from dictation.asr.tune.adapters import read_specs
 
         read, skipped = [], []
         for spec in self.options.adapters:
@@ -235,7 +228,7 @@ class AsrEngine:
         """Check the read adapters against ``model``, load their tensors, quantize the model to ``variant``
         (adapters merged in fp32 first) and apply them. With ``skip_bad_adapters`` one that does not fit
         or cannot be applied is added to ``skipped`` and left out; returns the state and the kept specs."""
-        from dictation.asr.adapters import load_adapter
+        from dictation.asr.tune.adapters import load_adapter
 
         loaded = []
         for spec, info, weight in read:
@@ -266,7 +259,7 @@ class AsrEngine:
 
     def _load_base(self) -> tuple[AsrModel, PromptBuilder, Path, str]:
         """(model with floating or pre-quantized weights, prompt builder, folder, variant name)."""
-        from dictation.asr.models import resolve_model
+        from dictation.asr.checkpoints.hub import resolve_model
 
         requested = self.options.variant or None
         if requested not in (None, *VARIANTS):
@@ -277,7 +270,7 @@ class AsrEngine:
             dtype_opt = requested
         path = Path(os.fspath(self.options.model)).expanduser()
         if path.exists() and not (path / "config.json").is_file() and is_gguf_path(path):
-            from dictation.asr.gguf_file import read_gguf
+            from dictation.asr.checkpoints.gguf.build import read_gguf
 
             dtype = _compute_dtype(dtype_opt, device, quantized=requested in QUANTIZED)
             gguf = read_gguf(path, device, dtype)  # dequantized on the device, then run as the variant
@@ -306,7 +299,7 @@ class AsrEngine:
     def _quantize(self, model: AsrModel, variant: str, adapters) -> AdapterState:
         """Quantize a floating model to ``variant`` at load time (after merging ``adapters`` in fp32)
         and return the adapter state that knows how to re-merge."""
-        from dictation.asr.adapters import AdapterState, changed_params
+        from dictation.asr.tune.adapters import AdapterState, changed_params
 
         quantized_before = any(isinstance(m, QUANT_MODULES) for m in model.modules())
         if variant not in QUANTIZED or quantized_before:
@@ -330,7 +323,7 @@ class AsrEngine:
     def set_adapters(self, adapters: Sequence[str]) -> None:
         """Apply ``adapters`` (``DIR`` or ``DIR:weight``) instead of the current ones, without reading
         the base model again. A bad adapter raises AdapterError and leaves the model as it was."""
-        from dictation.asr.adapters import load_adapters
+        from dictation.asr.tune.adapters import load_adapters
 
         adapters = tuple(adapters)
         with self._lock, setting_up():
@@ -418,8 +411,8 @@ class AsrEngine:
         self, *, language: str | None = None, context: str = "", max_new_tokens: int | None = None
     ) -> StreamingTranscription:
         """Start transcribing audio that is still being recorded: ``feed`` it, then ``finish``
-        (see :mod:`dictation.asr.streaming`). The result equals :meth:`transcribe` of the whole clip."""
-        from dictation.asr.streaming import StreamingTranscription
+        (see :mod:`dictation.asr.decode.streaming`). The result equals :meth:`transcribe` of the whole clip."""
+        from dictation.asr.decode.streaming import StreamingTranscription
 
         return StreamingTranscription(self, language=language, context=context, max_new_tokens=max_new_tokens)
 
@@ -436,7 +429,7 @@ class AsrEngine:
 
         ``draft_ids``: a guess at ``token_ids``, e.g. those of a partial transcript of the clip's
         start (same language and context). Decoding verifies it in batches instead of token by token;
-        the result is the same as without it (see :func:`dictation.asr.generate.greedy`).
+        the result is the same as without it (see :func:`dictation.asr.decode.greedy.greedy`).
         """
         return self.transcribe_with_progress(
             samples, language=language, context=context, max_new_tokens=max_new_tokens, draft_ids=draft_ids
@@ -543,7 +536,7 @@ def setting_up() -> Iterator[None]:
     tensors without autograd, even inside a caller's ``torch.inference_mode()``. Tensors made in
     inference mode are *inference tensors*, which outside it take no in-place change, no ``.data``
     re-pointing and no view that needs a version counter; the model's weights get all of these when
-    adapters change or projections are fused again (``decoder.Fusion``, ``quant.fuse_rows``), so
+    adapters change or projections are fused again (``decoder.Fusion``, ``quantized.fuse_rows``), so
     weights loaded inside a caller's inference mode broke every later change ("Inference tensors
     do not track version counter"). Passes still run in inference mode; they only read the weights."""
     with torch.inference_mode(False), torch.no_grad():

@@ -30,8 +30,8 @@ from typing import BinaryIO
 import numpy as np
 
 from dictation.asr.errors import AudioError
-from dictation.asr.files import NotRegularFile, open_regular
 from dictation.audio.resample import resample
+from dictation.files import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
 

@@ -272,9 +272,9 @@ def build_checkpoint(size: str, root: Path, log: Callable[[str], None] = print) 
     import torch
     from safetensors.torch import save_file
 
-    from dictation.asr.checkpoint import checkpoint_name
+    from dictation.asr.checkpoints.locate import checkpoint_name
     from dictation.asr.config import AsrConfig
-    from dictation.asr.model import AsrModel
+    from dictation.asr.nn.model import AsrModel
 
     raw = config_dict(size)
     digest = _digest({"v": CHECKPOINT_FORMAT, "seed": SEED, "std": WEIGHT_STD, "config": raw})
@@ -319,7 +319,8 @@ def prequantized_folder(
 ) -> tuple[Path, float | None]:
     """A pre-quantized copy of ``src`` written by ``write_quantized_folder`` into ``root`` (reused while
     ``src`` is unchanged). Returns (folder, seconds it took to write, None if reused)."""
-    from dictation.asr.quant import quantization_config, write_quantized_folder
+    from dictation.asr.tune.quantize import quantization_config
+    from dictation.asr.tune.writers import write_quantized_folder
 
     # the config written names the method (int4) and format: a folder quantized otherwise is rewritten
     digest = _digest({"src": _source_key(src), "config": quantization_config(variant, group_size)})

@@ -11,10 +11,10 @@ from pathlib import Path
 
 SIZE_NAMES = ("tiny", "0.6B", "1.7B")  # "tiny": a few-MB model with the real vocabulary, for smoke tests
 IMPLS = ("ours", "official")
-VARIANT_NAMES = ("bf16", "fp16", "fp32", "int8", "int4")  # dictation.asr.quant.VARIANTS, without torch
+VARIANT_NAMES = ("bf16", "fp16", "fp32", "int8", "int4")  # dictation.asr.nn.quant_format.VARIANTS, without torch
 DECODE_STEPS = ("unfused", "gemv", "compiled")  # besides the engine's default step (runner.OursBench)
 GROUP_SIZES = (32, 64, 128, 256)
-INT4_METHODS = ("mse", "minmax")  # dictation.asr.quant.INT4_METHODS
+INT4_METHODS = ("mse", "minmax")  # dictation.asr.nn.quant_format.INT4_METHODS
 
 _DESCRIPTION = """\
 Stage-by-stage speed, memory and agreement of our Qwen3-ASR engine's variants (bf16/fp16/fp32,

@@ -196,7 +196,7 @@ def print_summary(results: list[dict[str, Any]], meta: dict[str, Any], out: Call
     out(
         "warm-up: engine.warm_up() after loading (kernel compiles and set-up, the CUDA graph capture; the compiled "
         "step's compile). decode kernels / layer: what one decode step dispatches per decoder layer, counted as it "
-        "runs (dictation.asr.kernel_count): operations that compute (no views, allocations or no-op casts), each "
+        "runs (dictation.bench.kernel_count): operations that compute (no views, allocations or no-op casts), each "
         "fused kernel one; "
         + (
             "on CUDA about one kernel launch each (a CUDA graph replays the same)"

@@ -276,7 +276,7 @@ class OursBench:
         if self.variant in ("int8", "int4"):
             note = f"{self.variant}: encoder, embeddings and head in {self.dtype_name}"
             if self.device.type == "cpu":
-                from dictation.asr.quant import cpu_computes_in_bf16
+                from dictation.asr.nn.quantized import cpu_computes_in_bf16
 
                 if cpu_computes_in_bf16():
                     note += "; the quantized layers compute in bf16 (this CPU has bf16 instructions)"
@@ -292,7 +292,7 @@ class OursBench:
             engine.unload()
 
     def _prompt_embeds(self, audio: np.ndarray) -> tuple[torch.Tensor, list[int]]:
-        from dictation.asr.features import n_audio_tokens
+        from dictation.asr.nn.features import n_audio_tokens
 
         engine = self.engine
         model = engine.model
@@ -304,7 +304,7 @@ class OursBench:
         return model.embed_prompt(torch.tensor(ids, device=self.device), audio_embeds), ids
 
     def prompt_ids(self, audio: np.ndarray) -> list[int]:
-        from dictation.asr.features import n_audio_tokens, n_frames
+        from dictation.asr.nn.features import n_audio_tokens, n_frames
 
         frames = n_frames(len(audio))
         return self.engine.prompt.prompt_ids(
@@ -312,8 +312,8 @@ class OursBench:
         )
 
     def run(self, audio: np.ndarray, n_tokens: int) -> Run:
-        from dictation.asr.features import n_audio_tokens
-        from dictation.asr.generate import greedy
+        from dictation.asr.decode.greedy import greedy
+        from dictation.asr.nn.features import n_audio_tokens
 
         engine, device = self.engine, self.device
         model = engine.model
@@ -459,9 +459,9 @@ class OursBench:
         return seconds
 
     def decode_kernels(self) -> dict[str, Any]:
-        """How many kernels one decode step launches per decoder layer (dictation.asr.kernel_count), counted
+        """How many kernels one decode step launches per decoder layer (dictation.bench.kernel_count), counted
         on the step decoding uses here."""
-        from dictation.asr.kernel_count import decode_step
+        from dictation.bench.kernel_count import decode_step
 
         self.engine._kv_owner = None  # the count writes a cache position
         count = decode_step(self.engine.model, 1)
@@ -479,7 +479,7 @@ class OursBench:
         """Bytes the quantized layers hold besides their weights: kernel layouts and cast scales, built
         on first use (e.g. the int4 kernels' packed copy of the weights), the fused q/k/v and gate/up
         layers' included."""
-        from dictation.asr.quant import kernel_cache_bytes
+        from dictation.asr.nn.quantized import kernel_cache_bytes
 
         return kernel_cache_bytes(self.engine.model)
 
@@ -492,7 +492,7 @@ class OursBench:
 def decode_weight_bytes(model: Any) -> int:
     """Weight bytes one decode step of our model reads (quantized layers as stored): the decoder without
     its embedding table (one row is gathered), plus the output head."""
-    from dictation.asr.quant import weight_bytes
+    from dictation.asr.tune.quantize import weight_bytes
 
     embed = model.decoder.embed_tokens.weight
     head = model.output_weight
@@ -628,7 +628,7 @@ def _close(bench: Any, result: dict[str, Any], device: torch.device) -> None:
         result["decode_weight_bytes"] = bench.decode_weight_bytes
         result["kernel_cache_bytes"] = bench.kernel_cache_bytes() if bench.variant not in FLOAT_VARIANTS else None
         if bench.variant == "int8" and device.type == "cuda":
-            from dictation.asr.quant import cuda_int8_path
+            from dictation.asr.nn.quantized import cuda_int8_path
 
             path = cuda_int8_path(device, bench.engine.model.dtype)
             result["int8_path"] = path
@@ -880,16 +880,16 @@ def run(args: argparse.Namespace, official: Any = None) -> int:
     ``benchmarks/bench_asr.py`` passes in); the package itself never loads the reference implementation.
     """
     from dictation.asr import AsrError
-    from dictation.asr.weights import resolve_device
+    from dictation.asr.device import resolve_device
     from dictation.bench.report import print_size_table, print_summary
 
     warnings.filterwarnings("ignore")
     logging.getLogger("dictation").setLevel(logging.ERROR)  # e.g. every run hits its token budget
     if args.threads:
         torch.set_num_threads(args.threads)
-    from dictation.asr import quant
+    from dictation.asr.nn import quant_format
 
-    quant.INT4_METHOD = getattr(args, "int4_method", quant.INT4_METHOD)  # loads and pre-quantized folders
+    quant_format.INT4_METHOD = getattr(args, "int4_method", quant_format.INT4_METHOD)  # loads and pre-quantized folders
     try:
         device = resolve_device(args.device)
     except AsrError as exc:
@@ -934,7 +934,7 @@ def run(args: argparse.Namespace, official: Any = None) -> int:
         "variants": list(args.variants or [DTYPE_NAMES[dtype]]),
         "reference_variant": args.reference_variant or ("bf16" if device.type == "cuda" else "fp32"),
         "group_size": args.group_size,
-        "int4_method": quant.INT4_METHOD,
+        "int4_method": quant_format.INT4_METHOD,
         "impls": impls,
         "official_missing": official_missing,
         "torch": torch.__version__,
@@ -967,7 +967,7 @@ def run(args: argparse.Namespace, official: Any = None) -> int:
     t_start = time.perf_counter()
     try:
         if args.model is not None:
-            from dictation.asr.models import resolve_model
+            from dictation.asr.checkpoints.hub import resolve_model
 
             try:
                 folder = resolve_model(args.model)

@@ -92,7 +92,7 @@ def language_choices() -> tuple[tuple[str, str], ...]:
     Imported lazily: ``dictation.asr``'s package ``__init__`` imports the engine and with it torch,
     which settings must not pay for at import time.
     """
-    from dictation.asr.prompt import LANGUAGES
+    from dictation.asr.text.prompt import LANGUAGES
 
     return (("auto", "Detect automatically"),) + tuple((code, name) for name, code in LANGUAGES)
 

@@ -17,7 +17,7 @@ import pytest
 from dictation.app import workers
 from dictation.app.logs import setup_logging
 from dictation.asr import AsrEngine
-from dictation.asr.streaming import StreamingTranscription
+from dictation.asr.decode.streaming import StreamingTranscription
 from dictation.config import Outcome, Settings
 from dictation.config.settings import Replacement
 from dictation.session import Status

@@ -19,7 +19,7 @@ from dictation.app.controller import STREAMED_KEY
 from dictation.app.overlay import Overlay
 from dictation.app.tray import Tray
 from dictation.asr import AsrEngine
-from dictation.asr.streaming import StreamingTranscription
+from dictation.asr.decode.streaming import StreamingTranscription
 from dictation.audio.trim import find_speech, trim_silence
 from dictation.config import Outcome, Settings
 from dictation.session import Status

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dictation.asr import AdapterError, AsrEngine, EngineOptions
-from dictation.asr.adapters import AdapterState, LoraLinear, load_adapters
+from dictation.asr.tune.adapters import AdapterState, LoraLinear, load_adapters
 from tests.oracle import synth_audio
 from tests.oracle.checkpoints import EOS_IDS
 
@@ -201,7 +201,7 @@ def test_unmerged_layers_equal_merged_weights_stacked_and_weighted(ckpt_untied, 
         "decoder.layers.0.self_attn.q_proj",
         torch.float32,
     )
-    from dictation.asr.adapters import merged_weights
+    from dictation.asr.tune.adapters import merged_weights
 
     merged = merged_weights(adapters, {"decoder.layers.0.self_attn.q_proj.weight": layer.weight})
     x = torch.randn(5, layer.in_features)
@@ -221,8 +221,8 @@ def test_state_apply_and_clear_round_trip_on_a_tied_head(ckpt_root, tmp_path):
 
     from safetensors.torch import save_file
 
+    from dictation.asr.checkpoints.safetensors import load_model
     from dictation.asr.config import AsrConfig
-    from dictation.asr.weights import load_model
     from tests.oracle.checkpoints import cached_checkpoint
 
     tied = cached_checkpoint(ckpt_root, tie_word_embeddings=True)

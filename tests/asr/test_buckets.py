@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import dictation.asr.encoder as encoder_mod
-import dictation.asr.model as model_mod
+import dictation.asr.nn.encoder as encoder_mod
+import dictation.asr.nn.model as model_mod
 from dictation.asr import AsrEngine, EngineOptions
-from dictation.asr.features import n_audio_tokens
-from dictation.asr.graphs import StaticCall
+from dictation.asr.nn.features import n_audio_tokens
+from dictation.asr.nn.graphs import StaticCall
 from tests.asr.test_fast_paths import prompt_embeds
 from tests.asr.test_variants import write_adapter
 from tests.oracle import synth_audio

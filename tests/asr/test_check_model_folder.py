@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dictation.asr import AsrEngine, EngineOptions, ModelError
-from dictation.asr.models import check_model_folder
+from dictation.asr.checkpoints.hub import check_model_folder
 from tests.oracle.checkpoints import cached_checkpoint
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -117,7 +117,7 @@ def test_checking_is_fast_and_loads_neither_torch_nor_weights(ckpt_sharded):
     script = textwrap.dedent(f"""
         import sys, time
         t = time.perf_counter()
-        from dictation.asr.models import check_model_folder
+        from dictation.asr.checkpoints.hub import check_model_folder
         print(check_model_folder({str(ckpt_sharded)!r}))
         print("torch" in sys.modules, time.perf_counter() - t < 2.0)
     """)

@@ -1,4 +1,4 @@
-"""The decode step compiled by torch.compile (dictation/asr/compiled.py), on the CPU: Inductor
+"""The decode step compiled by torch.compile (dictation/asr/nn/compiled.py), on the CPU: Inductor
 compiles there too (a C++ compiler instead of Triton), so the compiled step's ids are checked
 against the plain step's here; on a GPU: test_fused_cuda.py. Where it cannot apply (quantized
 layers, unmerged adapters) or fails to compile, the default step decodes, with one log line."""
@@ -10,8 +10,9 @@ import logging
 import pytest
 import torch
 
-import dictation.asr.generate as generate_mod
-from dictation.asr import compiled, kernel_count
+import dictation.asr.decode.greedy as generate_mod
+from dictation.asr.nn import compiled
+from dictation.bench import kernel_count
 from tests.asr.test_fast_paths import CLIPS, decode, fresh, plain_run, prompt_embeds
 from tests.oracle import synth_audio
 
@@ -40,10 +41,10 @@ def test_a_quantized_model_keeps_the_default_step_with_one_log_line(ckpt_untied,
     engine.model.compile_step = True
     embeds = prompt_embeds(engine, synth_audio(2.5, seed=1))
     ref = plain_run(engine, embeds, max_new_tokens=6)
-    with caplog.at_level(logging.WARNING, logger="dictation.asr.compiled"):
+    with caplog.at_level(logging.WARNING, logger="dictation.asr.nn.compiled"):
         for _ in range(2):
             assert decode(engine, embeds, max_new_tokens=6).token_ids == ref.token_ids
-    lines = [r.getMessage() for r in caplog.records if r.name == "dictation.asr.compiled"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "dictation.asr.nn.compiled"]
     assert len(lines) == 1 and "needs float decoder weights" in lines[0] and "Int" in lines[0]
     assert engine.model.compiled_step is False
 
@@ -60,10 +61,10 @@ def test_a_failed_compile_decodes_with_the_default_step_and_one_log_line(ckpt_un
     engine.model.compile_step = True
     embeds = prompt_embeds(engine, synth_audio(2.5, seed=1))
     ref = plain_run(engine, embeds, max_new_tokens=6)
-    with caplog.at_level(logging.WARNING, logger="dictation.asr.compiled"):
+    with caplog.at_level(logging.WARNING, logger="dictation.asr.nn.compiled"):
         for _ in range(2):
             assert decode(engine, embeds, max_new_tokens=6).token_ids == ref.token_ids
-    lines = [r.getMessage() for r in caplog.records if r.name == "dictation.asr.compiled"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "dictation.asr.nn.compiled"]
     assert len(lines) == 1 and "compiling the decode step failed" in lines[0] and "CppCompileError" in lines[0]
     assert calls == [1] and engine.model.compiled_step is False
     assert generate_mod._graph_mode(engine.model)[0] == "eager"  # still the static step, uncaptured on the CPU

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dictation.asr import AsrEngine, EngineOptions
-from dictation.asr.generate import capture_stream
+from dictation.asr.nn.graphs import capture_stream
 from tests.asr.test_fast_paths import BF16_PICK_TOLERANCE
 from tests.oracle import synth_audio
 from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
@@ -44,7 +44,7 @@ def gpu_memory_in_use() -> int:
     run: 114363392 > 116993024 failed).
 
     Workspaces: cuBLAS keeps one per handle and stream for the life of the process; the first capture
-    anywhere allocates the capture stream's (generate.capture_stream), which is no leak, but would
+    anywhere allocates the capture stream's (graphs.capture_stream), which is no leak, but would
     count as one in a test that happens to run the first capture."""
     gc.collect()
     with torch.cuda.stream(capture_stream(torch.device("cuda"))):
@@ -121,7 +121,7 @@ def test_nan_weights_are_found_on_the_gpu_they_land_on(ckpt_untied, tmp_path):
     from safetensors.torch import load_file, save_file
 
     from dictation.asr import WeightsError
-    from dictation.asr import weights as weights_module
+    from dictation.asr.checkpoints import safetensors as weights_module
 
     folder = tmp_path / "m"
     shutil.copytree(ckpt_untied, folder)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-import dictation.asr.generate as generate_mod
-from dictation.asr.features import n_audio_tokens
-from dictation.asr.generate import greedy
-from dictation.asr.kv_cache import StaticKVCache
+import dictation.asr.decode.greedy as generate_mod
+from dictation.asr.decode.greedy import greedy
+from dictation.asr.nn.features import n_audio_tokens
+from dictation.asr.nn.kv_cache import StaticKVCache
 from tests.oracle import synth_audio
 
 SR = 16000

@@ -104,7 +104,7 @@ def test_auto_budget_scales_with_length():
 
 
 def test_kv_cache_grows_during_long_outputs_without_changing_ids(ckpt_untied, monkeypatch):
-    import dictation.asr.model as model_mod
+    import dictation.asr.nn.model as model_mod
 
     audio = synth_audio(3.0, seed=17)
     plain = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu")).transcribe(audio, max_new_tokens=30)

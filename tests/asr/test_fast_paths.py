@@ -1,7 +1,7 @@
 """The decode-step levers of issue 6 give exactly the ids of the plain path (CPU; CUDA: test_fast_paths_cuda.py).
 
 - fused q/k/v and gate/up projections (decoder.py), through adapters, quantization and moves;
-- ids kept on the device and read every few steps or a few steps late (generate.py), cut at the first EOS;
+- ids kept on the device and read every few steps or a few steps late (decode/greedy.py), cut at the first EOS;
 - the static-shape one-token step a CUDA graph captures, here run uncaptured.
 
 The plain path: ``set_fusion(False)``, each id read right after its step, the plain ``AsrModel.step``.
@@ -18,15 +18,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import dictation.asr.generate as generate_mod
-import dictation.asr.model as model_mod
-from dictation.asr import AsrEngine, EngineOptions, quant
-from dictation.asr.adapters import LoraLinear
+import dictation.asr.decode.greedy as generate_mod
+import dictation.asr.nn.model as model_mod
+from dictation.asr import AsrEngine, EngineOptions
+from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
-from dictation.asr.features import n_audio_tokens
-from dictation.asr.generate import DecodeGraph, greedy
-from dictation.asr.quant import Int4Linear, Int8Linear
-from dictation.asr.weights import load_model
+from dictation.asr.decode.greedy import greedy
+from dictation.asr.nn import graphs, quantized
+from dictation.asr.nn.features import n_audio_tokens
+from dictation.asr.nn.graphs import DecodeGraph
+from dictation.asr.nn.quantized import Int4Linear, Int8Linear
+from dictation.asr.tune import quantize, writers
+from dictation.asr.tune.adapters import LoraLinear
 from tests.asr.test_variants import write_adapter
 from tests.oracle import synth_audio
 
@@ -177,7 +180,7 @@ def test_members_are_views_of_one_fused_weight_and_nothing_is_stored_twice(ckpt_
     with torch.device("meta"):
         meta = model_mod.AsrModel(model.cfg)
     if variant != "fp32":
-        quant.empty_quantized(meta, variant)
+        quantized.empty_quantized(meta, variant)
     assert set(model.state_dict()) == set(meta.state_dict())
     fused = [g.fusion.weight for g in groups(model) if g.fusion.weight is not None]
     fused += [b for layer in model.decoder.fused_layers() for b in layer.buffers()]
@@ -187,7 +190,7 @@ def test_members_are_views_of_one_fused_weight_and_nothing_is_stored_twice(ckpt_
     non_persistent = sum(
         b.nbytes for m in model.modules() for n, b in m._buffers.items() if n in m._non_persistent_buffers_set
     )
-    assert sum(storages.values()) == quant.weight_bytes(model) + non_persistent
+    assert sum(storages.values()) == quantize.weight_bytes(model) + non_persistent
 
 
 @pytest.mark.parametrize(
@@ -208,7 +211,7 @@ def adapters(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prequantized_int8(ckpt_untied, tmp_path_factory):
-    return quant.write_quantized_folder(ckpt_untied, tmp_path_factory.mktemp("q") / "int8", "int8")
+    return writers.write_quantized_folder(ckpt_untied, tmp_path_factory.mktemp("q") / "int8", "int8")
 
 
 def test_merged_adapters_change_the_fused_weight_in_place(ckpt_untied, adapters):
@@ -278,7 +281,7 @@ def test_quantizing_a_fused_model_frees_its_float_weights(ckpt_untied):
     )
     model.sync_weights()
     fused = [weakref.ref(g.fusion.weight) for g in groups(model)]
-    quant.quantize_model(model, "int4")
+    quantize.quantize_model(model, "int4")
     assert all(ref() is None for ref in fused)
     assert model.decoder.fused_groups() == (4, 4) and len(model.decoder.fused_layers()) == 4
 
@@ -289,7 +292,7 @@ def test_a_group_that_cannot_fuse_any_more_lets_go_of_the_replaced_rows(ckpt_unt
     attn = model.decoder.layers[1].self_attn
     old = weakref.ref(attn.fusion.layer.weight)
     w = torch.randn(attn.q_proj.out_features, attn.q_proj.in_features) * 0.1
-    quant.replace_linear(model, "decoder.layers.1.self_attn.q_proj", "int4", w)  # int4 beside int8: no fusion
+    quantize.replace_linear(model, "decoder.layers.1.self_attn.q_proj", "int4", w)  # int4 beside int8: no fusion
     assert_same_as_plain(engine)
     assert not attn.fusion.fused and old() is None
     assert owns_its_storage(attn.k_proj.weight) and owns_its_storage(attn.v_proj.weight)
@@ -298,8 +301,8 @@ def test_a_group_that_cannot_fuse_any_more_lets_go_of_the_replaced_rows(ckpt_unt
 def test_a_model_folder_can_be_written_from_fused_weights(ckpt_untied, tmp_path):
     import json
 
-    from dictation.asr.checkpoint import checkpoint_name
-    from dictation.asr.weights import write_model_folder
+    from dictation.asr.checkpoints.locate import checkpoint_name
+    from dictation.asr.checkpoints.safetensors import write_model_folder
 
     model = fresh(ckpt_untied).model
     cfg = model.cfg
@@ -326,24 +329,24 @@ def fused_layers_for(kind: str, in_f: int, outs: list[int], device="cpu"):
     members = [Int8Linear.from_weight(w) if kind == "int8" else Int4Linear.from_weight(w) for w in weights]
     members = [m.to(device) for m in members]
     separate = [m.dequantize() for m in members]
-    return quant.fuse_rows(members), members, torch.cat(separate)
+    return quantized.fuse_rows(members), members, torch.cat(separate)
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", list(FUSED_SHAPES))
 def test_packed_kernels_hold_for_the_fused_shapes(monkeypatch, kind, dtype, shape):
-    monkeypatch.setattr(quant, "_KERNEL_OK", {})
+    monkeypatch.setattr(quantized, "_KERNEL_OK", {})
     in_f, outs = FUSED_SHAPES[shape]
     fused, members, reference = fused_layers_for(kind, in_f, outs)
     assert torch.equal(fused.dequantize(), reference)
     cpu = torch.device("cpu")
-    assert fused._kernel_fits(cpu, dtype) and quant._kernel_available(kind, cpu, dtype)
+    assert fused._kernel_fits(cpu, dtype) and quantized._kernel_available(kind, cpu, dtype)
     for rows in (1, 5):
         x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to(dtype)
         got = fused._kernel(x, dtype).float()
         expected = x.float() @ reference.T
-        bound = quant._PROBE_TOLERANCE[dtype] * float(expected.abs().max())  # the probe's own check
+        bound = quantized._PROBE_TOLERANCE[dtype] * float(expected.abs().max())  # the probe's own check
         assert float((got - expected).abs().max()) <= bound
         apart = torch.cat([m._kernel(x, dtype).float() for m in members], dim=-1)
         torch.testing.assert_close(got, apart, rtol=0, atol=bound)
@@ -428,7 +431,7 @@ def static_step(monkeypatch):
     where logits are exact to float32 rounding; quantized layers then compute in float32 too (in bf16
     the rounding of their inputs magnifies that difference into near-tie flips)."""
     monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
 
 
 @pytest.mark.parametrize(
@@ -554,7 +557,7 @@ def test_weights_key_sees_which_code_the_step_runs(ckpt_untied, monkeypatch):
     """A graph captured with the fused kernels (or the GEMV, or the compiled step) must not be
     replayed once they are turned off, nor the reverse: on an H100 the unfused run replayed the fused
     graph and the "captured = uncaptured" tests compared two different paths."""
-    from dictation.asr import fused
+    from dictation.asr.nn.kernels import fused
 
     model = fresh(ckpt_untied).model
     keys = {model.weights_key()}
@@ -624,7 +627,7 @@ def fake_capture(monkeypatch, wrong: bool) -> list[FakeGraph]:
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_a_graph_whose_first_replay_agrees_with_the_warm_up_is_kept(ckpt_untied, monkeypatch, variant):
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)  # see the static_step fixture
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)  # see the static_step fixture
     engine = fresh(ckpt_untied, variant=variant)
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
     ref = plain_run(engine, embeds)
@@ -757,7 +760,7 @@ class _FakeCuda:
         monkeypatch.setattr(torch.cuda, "graph", graph)
         monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
         monkeypatch.setattr(torch.cuda, "set_stream", self.streams_set.append)
-        monkeypatch.setattr(generate_mod, "_CAPTURE_STREAMS", {})
+        monkeypatch.setattr(graphs, "_CAPTURE_STREAMS", {})
 
 
 def test_read_events_are_recorded_on_the_stream_of_the_buffers_gpu(monkeypatch):
@@ -778,10 +781,10 @@ def test_read_events_are_recorded_on_the_stream_of_the_buffers_gpu(monkeypatch):
 def test_every_capture_on_a_gpu_uses_that_gpus_one_capture_stream(monkeypatch):
     """A new stream per capture would leave a cuBLAS workspace behind for each."""
     _FakeCuda(monkeypatch)
-    first = generate_mod.capture_stream(torch.device("cuda"))
-    assert generate_mod.capture_stream(torch.device("cuda", 0)) is first
-    second = generate_mod.capture_stream(torch.device("cuda", 1))
-    assert second is not first and generate_mod.capture_stream(torch.device("cuda", 1)) is second
+    first = graphs.capture_stream(torch.device("cuda"))
+    assert graphs.capture_stream(torch.device("cuda", 0)) is first
+    second = graphs.capture_stream(torch.device("cuda", 1))
+    assert second is not first and graphs.capture_stream(torch.device("cuda", 1)) is second
 
 
 @pytest.mark.parametrize("fails", [False, True])
@@ -811,7 +814,7 @@ def test_the_capture_warms_up_the_whole_step_and_a_failure_restores_the_stream(c
     else:
         assert not fails and fake.streams_set == []
     # The warm-ups ran the argmax too, on copies of the inputs.
-    assert captured == [(generate_mod.GRAPH_WARMUP, [ref[0]], [position])]
+    assert captured == [(graphs.GRAPH_WARMUP, [ref[0]], [position])]
     if fails:  # the same step uncaptured: the plain ids
         monkeypatch.setattr(DecodeGraph, "_step", real_step)
         monkeypatch.setattr(generate_mod, "_graph_mode", lambda m: ("capture", m.weights_key()))
@@ -834,7 +837,7 @@ def cuda_layout_sdpa(monkeypatch) -> None:
 @pytest.mark.parametrize("layout", ["contiguous", "cuda"])
 def test_masked_attention_with_gqa_folded_into_rows_equals_enable_gqa(ckpt_stops, monkeypatch, layout):
     """What CUDA runs for later prefill chunks, extend and draft checks (decoder.FOLD_MASKED_GQA)."""
-    import dictation.asr.decoder as decoder_mod
+    import dictation.asr.nn.decoder as decoder_mod
 
     if layout == "cuda":
         cuda_layout_sdpa(monkeypatch)

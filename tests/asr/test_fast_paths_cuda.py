@@ -16,11 +16,13 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-import dictation.asr.generate as generate_mod
-import dictation.asr.model as model_mod
-from dictation.asr import AsrEngine, EngineOptions, quant
-from dictation.asr.features import LogMel
-from dictation.asr.generate import DecodeGraph
+import dictation.asr.decode.greedy as generate_mod
+import dictation.asr.nn.model as model_mod
+from dictation.asr import AsrEngine, EngineOptions
+from dictation.asr.nn import graphs, quantized
+from dictation.asr.nn.features import LogMel
+from dictation.asr.nn.graphs import DecodeGraph
+from dictation.asr.tune import writers
 from tests.asr.test_cuda import (
     exact_fp32,  # noqa: F401 (autouse: TF32 off, as fp32 identity needs)
     gpu_memory_in_use,
@@ -166,7 +168,7 @@ def test_the_graph_follows_adapter_changes(ckpt_untied, tmp_path):
 
 def test_unmerged_adapters_decode_with_the_same_step_uncaptured(ckpt_untied, tmp_path):
     a = write_adapter(tmp_path / "a", seed=1)
-    folder = quant.write_quantized_folder(ckpt_untied, tmp_path / "int8", "int8")
+    folder = writers.write_quantized_folder(ckpt_untied, tmp_path / "int8", "int8")
     engine = cuda_engine(folder, adapters=[str(a)])
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
     got = run(engine, embeds, "graph")
@@ -227,20 +229,20 @@ def torch_version() -> tuple[int, int]:
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("shape", list(FUSED_SHAPES))
 def test_packed_kernels_hold_for_the_fused_shapes_on_cuda(monkeypatch, kind, shape):
-    monkeypatch.setattr(quant, "_KERNEL_OK", {})
+    monkeypatch.setattr(quantized, "_KERNEL_OK", {})
     in_f, outs = FUSED_SHAPES[shape]
     fused, members, reference = fused_layers_for(kind, in_f, outs, device="cuda")
     cuda, dtype = torch.device("cuda"), torch.bfloat16
     # torch has a CUDA int8 kernel from 2.9 on; before, it must be reported missing and the layer's
     # fallback (dequantize + matmul) must be right.
-    available = quant._kernel_available(kind, cuda, dtype)
+    available = quantized._kernel_available(kind, cuda, dtype)
     assert available == (kind == "int4" or torch_version() >= (2, 9))
     assert fused._kernel_fits(cuda, dtype)
     for rows in (1, 5):
         x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to("cuda", dtype)
         got = (fused._torch_kernel(x, dtype) if available else fused._fallback(x)).float()
         expected = x.float() @ reference.T
-        bound = quant._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
+        bound = quantized._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
         assert float((got - expected).abs().max()) <= bound
 
 
@@ -259,12 +261,12 @@ def test_the_warm_up_captures_the_step_the_first_dictation_replays(ckpt_untied, 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", list(FUSED_SHAPES))
 def test_the_triton_int8_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, shape, dtype):
-    from dictation.asr import triton_gemv
-    from dictation.asr.triton_gemv import CONFIGS, MAX_ROWS, int8_matmul
+    from dictation.asr.nn.kernels import triton_gemv
+    from dictation.asr.nn.kernels.triton_gemv import CONFIGS, MAX_ROWS, int8_matmul
 
     if not triton_gemv.available():  # torch's CUDA wheels bring triton on Linux only
-        monkeypatch.setattr(quant, "_CUDA_INT8", {})
-        assert quant.cuda_int8_path(torch.device("cuda"), dtype) != "triton"
+        monkeypatch.setattr(quantized, "_CUDA_INT8", {})
+        assert quantized.cuda_int8_path(torch.device("cuda"), dtype) != "triton"
         return
 
     in_f, outs = FUSED_SHAPES[shape]
@@ -272,7 +274,7 @@ def test_the_triton_int8_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
     for rows in (1, MAX_ROWS):
         x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to("cuda", dtype)
         expected = x.float() @ reference.T
-        bound = quant._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
+        bound = quantized._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
         for block in (None, *CONFIGS):  # autotuned, then each candidate
             got = int8_matmul(x, fused.weight, fused.weight_scale, block=block)
             assert got.dtype == dtype and float((got.float() - expected).abs().max()) <= bound
@@ -280,10 +282,10 @@ def test_the_triton_int8_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
 
 @pytest.mark.parametrize("path", ["triton", "torch", "dequantize"])
 def test_every_cuda_int8_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckpt_untied, monkeypatch, path):
-    monkeypatch.setattr(quant, "CUDA_INT8_PATH", path)
-    from dictation.asr import triton_gemv
+    monkeypatch.setattr(quantized, "CUDA_INT8_PATH", path)
+    from dictation.asr.nn.kernels import triton_gemv
 
-    chosen = quant.cuda_int8_path(torch.device("cuda"), torch.bfloat16)
+    chosen = quantized.cuda_int8_path(torch.device("cuda"), torch.bfloat16)
     # A forced path that cannot run here falls back to dequantize + matmul, which is then what's checked.
     usable = {"triton": triton_gemv.available(), "torch": torch_version() >= (2, 9), "dequantize": True}[path]
     assert chosen == (path if usable else "dequantize")
@@ -292,17 +294,17 @@ def test_every_cuda_int8_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckp
 
 
 def test_the_int8_path_is_timed_once_and_logged(monkeypatch, caplog):
-    caplog.set_level("INFO", logger="dictation.asr.quant")
-    monkeypatch.setattr(quant, "_CUDA_INT8", {})
-    chosen = quant.cuda_int8_path(torch.device("cuda"), torch.bfloat16)
-    assert chosen in quant.CUDA_INT8_PATHS
-    assert quant.cuda_int8_path(torch.device("cuda"), torch.bfloat16) == chosen
+    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
+    monkeypatch.setattr(quantized, "_CUDA_INT8", {})
+    chosen = quantized.cuda_int8_path(torch.device("cuda"), torch.bfloat16)
+    assert chosen in quantized.CUDA_INT8_PATHS
+    assert quantized.cuda_int8_path(torch.device("cuda"), torch.bfloat16) == chosen
     if "one row through 4096x2048" in caplog.text:  # more than one path was usable: all were timed
         assert f"using {chosen}" in caplog.text
 
 
 def test_folded_masked_attention_on_cuda_equals_enable_gqa(ckpt_untied, monkeypatch):
-    import dictation.asr.decoder as decoder_mod
+    import dictation.asr.nn.decoder as decoder_mod
 
     engine = cuda_engine(ckpt_untied, dtype="fp32")
     model = engine.model
@@ -319,8 +321,8 @@ def test_folded_masked_attention_on_cuda_equals_enable_gqa(ckpt_untied, monkeypa
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_the_encoder_is_captured_per_bucket_and_gives_the_uncaptured_rows(ckpt_untied, monkeypatch, dtype):
-    import dictation.asr.encoder as encoder_mod
-    from dictation.asr.graphs import StaticCall
+    import dictation.asr.nn.encoder as encoder_mod
+    from dictation.asr.nn.graphs import StaticCall
 
     engine = cuda_engine(ckpt_untied, dtype=dtype)
     encoder = engine.model.audio_tower
@@ -368,7 +370,7 @@ def test_the_prefill_is_captured_per_bucket_and_gives_the_uncaptured_logits_and_
 
 
 def test_the_warm_up_captures_every_bucket_the_first_dictations_use(ckpt_untied, monkeypatch):
-    from dictation.asr.graphs import StaticCall
+    from dictation.asr.nn.graphs import StaticCall
 
     engine = cuda_engine(ckpt_untied)
     engine.warm_up()
@@ -387,23 +389,25 @@ def test_the_warm_up_captures_every_bucket_the_first_dictations_use(ckpt_untied,
 @pytest.mark.parametrize("shape", list(FUSED_SHAPES))
 @pytest.mark.parametrize("group", [128, 32])
 def test_the_triton_int4_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, shape, dtype, group):
-    from dictation.asr import triton_gemv
-    from dictation.asr.triton_gemv import INT4_CONFIGS, MAX_ROWS, int4_matmul
+    from dictation.asr.nn.kernels import triton_gemv
+    from dictation.asr.nn.kernels.triton_gemv import INT4_CONFIGS, MAX_ROWS, int4_matmul
 
     if not triton_gemv.available():
-        monkeypatch.setattr(quant, "_CUDA_INT4", {})
-        assert quant.cuda_int4_path(torch.device("cuda"), dtype) != "triton"
+        monkeypatch.setattr(quantized, "_CUDA_INT4", {})
+        assert quantized.cuda_int4_path(torch.device("cuda"), dtype) != "triton"
         return
 
     in_f, outs = FUSED_SHAPES[shape]
     gen = torch.Generator().manual_seed(group)
-    layers = [quant.Int4Linear.from_weight(torch.randn(n, in_f, generator=gen) / 32, group_size=group) for n in outs]
-    fused = quant.fuse_rows(layers).to("cuda")
+    layers = [
+        quantized.Int4Linear.from_weight(torch.randn(n, in_f, generator=gen) / 32, group_size=group) for n in outs
+    ]
+    fused = quantized.fuse_rows(layers).to("cuda")
     reference = fused.dequantize()
     for rows in (1, MAX_ROWS):
         x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to("cuda", dtype)
         expected = x.float() @ reference.T
-        bound = quant._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
+        bound = quantized._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
         for block in (None, *INT4_CONFIGS):  # autotuned, then each candidate
             got = int4_matmul(x, fused.qweight, fused.scales, fused.zeros, block=block)
             assert got.dtype == dtype and float((got.float() - expected).abs().max()) <= bound, block
@@ -411,27 +415,27 @@ def test_the_triton_int4_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
 
 @pytest.mark.parametrize("path", ["triton", "torch", "dequantize"])
 def test_every_cuda_int4_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckpt_untied, monkeypatch, path):
-    monkeypatch.setattr(quant, "CUDA_INT4_PATH", path)
-    from dictation.asr import triton_gemv
+    monkeypatch.setattr(quantized, "CUDA_INT4_PATH", path)
+    from dictation.asr.nn.kernels import triton_gemv
 
-    chosen = quant.cuda_int4_path(torch.device("cuda"), torch.bfloat16)
+    chosen = quantized.cuda_int4_path(torch.device("cuda"), torch.bfloat16)
     usable = {"triton": triton_gemv.available(), "torch": True, "dequantize": True}[path]
     assert chosen == (path if usable else "dequantize")
     engine = cuda_engine(ckpt_untied, variant="int4")
     check_clips(engine, exact_plain=False)
     if chosen == "triton":  # decoding never needed tinygemm's packed copy of the weights
-        layers = [m for m in engine.model.modules() if isinstance(m, quant.Int4Linear)]
+        layers = [m for m in engine.model.modules() if isinstance(m, quantized.Int4Linear)]
         layers += engine.model.decoder.fused_layers()
         cached = [t for layer in layers for tensors in layer._cache.values() for t in tensors]
         assert cached and not [t for t in cached if t.dtype == torch.int32]
 
 
 def test_the_int4_path_is_timed_once_and_logged(monkeypatch, caplog):
-    caplog.set_level("INFO", logger="dictation.asr.quant")
-    monkeypatch.setattr(quant, "_CUDA_INT4", {})
-    chosen = quant.cuda_int4_path(torch.device("cuda"), torch.bfloat16)
-    assert chosen in quant.CUDA_PATHS
-    assert quant.cuda_int4_path(torch.device("cuda"), torch.bfloat16) == chosen
+    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
+    monkeypatch.setattr(quantized, "_CUDA_INT4", {})
+    chosen = quantized.cuda_int4_path(torch.device("cuda"), torch.bfloat16)
+    assert chosen in quantized.CUDA_PATHS
+    assert quantized.cuda_int4_path(torch.device("cuda"), torch.bfloat16) == chosen
     assert "int4 on cuda" in caplog.text and f"using {chosen}" in caplog.text  # tinygemm runs: always timed
 
 
@@ -443,5 +447,5 @@ def test_gpu_timing_spills_l2_and_sees_the_cost_of_the_bytes():
         weight = torch.randn(rows, 4096, device=device, dtype=torch.bfloat16)
         x = torch.randn(1, 4096, device=device, dtype=torch.bfloat16)
         copies = [weight] + [weight.clone() for _ in range(7)]
-        times[rows] = quant.gpu_time_ms([lambda w=w, x=x: torch.nn.functional.linear(x, w) for w in copies], device)
+        times[rows] = graphs.gpu_time_ms([lambda w=w, x=x: torch.nn.functional.linear(x, w) for w in copies], device)
     assert times[8192] > 1.3 * times[4096]

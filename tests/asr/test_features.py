@@ -6,7 +6,7 @@ import torch
 from qwen_asr.core.transformers_backend.modeling_qwen3_asr import _get_feat_extract_output_lengths
 from transformers import WhisperFeatureExtractor
 
-from dictation.asr.features import LogMel, mel_filters, n_audio_tokens, n_frames
+from dictation.asr.nn.features import LogMel, mel_filters, n_audio_tokens, n_frames
 from tests.oracle import synth_audio
 
 

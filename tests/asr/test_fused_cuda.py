@@ -12,8 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dictation.asr import compiled, fused, kernel_count, triton_fused
-from dictation.asr.generate import DecodeGraph
+from dictation.asr.nn import compiled
+from dictation.asr.nn.graphs import DecodeGraph
+from dictation.asr.nn.kernels import fused, triton_fused
+from dictation.bench import kernel_count
 from tests.asr.test_cuda import exact_fp32  # noqa: F401 (autouse: TF32 off, as fp32 identity needs)
 from tests.asr.test_fast_paths import CLIPS, prompt_embeds
 from tests.asr.test_fast_paths_cuda import cuda_engine, run

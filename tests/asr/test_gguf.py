@@ -28,20 +28,17 @@ import numpy as np
 import pytest
 import torch
 
-from dictation.asr.checkpoint import our_name
+from dictation.asr.checkpoints.gguf.build import read_gguf, resolve_files
+from dictation.asr.checkpoints.gguf.dequant import dequantize_blocks
+from dictation.asr.checkpoints.gguf.reader import is_gguf, read_gguf_file
+from dictation.asr.checkpoints.gguf.vocab import GgufVocab
+from dictation.asr.checkpoints.locate import our_name
+from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import ModelError, WeightsError
-from dictation.asr.features import LogMel
-from dictation.asr.gguf_file import (
-    GgufVocab,
-    dequantize_blocks,
-    is_gguf,
-    read_gguf,
-    read_gguf_file,
-    resolve_files,
-)
-from dictation.asr.prompt import PromptBuilder, load_tokenizer
-from dictation.asr.weights import load_model
+from dictation.asr.nn.features import LogMel
+from dictation.asr.text.prompt import PromptBuilder
+from dictation.asr.text.tokenizer import load_tokenizer
 from tests.oracle import synth_audio
 from tests.oracle.checkpoints import cached_checkpoint, load_tensors
 
@@ -430,7 +427,7 @@ def test_pair_logits_match_the_model_with_the_same_dequantized_weights(mixed_pai
 
 
 def _model_from(tensors: dict[str, torch.Tensor], cfg: AsrConfig):
-    from dictation.asr.model import AsrModel
+    from dictation.asr.nn.model import AsrModel
 
     with torch.device("meta"):
         model = AsrModel(cfg)
@@ -767,7 +764,7 @@ def test_ten_million_layers_in_the_metadata_are_refused_before_the_model_is_buil
         import resource, time
         resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))
         from dictation.asr.errors import WeightsError
-        from dictation.asr.gguf_file import read_gguf
+        from dictation.asr.checkpoints.gguf.build import read_gguf
         t0 = time.monotonic()
         try:
             read_gguf({str(path)!r}, "cpu")
@@ -806,7 +803,7 @@ def test_a_fifo_named_like_a_gguf_file_is_refused_at_once(tmp_path):
     """Reading a FIFO's magic bytes waited for a writer for ever; on a thread, so a regression fails."""
     import threading
 
-    from dictation.asr.models import is_gguf_path
+    from dictation.asr.checkpoints.hub import is_gguf_path
 
     fifo = tmp_path / "model.gguf"
     os.mkfifo(fifo)

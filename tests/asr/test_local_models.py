@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dictation.asr.models import LocalModel, cached_asr_models, is_asr_model, local_models
+from dictation.asr.checkpoints.hub import LocalModel, cached_asr_models, is_asr_model, local_models
 from tests.asr.test_models import add_to_cache
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from qwen_asr.inference.utils import split_audio_into_chunks
 
-from dictation.asr.longform import join_texts, merge_languages, split_long_audio
+from dictation.asr.decode.longform import join_texts, merge_languages, split_long_audio
 
 
 def speechy(seconds: float, seed: int) -> np.ndarray:

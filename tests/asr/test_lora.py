@@ -20,9 +20,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from dictation.asr import patterns
 from dictation.asr.errors import AdapterError
-from dictation.asr.lora import AdapterInfo, check_adapter, parse_adapter_spec, read_adapter
+from dictation.asr.tune import patterns
+from dictation.asr.tune.adapter_files import AdapterInfo, check_adapter, parse_adapter_spec, read_adapter
 from tests.oracle.checkpoints import cached_checkpoint
 
 # (PEFT module name in the official thinker layout, out_features, in_features) in the tiny model
@@ -160,7 +160,7 @@ def test_checking_loads_neither_torch_nor_tensor_data(ckpt_untied, tmp_path):
     adapter = write_adapter(tmp_path / "a")
     script = textwrap.dedent(f"""
         import sys
-        from dictation.asr.lora import check_adapter
+        from dictation.asr.tune.adapter_files import check_adapter
         print(check_adapter({str(adapter)!r}, {str(ckpt_untied)!r}), "torch" in sys.modules)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

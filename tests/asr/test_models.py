@@ -14,9 +14,8 @@ import requests
 from huggingface_hub.errors import RepositoryNotFoundError
 from huggingface_hub.utils import filter_repo_objects
 
-from dictation.asr import models
-from dictation.asr.errors import ModelError
-from dictation.asr.models import (
+from dictation.asr.checkpoints import hub as models
+from dictation.asr.checkpoints.hub import (
     ALLOW_PATTERNS,
     IGNORE_PATTERNS,
     KNOWN_MODELS,
@@ -25,6 +24,7 @@ from dictation.asr.models import (
     find_known_model,
     resolve_model,
 )
+from dictation.asr.errors import ModelError
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dictation.asr.features import n_audio_tokens
-from dictation.asr.prompt import normalize_language
+from dictation.asr.nn.features import n_audio_tokens
+from dictation.asr.text.prompt import normalize_language
 from tests.oracle import synth_audio
 from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
 from tests.oracle.official import oracle_for

@@ -6,7 +6,8 @@ import pytest
 from qwen_asr.inference.utils import detect_and_fix_repetitions, parse_asr_output
 
 from dictation.asr.errors import LanguageError
-from dictation.asr.prompt import LANGUAGES, fix_repetitions, normalize_language, parse_output
+from dictation.asr.text.parse import fix_repetitions, parse_output
+from dictation.asr.text.prompt import LANGUAGES, normalize_language
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from dictation.asr.errors import ModelError
-from dictation.asr.prompt import PromptBuilder
+from dictation.asr.text.prompt import PromptBuilder
 
 PROMPT_HEAD = [151644, 8948, 198, 151645, 198, 151644, 872, 198, 151669]
 PROMPT_TAIL = [151670, 151645, 198, 151644, 77091, 198]

@@ -16,10 +16,12 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from dictation.asr import ModelError, WeightsError, quant
+from dictation.asr import ModelError, WeightsError
+from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
-from dictation.asr.quant import Int4Linear, Int8Linear
-from dictation.asr.weights import load_model
+from dictation.asr.nn import quant_format, quantized
+from dictation.asr.nn.quantized import Int4Linear, Int8Linear
+from dictation.asr.tune import quantize, writers
 from tests.oracle.checkpoints import active_token_ids, cached_checkpoint
 
 CPU = torch.device("cpu")
@@ -30,9 +32,9 @@ TINY_SHAPES = [(2048, 64), (1024, 64), (64, 2048), (128, 64), (64, 128)]
 @pytest.fixture(autouse=True)
 def fresh_kernel_state(monkeypatch):
     """Every test starts with unprobed kernels and the default policy, and leaves no trace."""
-    monkeypatch.setattr(quant, "_KERNEL_OK", {})
-    monkeypatch.setattr(quant, "USE_KERNELS", True)
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", None)
+    monkeypatch.setattr(quantized, "_KERNEL_OK", {})
+    monkeypatch.setattr(quantized, "USE_KERNELS", True)
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", None)
 
 
 def rand_weight(out_f, in_f, seed=0, dtype=torch.float32):
@@ -72,7 +74,7 @@ def test_int8_is_exact_on_its_grid():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_int4_minmax_round_trip_error_is_at_most_half_a_group_step(monkeypatch, dtype):
-    monkeypatch.setattr(quant, "INT4_METHOD", "minmax")
+    monkeypatch.setattr(quant_format, "INT4_METHOD", "minmax")
     w = rand_weight(48, 256, seed=3, dtype=dtype)
     w[7, 128:] = 0.25  # a constant group: scale 1, exact
     m = Int4Linear.from_weight(w, group_size=128)
@@ -83,13 +85,13 @@ def test_int4_minmax_round_trip_error_is_at_most_half_a_group_step(monkeypatch, 
     err = (w.float() - deq).abs()
     assert (err <= step / 2 + 1e-6 * w.float().abs()).all()
     assert m.scales[7, 1] == 1 and torch.equal(deq[7, 128:], w[7, 128:].float())
-    q = quant.unpack_int4(m.qweight)
+    q = quant_format.unpack_int4(m.qweight)
     assert int(q.max()) == 15 and int(q.min()) == 0
 
 
 def numpy_int4_minmax(w: np.ndarray, group: int):
     """Round-to-nearest asymmetric int4 over each group's full range, written from the format's
-    description alone (not from quant.py): q in 0..15 as uint8 [out, in], scales, zeros [out, in/group]."""
+    description alone (not from quantized.py): q in 0..15 as uint8 [out, in], scales, zeros [out, in/group]."""
     g = w.astype(np.float32).reshape(w.shape[0], -1, group)
     lo, hi = g.min(axis=-1), g.max(axis=-1)
     scale = np.where(hi > lo, (hi - lo) / np.float32(15), np.float32(1)).astype(np.float32)
@@ -120,7 +122,7 @@ def test_minmax_is_round_to_nearest_over_the_group_range_as_numpy_computes_it():
     w = rand_weight(64, 512, seed=11)
     w[3, :64] = -0.5  # a constant group
     for group in (32, 64, 128, 256):
-        qw, scales, zeros = quant.quantize_int4(w, group, method="minmax")
+        qw, scales, zeros = quant_format.quantize_int4(w, group, method="minmax")
         q, s, z = numpy_int4_minmax(w.numpy(), group)
         assert np.array_equal(numpy_unpack_int4(qw.numpy()), q)
         assert np.array_equal(scales.numpy(), s) and np.array_equal(zeros.numpy(), z)
@@ -139,12 +141,12 @@ def test_int4_error_on_gaussian_weights_is_round_to_nearest_s_and_mse_lowers_it(
     w = torch.randn(512, 2048, generator=torch.Generator().manual_seed(5)) * 0.02
     exact = w.numpy().astype(np.float64)
     q, s, z = numpy_int4_minmax(w.numpy(), group)
-    theory = rel_error(numpy_dequantize(quant.pack_int4(torch.from_numpy(q)).numpy(), s, z), exact)
+    theory = rel_error(numpy_dequantize(quant_format.pack_int4(torch.from_numpy(q)).numpy(), s, z), exact)
     assert theory == pytest.approx(RTN_INT4_GAUSSIAN[group], abs=0.001)
     errors = {}
-    for method in quant.INT4_METHODS:
-        layer = Int4Linear.from_weight(w, group_size=group) if method == quant.INT4_METHOD else None
-        qw, scales, zeros = quant.quantize_int4(w, group, method=method)
+    for method in quant_format.INT4_METHODS:
+        layer = Int4Linear.from_weight(w, group_size=group) if method == quant_format.INT4_METHOD else None
+        qw, scales, zeros = quant_format.quantize_int4(w, group, method=method)
         errors[method] = rel_error(numpy_dequantize(qw.numpy(), scales.numpy(), zeros.numpy()), exact)
         if layer is not None:  # the layer holds what quantize_int4 gives with the default method
             assert torch.equal(layer.qweight, qw) and torch.equal(layer.scales, scales)
@@ -167,8 +169,8 @@ def test_mse_never_has_more_error_than_minmax_in_any_group():
     w[4] = 1.0 + torch.randn(1024, generator=gen) * 1e-3  # far from 0 (float32 sums would cancel)
     exact = w.double().view(128, -1, 128)
     group_error = {}
-    for method in quant.INT4_METHODS:
-        qw, scales, zeros = quant.quantize_int4(w, 128, method=method)
+    for method in quant_format.INT4_METHODS:
+        qw, scales, zeros = quant_format.quantize_int4(w, 128, method=method)
         deq = torch.from_numpy(numpy_dequantize(qw.numpy(), scales.numpy(), zeros.numpy())).view(128, -1, 128)
         group_error[method] = (deq - exact).square().sum(-1)
         assert (scales > 0).all() and torch.isfinite(zeros).all()
@@ -179,7 +181,7 @@ def test_mse_never_has_more_error_than_minmax_in_any_group():
 
 def test_an_unknown_int4_method_is_refused():
     with pytest.raises(ValueError, match="int4 method 'hqq' is not one of mse, minmax"):
-        quant.quantize_int4(rand_weight(16, 64), 64, method="hqq")
+        quant_format.quantize_int4(rand_weight(16, 64), 64, method="hqq")
 
 
 # (out, in) per shape: 0.6B (hidden 1024, MLP 3072) and 1.7B (2048, 6144) decoder layers, fewer rows
@@ -192,8 +194,8 @@ def test_int4_layers_at_the_real_widths_dequantize_independently_to_what_they_co
     """The packed layer, read back by numpy from the documented format, is the weight within the
     method's error; and the CPU kernel's product for one row (fp32) is x times that numpy matrix.
     A packing or layout error at these widths (what the 1.7B model's int4 agreement could hide) fails."""
-    monkeypatch.setattr(quant, "INT4_METHOD", method)
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
+    monkeypatch.setattr(quant_format, "INT4_METHOD", method)
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
     w = torch.randn(out_f, in_f, generator=torch.Generator().manual_seed(in_f)) * 0.02
     layer = Int4Linear.from_weight(w)
     deq = numpy_dequantize(layer.qweight.numpy(), layer.scales.numpy(), layer.zeros.numpy())
@@ -208,10 +210,10 @@ def test_int4_layers_at_the_real_widths_dequantize_independently_to_what_they_co
 
 def test_fused_int4_rows_at_the_real_width_dequantize_independently_to_what_they_compute(monkeypatch):
     """The 1.7B model's fused q/k/v (2048 -> 2048 + 1024 + 1024 rows; fewer here) through one kernel."""
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
     gen = torch.Generator().manual_seed(8)
     weights = [torch.randn(rows, 2048, generator=gen) * 0.02 for rows in (64, 32, 32)]
-    fused = quant.fuse_rows([Int4Linear.from_weight(w) for w in weights])
+    fused = quantized.fuse_rows([Int4Linear.from_weight(w) for w in weights])
     deq = numpy_dequantize(fused.qweight.numpy(), fused.scales.numpy(), fused.zeros.numpy())
     assert rel_error(deq, torch.cat(weights).double().numpy()) <= RTN_INT4_GAUSSIAN[128]
     x = torch.randn(1, 2048, generator=gen)
@@ -227,15 +229,15 @@ def test_int4_is_exact_on_its_grid():
     low = torch.randint(-64, 0, (16, 2, 1), generator=g).float() * scale
     w = (q.view(16, 2, 64).float() * scale + low).view(16, 128)
     m = Int4Linear.from_weight(w, group_size=64)
-    assert torch.equal(quant.unpack_int4(m.qweight), q.to(torch.uint8))
+    assert torch.equal(quant_format.unpack_int4(m.qweight), q.to(torch.uint8))
     assert torch.equal(m.dequantize(), w)
 
 
 def test_int4_nibble_order_is_high_nibble_first():
     q = torch.tensor([[1, 2, 3, 4], [15, 0, 0, 15]], dtype=torch.uint8)
-    packed = quant.pack_int4(q)
+    packed = quant_format.pack_int4(q)
     assert packed.tolist() == [[0x12, 0x34], [0xF0, 0x0F]]
-    assert torch.equal(quant.unpack_int4(packed), q)
+    assert torch.equal(quant_format.unpack_int4(packed), q)
 
 
 def test_nonfinite_weights_are_refused():
@@ -252,7 +254,7 @@ def test_nonfinite_weights_are_refused():
     [(64, 128, 64), (128, 128, 128), (2048, 128, 128), (192, 128, 64), (96, 128, 32), (160, 128, 32), (256, 64, 64)],
 )
 def test_group_size_falls_back_for_narrow_layers(in_features, group_size, expected):
-    assert quant.pick_group_size(in_features, group_size) == expected
+    assert quant_format.pick_group_size(in_features, group_size) == expected
     assert Int4Linear(in_features, 16, group_size=group_size).group_size == expected
 
 
@@ -260,9 +262,9 @@ def test_unsupported_group_sizes_are_refused():
     with pytest.raises(ValueError, match="in_features 100"):
         Int4Linear(100, 16)
     with pytest.raises(ValueError, match="int4 needs in_features divisible by 32, 64 or 128"):
-        quant.pick_group_size(48)
+        quant_format.pick_group_size(48)
     with pytest.raises(ValueError, match="group size 100 is not supported"):
-        quant.pick_group_size(128, 100)
+        quant_format.pick_group_size(128, 100)
 
 
 def test_modules_behave_like_bias_free_linears():
@@ -297,7 +299,7 @@ def test_cpu_kernel_equals_dequantize_matmul(kind, dtype, shape):
     w = rand_weight(*shape, seed=5)
     m = Int8Linear.from_weight(w) if kind == "int8" else Int4Linear.from_weight(w)
     assert m._kernel_fits(CPU, dtype)
-    assert quant._kernel_available(kind, CPU, dtype), f"torch {torch.__version__} lacks the {kind} CPU kernel"
+    assert quantized._kernel_available(kind, CPU, dtype), f"torch {torch.__version__} lacks the {kind} CPU kernel"
     for rows in (1, 5, 40):
         x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(rows)).to(dtype)
         ref = x.float() @ m.dequantize().T
@@ -310,14 +312,14 @@ def test_cpu_kernel_equals_dequantize_matmul(kind, dtype, shape):
 @pytest.mark.parametrize("use_kernels", [False, True])
 @pytest.mark.parametrize("rows", [1, 7, 200])
 def test_forward_equals_reference_on_every_path(monkeypatch, kind, bf16_compute, use_kernels, rows):
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", bf16_compute)
-    monkeypatch.setattr(quant, "USE_KERNELS", use_kernels)
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", bf16_compute)
+    monkeypatch.setattr(quantized, "USE_KERNELS", use_kernels)
     w = rand_weight(256, 512, seed=6)
     m = Int8Linear.from_weight(w) if kind == "int8" else Int4Linear.from_weight(w)
     x = torch.randn(1, rows, 512, generator=torch.Generator().manual_seed(7))
     dtype, kernel = m._plan(x, rows)
     assert dtype == (torch.bfloat16 if bf16_compute else torch.float32)
-    assert kernel == (use_kernels and rows <= (quant.KERNEL_MAX_ROWS[("cpu", kind)] if bf16_compute else 1))
+    assert kernel == (use_kernels and rows <= (quantized.KERNEL_MAX_ROWS[("cpu", kind)] if bf16_compute else 1))
     y = m(x)
     assert y.dtype == torch.float32 and y.shape == (1, rows, 256)
     ref = x @ m.dequantize().T
@@ -340,7 +342,7 @@ def test_a_missing_kernel_falls_back(monkeypatch):
     m = Int8Linear.from_weight(rand_weight(64, 256))
     x = torch.randn(1, 256)
     assert torch.allclose(m(x), x @ m.dequantize().T, rtol=1e-2, atol=1e-2)
-    assert not any(quant._KERNEL_OK.values())
+    assert not any(quantized._KERNEL_OK.values())
 
 
 def test_kernel_is_not_used_for_shapes_it_mishandles():
@@ -360,12 +362,12 @@ def fp32_model(ckpt_untied):
 
 
 def decoder_linear_names(n_layers):
-    return {f"decoder.layers.{i}.{m}" for i in range(n_layers) for m in quant.LAYER_MODULES}
+    return {f"decoder.layers.{i}.{m}" for i in range(n_layers) for m in quant_format.LAYER_MODULES}
 
 
 def quantized_copy(folder, variant, **kwargs):
     model = load(folder)
-    names = quant.quantize_model(model, variant, **kwargs)
+    names = quantize.quantize_model(model, variant, **kwargs)
     return model, names
 
 
@@ -399,7 +401,7 @@ def cos(a, b):
 def test_quantize_model_replaces_only_decoder_linears(ckpt_untied, fp32_model, variant):
     model, names = quantized_copy(ckpt_untied, variant)
     n_layers = model.cfg.text.num_hidden_layers
-    assert set(names) == decoder_linear_names(n_layers) == set(quant.quantizable_linears(fp32_model))
+    assert set(names) == decoder_linear_names(n_layers) == set(quantized.quantizable_linears(fp32_model))
     cls = Int8Linear if variant == "int8" else Int4Linear
     for name, module in model.named_modules():
         if name in names:
@@ -410,9 +412,9 @@ def test_quantize_model_replaces_only_decoder_linears(ckpt_untied, fp32_model, v
     for name, p in model.named_parameters():  # encoder, embeddings, head, norms: untouched
         assert torch.equal(p, ref[name]), name
     assert model.lm_head is not None and type(model.lm_head) is nn.Linear
-    assert quant.quantizable_linears(model) == {}
+    assert quantized.quantizable_linears(model) == {}
     with pytest.raises(ValueError, match="already quantized"):
-        quant.quantize_model(model, variant)
+        quantize.quantize_model(model, variant)
 
 
 @pytest.mark.parametrize(("variant", "min_cos", "spread"), [("int8", 0.985, 0.1), ("int4", 0.7, 0.15)])
@@ -423,7 +425,7 @@ def test_quantized_logits_stay_close_to_fp32(monkeypatch, ckpt_untied, fp32_mode
     # model is far more sensitive than a real one (random weights, sharp attention); a broken int4
     # quantizer (swapped nibbles, zeros off by half a step) scores 0.17-0.47 at the prefill and
     # 0.09-0.31 on average.
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
     ref_ids = greedy_ids(fp32_model)
     ref = teacher_forced_logits(fp32_model, ref_ids[:-1])
     model, _ = quantized_copy(ckpt_untied, variant)
@@ -443,10 +445,10 @@ def test_quantized_logits_stay_close_to_fp32(monkeypatch, ckpt_untied, fp32_mode
 def test_quantized_model_equals_its_dequantized_float_twin(monkeypatch, ckpt_untied, variant, bf16_compute):
     """The quantized layers compute what a float model holding dequantize() computes: this isolates
     the kernels and the module plumbing from the (expected) quantization error."""
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", bf16_compute)
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", bf16_compute)
     model, names = quantized_copy(ckpt_untied, variant)
     twin = load(ckpt_untied)
-    for name, linear in quant.quantizable_linears(twin).items():
+    for name, linear in quantized.quantizable_linears(twin).items():
         linear.weight.copy_(model.get_submodule(name).dequantize())
     ids = greedy_ids(twin)
     got, ref = teacher_forced_logits(model, ids[:-1]), teacher_forced_logits(twin, ids[:-1])
@@ -460,48 +462,48 @@ def test_quantized_model_equals_its_dequantized_float_twin(monkeypatch, ckpt_unt
 
 def test_quantize_model_takes_replacement_weights(ckpt_untied, fp32_model):
     name = "decoder.layers.1.mlp.up_proj"
-    w = quant.quantizable_linears(fp32_model)[name].weight * 2
+    w = quantized.quantizable_linears(fp32_model)[name].weight * 2
     model, _ = quantized_copy(ckpt_untied, "int8", weights={name: w})
     assert torch.equal(model.get_submodule(name).weight, Int8Linear.from_weight(w).weight)
     assert torch.equal(model.get_submodule(name).weight_scale, Int8Linear.from_weight(w).weight_scale)
     with pytest.raises(ValueError, match="not a quantizable decoder linear layer"):
-        quant.quantize_model(load(ckpt_untied), "int8", weights={"lm_head": w})
+        quantize.quantize_model(load(ckpt_untied), "int8", weights={"lm_head": w})
     with pytest.raises(ValueError, match="not a quantized variant"):
-        quant.quantize_model(load(ckpt_untied), "bf16")
+        quantize.quantize_model(load(ckpt_untied), "bf16")
     untouched = load(ckpt_untied)
     with pytest.raises(ValueError, match=r"has shape \(64, 128\), expected \(128, 64\)"):
-        quant.quantize_model(untouched, "int4", weights={name: w.T})
-    assert len(quant.quantizable_linears(untouched)) == 14  # checked before anything was replaced
+        quantize.quantize_model(untouched, "int4", weights={name: w.T})
+    assert len(quantized.quantizable_linears(untouched)) == 14  # checked before anything was replaced
 
 
 def test_replace_linear_requantizes_in_place(ckpt_untied):
     model, _ = quantized_copy(ckpt_untied, "int4")
     name = "decoder.layers.0.self_attn.k_proj"
     w = rand_weight(1024, 64, seed=9)
-    new = quant.replace_linear(model, name, "int4", w)
+    new = quantize.replace_linear(model, name, "int4", w)
     assert model.get_submodule(name) is new
     assert torch.equal(new.qweight, Int4Linear.from_weight(w).qweight)
     with pytest.raises(ValueError, match=r"shape \(64, 1024\), expected \(1024, 64\)"):
-        quant.replace_linear(model, name, "int4", w.T)
+        quantize.replace_linear(model, name, "int4", w.T)
 
 
 def test_weight_bytes_counts_what_each_variant_holds(ckpt_untied, fp32_model):
     t = fp32_model.cfg.text
-    shapes = [tuple(m.weight.shape) for m in quant.quantizable_linears(fp32_model).values()]
+    shapes = [tuple(m.weight.shape) for m in quantized.quantizable_linears(fp32_model).values()]
     assert len(shapes) == 7 * t.num_hidden_layers
     linear_fp32 = sum(4 * o * i for o, i in shapes)
-    total = quant.weight_bytes(fp32_model)
+    total = quantize.weight_bytes(fp32_model)
     assert total == sum(p.numel() * 4 for p in fp32_model.parameters())  # no persistent buffers in the float model
     int8 = sum(o * i + 4 * o for o, i in shapes)
-    int4 = sum(o * i // 2 + 8 * o * (i // quant.pick_group_size(i)) for o, i in shapes)
+    int4 = sum(o * i // 2 + 8 * o * (i // quant_format.pick_group_size(i)) for o, i in shapes)
     m8, _ = quantized_copy(ckpt_untied, "int8")
     m4, _ = quantized_copy(ckpt_untied, "int4")
-    assert quant.weight_bytes(m8) == total - linear_fp32 + int8
-    assert quant.weight_bytes(m4) == total - linear_fp32 + int4
+    assert quantize.weight_bytes(m8) == total - linear_fp32 + int8
+    assert quantize.weight_bytes(m4) == total - linear_fp32 + int4
     # 1 byte per weight + a float32 scale per row; 1/2 byte + two float32 per group (64 or 128 wide here)
     assert 1 / 4 < int8 / linear_fp32 < 1 / 4 + 1 / 64
     assert 1 / 8 < int4 / linear_fp32 < 1 / 8 + 1 / 32
-    assert quant.format_bytes(1_234_567_890) == "1.23 GB" and quant.format_bytes(999) == "999 B"
+    assert quantize.format_bytes(1_234_567_890) == "1.23 GB" and quantize.format_bytes(999) == "999 B"
 
 
 # --- pre-quantized folders --------------------------------------------------------------------------------
@@ -516,7 +518,7 @@ def written(ckpt_root, tmp_path_factory):
     def get(layout, variant):
         if (layout, variant) not in cache:
             src = cached_checkpoint(ckpt_root, layout=layout)
-            out = quant.write_quantized_folder(src, root / f"{layout}-{variant}", variant)
+            out = writers.write_quantized_folder(src, root / f"{layout}-{variant}", variant)
             cache[layout, variant] = src, out
         return cache[layout, variant]
 
@@ -530,7 +532,7 @@ def quantized_buffers(model):
 @pytest.mark.parametrize("layout", ["thinker", "hf"])
 @pytest.mark.parametrize("variant", ["int8", "int4"])
 def test_prequantized_folder_loads_to_the_same_model(monkeypatch, written, layout, variant):
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
     src, out = written(layout, variant)
     src_files = {p.name for p in src.iterdir()} - {"model.safetensors"}
     assert {p.name for p in out.iterdir()} == src_files | {"model.safetensors"}
@@ -539,7 +541,7 @@ def test_prequantized_folder_loads_to_the_same_model(monkeypatch, written, layou
     raw = json.loads((out / "config.json").read_text())
     qc = raw.pop("quantization_config")
     assert raw == json.loads((src / "config.json").read_text())
-    assert qc == quant.quantization_config(variant)
+    assert qc == quantize.quantization_config(variant)
     assert qc["quant_method"] == "dictation" and qc["variant"] == variant and qc["format_version"] == 1
     cfg = AsrConfig.from_file(out / "config.json")
     assert cfg.quantization == qc and cfg.layout == layout
@@ -561,7 +563,7 @@ def test_prequantized_folder_keeps_float_tensors_in_their_stored_dtype(ckpt_unti
     shutil.copytree(ckpt_untied, src)
     tensors = load_file(str(src / "model.safetensors"))
     save_file({k: v.to(torch.bfloat16) for k, v in tensors.items()}, str(src / "model.safetensors"))
-    out = quant.write_quantized_folder(src, tmp_path / "int4", "int4", group_size=64)
+    out = writers.write_quantized_folder(src, tmp_path / "int4", "int4", group_size=64)
     with safe_open(str(out / "model.safetensors"), framework="pt") as f:
         stored = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
     name = "thinker.model.layers.0.mlp.down_proj"
@@ -586,18 +588,18 @@ def test_prequantized_folder_keeps_float_tensors_in_their_stored_dtype(ckpt_unti
 def test_a_folder_written_before_int4_method_existed_loads_as_it_always_did(ckpt_untied, tmp_path, monkeypatch):
     """Same stored format: a minmax folder without ``int4_method`` (format 1 as first written) loads
     to the minmax-quantized model, while a new folder records mse and holds different numbers."""
-    monkeypatch.setattr(quant, "INT4_METHOD", "minmax")
-    old = quant.write_quantized_folder(ckpt_untied, tmp_path / "old", "int4", group_size=64)
+    monkeypatch.setattr(quant_format, "INT4_METHOD", "minmax")
+    old = writers.write_quantized_folder(ckpt_untied, tmp_path / "old", "int4", group_size=64)
     expected, _ = quantized_copy(ckpt_untied, "int4", group_size=64)
     config = json.loads((old / "config.json").read_text())
     assert config["quantization_config"].pop("int4_method") == "minmax"
     (old / "config.json").write_text(json.dumps(config))
-    monkeypatch.setattr(quant, "INT4_METHOD", "mse")
+    monkeypatch.setattr(quant_format, "INT4_METHOD", "mse")
     loaded = load(old)
     assert quantized_buffers(loaded).keys() == quantized_buffers(expected).keys()
     for k, v in quantized_buffers(loaded).items():
         assert torch.equal(v, quantized_buffers(expected)[k]), k
-    new = quant.write_quantized_folder(ckpt_untied, tmp_path / "new", "int4", group_size=64)
+    new = writers.write_quantized_folder(ckpt_untied, tmp_path / "new", "int4", group_size=64)
     assert AsrConfig.from_file(new / "config.json").quantization["int4_method"] == "mse"
     name = "decoder.layers.0.mlp.down_proj"
     assert not torch.equal(load(new).get_submodule(name).scales, loaded.get_submodule(name).scales)
@@ -610,7 +612,7 @@ def test_the_bench_rewrites_a_cached_folder_quantized_another_way(ckpt_untied, t
     folder, took = prequantized_folder(ckpt_untied, tmp_path, "int4", 64, log=messages.append)
     assert took is not None
     assert prequantized_folder(ckpt_untied, tmp_path, "int4", 64, log=messages.append) == (folder, None)
-    monkeypatch.setattr(quant, "INT4_METHOD", "minmax")
+    monkeypatch.setattr(quant_format, "INT4_METHOD", "minmax")
     again, took = prequantized_folder(ckpt_untied, tmp_path, "int4", 64, log=messages.append)
     assert again == folder and took is not None
     assert AsrConfig.from_file(folder / "config.json").quantization["int4_method"] == "minmax"
@@ -621,17 +623,17 @@ def test_write_refuses_bad_requests(ckpt_untied, written, tmp_path):
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
     with pytest.raises(ModelError, match=f"{busy}: already exists and is not an empty folder"):
-        quant.write_quantized_folder(ckpt_untied, busy, "int8")
+        writers.write_quantized_folder(ckpt_untied, busy, "int8")
     assert [p.name for p in busy.iterdir()] == ["notes.txt"]
     _, already = written("thinker", "int8")
     with pytest.raises(ModelError, match=r"config.json: this model is already quantized \(int8\)"):
-        quant.write_quantized_folder(already, tmp_path / "again", "int4")
+        writers.write_quantized_folder(already, tmp_path / "again", "int4")
     for bad in ("int3", "bf16"):
         with pytest.raises(ModelError, match=f"{ckpt_untied}: cannot quantize to '{bad}'; choose one of int8, int4"):
-            quant.write_quantized_folder(ckpt_untied, tmp_path / "bad", bad)
+            writers.write_quantized_folder(ckpt_untied, tmp_path / "bad", bad)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert quant.write_quantized_folder(ckpt_untied, empty, "int8") == empty  # an empty folder is fine
+    assert writers.write_quantized_folder(ckpt_untied, empty, "int8") == empty  # an empty folder is fine
     assert (empty / "model.safetensors").is_file()
 
 
@@ -641,7 +643,7 @@ def test_written_folder_follows_the_umask_like_any_other_tool(ckpt_untied, tmp_p
     alone writes 0600), and so does the folder: a model is not private data."""
     old = os.umask(umask)
     try:
-        out = quant.write_quantized_folder(ckpt_untied, tmp_path / "int8", "int8")
+        out = writers.write_quantized_folder(ckpt_untied, tmp_path / "int8", "int8")
     finally:
         os.umask(old)
     files = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
@@ -659,7 +661,7 @@ def test_interrupted_write_leaves_nothing(ckpt_untied, tmp_path, monkeypatch):
 
     monkeypatch.setattr(safetensors.torch, "save_file", fail)
     with pytest.raises(KeyboardInterrupt):
-        quant.write_quantized_folder(ckpt_untied, tmp_path / "out", "int4")
+        writers.write_quantized_folder(ckpt_untied, tmp_path / "out", "int4")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -687,7 +689,7 @@ def test_foreign_or_bad_quantization_configs_are_refused(ckpt_untied, tmp_path, 
     with pytest.raises(ModelError, match=f"{folder / 'config.json'}: quantization_config .*{message}"):
         AsrConfig.from_file(folder / "config.json")
     with pytest.raises(ModelError, match=f"{folder / 'config.json'}: quantization_config"):
-        quant.write_quantized_folder(folder, tmp_path / "out", "int8")
+        writers.write_quantized_folder(folder, tmp_path / "out", "int8")
 
 
 def test_variant_comes_from_metadata_never_from_the_name(ckpt_untied, written, tmp_path):
@@ -695,7 +697,7 @@ def test_variant_comes_from_metadata_never_from_the_name(ckpt_untied, written, t
     shutil.copytree(ckpt_untied, named)
     model = load(named)
     assert AsrConfig.from_file(named / "config.json").quantization is None
-    assert not any(isinstance(m, quant.QUANT_MODULES) for m in model.modules())
+    assert not any(isinstance(m, quantized.QUANT_MODULES) for m in model.modules())
     # a quantized folder whose config lost its quantization_config is refused with a hint
     _, out = written("thinker", "int4")
     stripped = tmp_path / "stripped"

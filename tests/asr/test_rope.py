@@ -2,7 +2,7 @@
 
 import torch
 
-from dictation.asr.rope import apply_rope, inverse_frequencies, rope_tables
+from dictation.asr.nn.rope import apply_rope, inverse_frequencies, rope_tables
 
 HEAD_DIM, THETA, SECTIONS = 128, 1_000_000.0, (24, 20, 20)
 

@@ -10,7 +10,7 @@ import torch
 
 import dictation.asr.engine as engine_mod
 from dictation.asr import AsrEngine, AudioError, EngineOptions
-from dictation.asr.features import HOP_LENGTH, LogMel, n_frames
+from dictation.asr.nn.features import HOP_LENGTH, LogMel, n_frames
 from tests.oracle import synth_audio
 
 SR = 16000

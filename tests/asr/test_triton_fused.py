@@ -1,4 +1,4 @@
-"""The fused decoder kernels (dictation/asr/triton_fused.py, fused.py) without a GPU.
+"""The fused decoder kernels (dictation/asr/nn/kernels/triton_fused.py, fused.py) without a GPU.
 
 - In Triton's interpreter (a child process with ``TRITON_INTERPRET=1``, as test_triton_gemv.py runs
   it): each kernel against the torch code it replaces, in fp32, fp16 and bf16, on odd sizes and
@@ -28,10 +28,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import dictation.asr.generate as generate_mod
-import dictation.asr.model as model_mod
-from dictation.asr import fused, kernel_count, quant, triton_fused
-from dictation.asr.adapters import LoraLinear
+import dictation.asr.decode.greedy as generate_mod
+import dictation.asr.nn.model as model_mod
+from dictation.asr.nn import quantized
+from dictation.asr.nn.kernels import fused, triton_fused
+from dictation.asr.tune import writers
+from dictation.asr.tune.adapters import LoraLinear
+from dictation.bench import kernel_count
 from tests.asr.test_fast_paths import CLIPS, decode, fresh, plain_run, prompt_embeds
 from tests.asr.test_variants import write_adapter
 from tests.oracle import synth_audio
@@ -42,8 +45,9 @@ SCRIPT = textwrap.dedent(
     """
     import json, sys, torch
     import torch.nn.functional as F
-    from dictation.asr import fused, triton_fused
-    from dictation.asr.fused import OPS, REFERENCES
+    from dictation.asr.nn.kernels import fused
+    from dictation.asr.nn.kernels import triton_fused
+    from dictation.asr.nn.kernels.fused import OPS, REFERENCES
 
     DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     gen = torch.Generator().manual_seed(11)
@@ -109,13 +113,15 @@ SCRIPT = textwrap.dedent(
             report["probe"][dname] = [fused.probe(cpu, dtype, dims), fused.probe(cpu, dtype, dims, gemv=True)]
 
     # The tiny model decoding with the kernels (fp32: the plain step's ids exactly).
-    import dictation.asr.generate as generate_mod
-    import dictation.asr.model as model_mod
-    from dictation.asr import kernel_count, quant
+    import dictation.asr.decode.greedy as generate_mod
+    import dictation.asr.nn.model as model_mod
+    from dictation.bench import kernel_count
+    from dictation.asr.nn import quantized
+    from dictation.asr.tune import writers
     from tests.asr.test_fast_paths import fresh, prompt_embeds, decode, plain_run
     from tests.oracle import synth_audio
 
-    quant.CPU_BF16_COMPUTE = False
+    quantized.CPU_BF16_COMPUTE = False
     report["e2e"] = {}
     for variant in ("fp32",):  # int8/int4 and adapters: below, with the torch references standing in
         engine = fresh(sys.argv[1], variant=variant)
@@ -301,7 +307,7 @@ def standins(monkeypatch):
     monkeypatch.setattr(fused, "FUSED_KERNELS", True)
     monkeypatch.setattr(fused, "_USABLE", {})
     monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", False)
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
 
 
 def both_ways(engine, embeds, **kw):
@@ -349,7 +355,7 @@ def adapters(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prequantized_int8(ckpt_untied, tmp_path_factory):
-    return quant.write_quantized_folder(ckpt_untied, tmp_path_factory.mktemp("q") / "int8", "int8")
+    return writers.write_quantized_folder(ckpt_untied, tmp_path_factory.mktemp("q") / "int8", "int8")
 
 
 def test_unmerged_adapters_decode_with_the_fused_layers(standins, prequantized_int8, adapters):
@@ -398,7 +404,7 @@ def test_the_gemv_option_gives_the_plain_ids(standins, ckpt_untied, monkeypatch,
 def test_the_kernel_count_sees_the_int8_triton_kernel_launched_outside_the_dispatcher(
     standins, ckpt_untied, monkeypatch
 ):
-    from dictation.asr import triton_gemv
+    from dictation.asr.nn.kernels import triton_gemv
 
     def int8_matmul(x, weight, scale):  # a stand-in for the Triton kernel: torch ops the dispatcher
         from torch.utils._python_dispatch import _disable_current_modes  # would not see (a launch)
@@ -407,7 +413,7 @@ def test_the_kernel_count_sees_the_int8_triton_kernel_launched_outside_the_dispa
             return (x.float() @ (weight.float() * scale[:, None]).T).to(x.dtype)
 
     monkeypatch.setattr(triton_gemv, "int8_matmul", int8_matmul)
-    monkeypatch.setattr(quant.Int8Linear, "_kernel", quant.Int8Linear._triton_kernel)
+    monkeypatch.setattr(quantized.Int8Linear, "_kernel", quantized.Int8Linear._triton_kernel)
     engine = fresh(ckpt_untied, variant="int8")
     decode(engine, prompt_embeds(engine, synth_audio(2.5, seed=1)), max_new_tokens=3)  # kernel checks done
     count = kernel_count.decode_step(engine.model, 30)
@@ -426,7 +432,7 @@ def test_the_cpu_decodes_without_the_kernels_and_never_probes(ckpt_untied, monke
 
 @pytest.mark.parametrize("how", ["no triton", "no interpreter", "wrong answers"])
 def test_where_the_kernels_cannot_run_the_torch_path_decodes_with_one_log_line(ckpt_untied, monkeypatch, caplog, how):
-    caplog.set_level(logging.INFO, logger="dictation.asr.fused")
+    caplog.set_level(logging.INFO, logger="dictation.asr.nn.kernels.fused")
     monkeypatch.setattr(fused, "FUSED_KERNELS", True)
     monkeypatch.setattr(fused, "_USABLE", {})
     monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
@@ -446,7 +452,7 @@ def test_where_the_kernels_cannot_run_the_torch_path_decodes_with_one_log_line(c
     ref, got = both_ways(engine, embeds, max_new_tokens=6)
     assert got.token_ids == ref.token_ids
     assert not engine.model.decoder.uses_kernels(embeds)
-    lines = [r.getMessage() for r in caplog.records if r.name == "dictation.asr.fused"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "dictation.asr.nn.kernels.fused"]
     assert len(lines) == 1 and "using the torch ops" in lines[0], lines
     if how == "no triton":
         assert "ImportError" in lines[0]

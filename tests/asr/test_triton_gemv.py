@@ -1,8 +1,8 @@
-"""The Triton int8 and int4 kernels (dictation/asr/triton_gemv.py), run on the CPU in Triton's interpreter.
+"""The Triton int8 and int4 kernels (dictation/asr/nn/kernels/triton_gemv.py), run on the CPU in Triton's interpreter.
 
 On a GPU the same kernel is compiled instead (test_fast_paths_cuda.py checks it there, and
-quant.cuda_int8_path / cuda_int4_path only use them after their probes). The interpreter needs TRITON_INTERPRET=1 before
-the kernel is built, so the kernel runs in a child process that reports its errors as JSON.
+quantized.cuda_int8_path / cuda_int4_path only use them after their probes). The interpreter needs
+TRITON_INTERPRET=1 before the kernel is built, so the kernel runs in a child process that reports its errors as JSON.
 """
 
 from __future__ import annotations
@@ -17,13 +17,16 @@ import textwrap
 import pytest
 import torch
 
-from dictation.asr import quant, triton_gemv
+from dictation.asr.nn import quant_format, quantized
+from dictation.asr.nn.kernels import triton_gemv
 
 SCRIPT = textwrap.dedent(
     """
     import json, torch
-    from dictation.asr import quant, triton_gemv
-    from dictation.asr.quant import Int4Linear, Int8Linear
+    from dictation.asr.nn import quant_format
+    from dictation.asr.nn import quantized
+    from dictation.asr.nn.kernels import triton_gemv
+    from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 
     DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     # (rows, out, in): the tiny checkpoint's layers, sizes off every block multiple, 1.7B's q/k/v
@@ -58,9 +61,9 @@ SCRIPT = textwrap.dedent(
                 got = triton_gemv.int4_matmul(x, layer.qweight, layer.scales, layer.zeros, block=block)
                 err = float((got.float() - reference).abs().max() / reference.abs().max())
                 report["int4"].append([name, rows, out_f, in_f, group, list(block), got.dtype == dtype, err])
-    for kind in ("int8", "int4"):  # the probe quant.py runs before it uses the kernel
+    for kind in ("int8", "int4"):  # the probe quantized.py runs before it uses the kernel
         for name, dtype in DTYPES.items():
-            report["probe"][f"{kind} {name}"] = quant._probe(kind, torch.device("cpu"), dtype, path="triton")
+            report["probe"][f"{kind} {name}"] = quantized._probe(kind, torch.device("cpu"), dtype, path="triton")
     # the autotuned wrappers (they cannot run here)
     report["configs"] = [len(triton_gemv._kernel().configs), len(triton_gemv._int4_kernel().configs)]
     print(json.dumps(report))
@@ -105,7 +108,7 @@ def test_the_probe_accepts_them_and_autotune_gets_every_block_size(interpreted):
 def test_int4_block_sizes_hold_whole_groups():
     """The kernel sums each group before scaling it: BLOCK_K must be a multiple of every group size."""
     for _, block_k, _ in triton_gemv.INT4_CONFIGS:
-        assert block_k % max(quant.GROUP_SIZES) == 0
+        assert block_k % max(quant_format.GROUP_SIZES) == 0
 
 
 def compile_for(capability: int, dtype: str, block: tuple[int, int, int], aligned: bool):
@@ -195,22 +198,22 @@ def test_misfit_inputs_are_refused_with_their_shapes():
 
 def test_a_triton_kernel_that_answers_wrongly_is_left_out_not_fatal(monkeypatch, caplog):
     """Ours is one candidate among three: a wrong answer logs and falls back (torch's own raises)."""
-    monkeypatch.setattr(quant.Int8Linear, "_triton_kernel", lambda self, x, dtype: self._fallback(x) * 1.5)
-    assert quant._probe("int8", torch.device("cpu"), torch.float32, path="triton") is False
+    monkeypatch.setattr(quantized.Int8Linear, "_triton_kernel", lambda self, x, dtype: self._fallback(x) * 1.5)
+    assert quantized._probe("int8", torch.device("cpu"), torch.float32, path="triton") is False
     assert "(Triton)" in caplog.text and "not using it" in caplog.text
-    monkeypatch.setattr(quant.Int8Linear, "_torch_kernel", lambda self, x, dtype: self._fallback(x) * 1.5)
+    monkeypatch.setattr(quantized.Int8Linear, "_torch_kernel", lambda self, x, dtype: self._fallback(x) * 1.5)
     with pytest.raises(RuntimeError, match="gives wrong results"):
-        quant._probe("int8", torch.device("cpu"), torch.float32)
+        quantized._probe("int8", torch.device("cpu"), torch.float32)
 
 
 def test_a_triton_kernel_that_fails_to_run_is_left_out(monkeypatch, caplog):
-    caplog.set_level("INFO", logger="dictation.asr.quant")
+    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
 
     def broken(self, x, dtype):
         raise RuntimeError("PassManager::run failed")  # a compile error on some GPU
 
-    monkeypatch.setattr(quant.Int8Linear, "_triton_kernel", broken)
-    assert quant._probe("int8", torch.device("cpu"), torch.float32, path="triton") is False
+    monkeypatch.setattr(quantized.Int8Linear, "_triton_kernel", broken)
+    assert quantized._probe("int8", torch.device("cpu"), torch.float32, path="triton") is False
     assert "Triton int8 kernel unavailable" in caplog.text
 
 
@@ -220,30 +223,30 @@ class _Paths:
 
     def __init__(self, monkeypatch, times: dict[str, float], torch_ok=True, triton_ok=True, triton_there=True):
         self.timed: list[str] = []
-        monkeypatch.setattr(quant, "_CUDA_INT8", {})
-        monkeypatch.setattr(quant, "_CUDA_INT4", {})
-        monkeypatch.setattr(quant, "_kernel_available", lambda kind, device, dtype: torch_ok)
+        monkeypatch.setattr(quantized, "_CUDA_INT8", {})
+        monkeypatch.setattr(quantized, "_CUDA_INT4", {})
+        monkeypatch.setattr(quantized, "_kernel_available", lambda kind, device, dtype: torch_ok)
         monkeypatch.setattr(triton_gemv, "available", lambda: triton_there)
-        monkeypatch.setattr(quant, "_probe", lambda kind, device, dtype, path="torch": triton_ok)
+        monkeypatch.setattr(quantized, "_probe", lambda kind, device, dtype, path="torch": triton_ok)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
         def timing(path, device, dtype):
             self.timed.append(path)
             return times[path]
 
-        monkeypatch.setattr(quant, "_time_int8", timing)
-        monkeypatch.setattr(quant, "_time_int4", timing)
+        monkeypatch.setattr(quantized, "_time_int8", timing)
+        monkeypatch.setattr(quantized, "_time_int4", timing)
 
 
 CUDA = torch.device("cuda")
 
 
-PATH_OF = {"int8": quant.cuda_int8_path, "int4": quant.cuda_int4_path}
+PATH_OF = {"int8": quantized.cuda_int8_path, "int4": quantized.cuda_int4_path}
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_the_fastest_path_that_answers_right_is_chosen_once(monkeypatch, caplog, kind):
-    caplog.set_level("INFO", logger="dictation.asr.quant")
+    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
     path_of = PATH_OF[kind]
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
     assert path_of(CUDA, torch.bfloat16) == "triton"
@@ -266,7 +269,7 @@ def test_the_fastest_path_that_answers_right_is_chosen_once(monkeypatch, caplog,
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_a_path_can_be_forced(monkeypatch, kind):
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
-    monkeypatch.setattr(quant, f"CUDA_{kind.upper()}_PATH", "torch")
+    monkeypatch.setattr(quantized, f"CUDA_{kind.upper()}_PATH", "torch")
     assert PATH_OF[kind](CUDA, torch.bfloat16) == "torch" and paths.timed == []
     paths = _Paths(monkeypatch, {}, torch_ok=False)
     assert PATH_OF[kind](CUDA, torch.bfloat16) == "dequantize"  # forced but unusable
@@ -281,9 +284,9 @@ def test_a_path_can_be_forced(monkeypatch, kind):
 def test_a_layer_on_cuda_takes_the_chosen_path(monkeypatch, kind, path, rows, kernel):
     from types import SimpleNamespace
 
-    monkeypatch.setattr(quant, f"cuda_{kind}_path", lambda device, dtype: path)
+    monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype: path)
     w = torch.randn(64, 128)
-    layer = quant.Int8Linear.from_weight(w) if kind == "int8" else quant.Int4Linear.from_weight(w)
+    layer = quantized.Int8Linear.from_weight(w) if kind == "int8" else quantized.Int4Linear.from_weight(w)
     x = SimpleNamespace(device=CUDA, dtype=torch.bfloat16)
     assert layer._plan(x, rows) == (torch.bfloat16, kernel)
 
@@ -295,12 +298,12 @@ def test_a_layer_calls_the_kernel_of_its_path(monkeypatch, kind):
     from types import SimpleNamespace
 
     w = torch.randn(64, 128)
-    layer = quant.Int8Linear.from_weight(w) if kind == "int8" else quant.Int4Linear.from_weight(w)
+    layer = quantized.Int8Linear.from_weight(w) if kind == "int8" else quantized.Int4Linear.from_weight(w)
     called = []
     monkeypatch.setattr(type(layer), "_triton_kernel", lambda self, x, dtype: called.append("triton"))
     monkeypatch.setattr(type(layer), "_torch_kernel", lambda self, x, dtype: called.append("torch"))
     for path in ("triton", "torch"):
-        monkeypatch.setattr(quant, f"cuda_{kind}_path", lambda device, dtype, p=path: p)
+        monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype, p=path: p)
         layer._kernel(SimpleNamespace(device=CUDA), torch.bfloat16)
     layer._kernel(torch.zeros(1, 128), torch.float32)  # not CUDA: torch's kernel
     assert called == ["triton", "torch", "torch"]

@@ -10,7 +10,9 @@ import torch
 from safetensors.torch import save_file
 
 from dictation.asr import AdapterError, AsrEngine, AsrError, EngineOptions, WeightsError
-from dictation.asr.quant import QUANT_MODULES, quantize_model, write_quantized_folder
+from dictation.asr.nn.quantized import QUANT_MODULES
+from dictation.asr.tune.quantize import quantize_model
+from dictation.asr.tune.writers import write_quantized_folder
 from tests.oracle import synth_audio
 from tests.test_cli import assert_one_line_error, run_cli
 
@@ -127,7 +129,7 @@ def test_changing_adapters_on_a_quantized_model_equals_a_fresh_load(ckpt_untied,
 
 def test_adapters_run_unmerged_beside_prequantized_layers(ckpt_untied, prequantized, adapters):
     """A pre-quantized base: adapters run next to the integer layers; close to merging first."""
-    from dictation.asr.adapters import LoraLinear
+    from dictation.asr.tune.adapters import LoraLinear
 
     spec = [str(adapters["b"]), f"{adapters['c']}:0.5"]
     e = engine(prequantized["int8"], adapters=spec)
@@ -295,8 +297,8 @@ def test_quantize_model_is_what_the_engine_runs(ckpt_untied):
 
 
 def test_the_settings_check_accepts_adapters_for_prequantized_and_gguf_models(prequantized, gguf_file, adapters):
-    from dictation.asr.lora import check_adapter
-    from dictation.asr.models import check_model_folder
+    from dictation.asr.checkpoints.hub import check_model_folder
+    from dictation.asr.tune.adapter_files import check_adapter
 
     for variant in ("int8", "int4"):
         assert check_model_folder(prequantized[variant]) is None
@@ -307,7 +309,7 @@ def test_the_settings_check_accepts_adapters_for_prequantized_and_gguf_models(pr
 
 @pytest.mark.parametrize("bf16_cpu", [True, False])
 def test_auto_dtype_of_a_quantized_model_on_cpu_follows_the_bf16_instructions(ckpt_untied, monkeypatch, bf16_cpu):
-    from dictation.asr import quant
+    from dictation.asr.nn import quantized as quant
 
     monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", bf16_cpu)
     quantized = engine(ckpt_untied, variant="int8", dtype="auto")

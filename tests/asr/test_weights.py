@@ -185,8 +185,9 @@ def test_hf_layout_config_is_detected(ckpt_root):
 def test_fused_projections_load_in_place(ckpt_untied, dtype):
     """q/k/v and gate/up are read straight into their fused tensors: planning the fusion copies nothing,
     and the values are the checkpoint's."""
-    from dictation.asr.checkpoint import checkpoint_name
-    from dictation.asr.weights import load_model, resolve_dtype
+    from dictation.asr.checkpoints.locate import checkpoint_name
+    from dictation.asr.checkpoints.safetensors import load_model
+    from dictation.asr.device import resolve_dtype
 
     cfg = AsrConfig.from_dict(json.loads((ckpt_untied / "config.json").read_text()))
     device = torch.device("cpu")

@@ -104,7 +104,7 @@ def test_enum_fields_offer_exactly_the_documented_choices():
 
 
 def test_language_choices_come_from_the_engine_list():
-    from dictation.asr.prompt import LANGUAGES
+    from dictation.asr.text.prompt import LANGUAGES
 
     choices = _by_key()["transcription.language"].choices
     assert choices[0][0] == "auto"

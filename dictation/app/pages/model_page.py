@@ -4,7 +4,7 @@ where it runs and in which precision, LoRA adapters, and the language and vocabu
 Folders and adapters are checked before they are applied (``check_model_folder``, ``check_adapter``):
 a refused one is named with its problem under the control and the settings stay as they were.
 Adapter checks run on a worker thread (an adapter's regular expressions may take up to a few
-seconds to be refused, dictation.asr.patterns): the list is disabled meanwhile, the window stays live.
+seconds to be refused, dictation.asr.tune.patterns): the list is disabled meanwhile, the window stays live.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from dictation.app.widgets.adapter_list import AdapterList
 from dictation.app.widgets.download_panel import DownloadPanel
 from dictation.app.widgets.fields import ChoiceEditor, FieldEditor, WrappedLabel, fields_of, info_for, style_as_help
 from dictation.app.widgets.recent_models import RecentModelsList
-from dictation.asr.lora import check_adapter as _check_adapter
-from dictation.asr.models import KNOWN_MODELS, KnownModel, find_known_model, hf_cache_dir, looks_like_repo_id
+from dictation.asr.checkpoints.hub import KNOWN_MODELS, KnownModel, find_known_model, hf_cache_dir, looks_like_repo_id
+from dictation.asr.tune.adapter_files import check_adapter as _check_adapter
 from dictation.config.schema import FieldInfo
 from dictation.config.settings import Adapter, Settings
 
@@ -48,7 +48,7 @@ HAND_BUILT = {"engine.model", "engine.recent_models", "engine.adapters", "engine
 
 
 def check_model_folder(path: str | Path) -> str | None:
-    from dictation.asr.models import check_model_folder as check
+    from dictation.asr.checkpoints.hub import check_model_folder as check
 
     return check(path)
 
@@ -306,7 +306,7 @@ class ModelPage(SettingsPage):
 
     def scan_cache(self) -> None:
         """Look again at which known models are in the Hugging Face cache (offline)."""
-        from dictation.asr.models import cached_models
+        from dictation.asr.checkpoints.hub import cached_models
 
         self._cached = dict(cached_models())
         self._update_model_rows(self.controller.settings)
@@ -516,8 +516,8 @@ def model_folder_of(spec: str) -> Path | None:
     """The folder ``engine.model`` names (a cached repo resolved offline), or None if there is none."""
     if not spec:
         return None
+    from dictation.asr.checkpoints.hub import resolve_model
     from dictation.asr.errors import ModelError
-    from dictation.asr.models import resolve_model
 
     try:
         return resolve_model(spec)

@@ -32,7 +32,7 @@ Previews and drafts: :meth:`~StreamingTranscription.preview` transcribes all the
 from the cached prompt (only the partial last window, the prompt tail and the decoding cost
 anything): the app's live preview while the user speaks. Its ids are the draft for the next preview
 and for ``finish(draft_ids=...)``, which verifies them in batched passes instead of decoding token
-by token, with the same result (:func:`dictation.asr.generate.greedy`).
+by token, with the same result (:func:`dictation.asr.decode.greedy.greedy`).
 :meth:`~StreamingTranscription.partial` is the same over the completed windows only.
 
 Trailing silence: ``finish(end=n)`` transcribes the first ``n`` samples only (the app cuts the
@@ -54,11 +54,13 @@ import numpy as np
 import torch
 
 from dictation.asr import engine as engine_module
+from dictation.asr.config import SAMPLE_RATE
+from dictation.asr.decode.greedy import greedy, sync_device
 from dictation.asr.engine import AsrEngine, Transcript, _Pass, finish_pass
 from dictation.asr.errors import AudioError
-from dictation.asr.features import HOP_LENGTH, N_FFT, SAMPLE_RATE, n_audio_tokens, n_frames
-from dictation.asr.generate import greedy, sync_device
-from dictation.asr.prompt import normalize_language, parse_output
+from dictation.asr.nn.features import HOP_LENGTH, N_FFT, n_audio_tokens, n_frames
+from dictation.asr.text.parse import parse_output
+from dictation.asr.text.prompt import normalize_language
 
 log = logging.getLogger(__name__)
 

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from dictation.asr.model import AsrModel
+from dictation.asr.nn.graphs import DecodeGraph
+from dictation.asr.nn.model import AsrModel
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,6 @@ USE_CUDA_GRAPH = True
 STATIC_STEP: bool | None = None
 # Set once the warning that pinned memory is unavailable has been logged.
 _PIN_WARNED = False
-# Eager runs of the step on the capture stream before capturing (lazy kernel set-up, workspaces).
-GRAPH_WARMUP = 2
 
 
 @dataclass
@@ -305,121 +303,3 @@ def _graph_for(model: AsrModel, token: torch.Tensor, position: int, key: tuple, 
     else:
         graph.load(token, position)
     return graph
-
-
-_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
-
-
-def capture_stream(device: torch.device) -> torch.cuda.Stream:
-    """The one side stream per GPU that every capture warms up and captures on. One, not one per
-    capture: cuBLAS keeps a workspace (8-32 MiB) per handle and stream until the process ends, so a
-    new stream for each capture (a cache grown, adapters switched) would pile them up."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _CAPTURE_STREAMS:
-        _CAPTURE_STREAMS[index] = torch.cuda.Stream(torch.device("cuda", index))
-    return _CAPTURE_STREAMS[index]
-
-
-class DecodeGraph:
-    """``AsrModel.static_step`` + argmax captured as one CUDA graph for one KV cache.
-
-    Static buffers: ``token [1]`` and ``position [1]`` (int64). One replay feeds ``token`` at
-    ``position``, writes the next id into ``token`` and advances ``position``, so replays chain
-    without the host; the caller copies ``token`` out after each. Captured after ``GRAPH_WARMUP``
-    eager runs on the capture stream (they compute the very step that is due, so the k/v they write
-    are the right ones). The graph holds the addresses of the cache, the RoPE tables, the (fused)
-    weights and the quantized layers' kernel layouts: it is valid for ``cache`` and while
-    ``AsrModel.weights_key()`` is what it was at capture.
-
-    The first replay computes the warm-up's step again; its logits must equal the warm-up's bit for
-    bit. If they do not, the graph is dropped (logged; ``AsrModel.graph_failed``), the step is run
-    again eagerly (rewriting its k/v) and every later one runs eagerly too.
-
-    ``capture=False``: the same buffers and bookkeeping, the step run eagerly at each replay (any
-    device; the fallback on CUDA, and how the CPU tests check everything but the capture itself)."""
-
-    def __init__(self, model: AsrModel, token: torch.Tensor, position: int, *, capture: bool = True) -> None:
-        device = model.device
-        self.cache = model.cache
-        self.captured = capture
-        self.token = token.detach().clone().view(1)
-        self.position = torch.full((1,), position, dtype=torch.long, device=device)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.logits: torch.Tensor | None = None  # the last step's (the graph's output buffer)
-        self.expected: torch.Tensor | None = None  # the warm-up's logits, until the first replay
-        self._model = weakref.ref(model)
-        self.weights: tuple | None = None  # AsrModel.weights_key() once the kernel layouts exist
-        if capture:
-            self._capture(model)
-            self.weights = model.weights_key()  # the warm-up built them
-
-    def _step(self, model: AsrModel) -> None:
-        self.logits = model.static_step(self.token, self.position)
-        self.token.copy_(self.logits.argmax(-1, keepdim=True))
-        self.position.add_(1)
-
-    def _capture(self, model: AsrModel) -> None:
-        device = model.device
-        # torch.cuda.graph syncs and empties the cache of the current device: make it the model's.
-        with torch.cuda.device(device):
-            stream = capture_stream(device)
-            previous = torch.cuda.current_stream(device)
-            stream.wait_stream(previous)
-            with torch.cuda.stream(stream):
-                # The whole step on copies of the inputs (the argmax and the in-place updates too):
-                # nothing runs for the first time, lazily set up, inside the capture.
-                token, position = self.token.clone(), self.position.clone()
-                for _ in range(GRAPH_WARMUP):
-                    self.expected = model.static_step(self.token, self.position)
-                    token.copy_(self.expected.argmax(-1, keepdim=True))
-                    position.add_(1)
-            previous.wait_stream(stream)
-            self.graph = torch.cuda.CUDAGraph()
-            try:
-                # thread_local: the app's other threads may touch CUDA (memory queries) meanwhile.
-                with torch.cuda.graph(self.graph, stream=stream, capture_error_mode="thread_local"):
-                    self._step(model)
-            except BaseException:
-                # A capture that fails at its end leaves this thread on the capture stream: the
-                # uncaptured fallback must run where everything else does.
-                torch.cuda.set_stream(previous)
-                self.graph = None
-                raise
-
-    def load(self, token: torch.Tensor, position: int) -> None:
-        """Set the next replay's input: ``token [1]`` (device) fed at ``position``."""
-        self.token.copy_(token.view(1))
-        self.position.fill_(position)
-
-    def replay(self, out: torch.Tensor) -> None:
-        """One step; the next id lands in ``out [1]`` (and stays in ``token`` for the next replay)."""
-        if self.graph is not None:
-            fed = self.token.clone() if self.expected is not None else None
-            self.graph.replay()
-            if fed is not None:
-                self._check_first_replay(self._model(), fed)
-        else:
-            model = self._model()
-            self._step(model)
-            if self.weights is None:
-                self.weights = model.weights_key()
-        out.copy_(self.token)
-
-    def _check_first_replay(self, model: AsrModel, fed: torch.Tensor) -> None:
-        expected, self.expected = self.expected, None
-        if torch.equal(self.logits, expected):  # one host sync per capture
-            return
-        log.warning("the captured decode step disagreed with the same step run eagerly; decoding without it")
-        model.graph_failed = True
-        self.graph.reset()
-        self.graph, self.captured = None, False
-        self.token.copy_(fed)
-        self.position.sub_(1)
-        self._step(model)  # the same step again, eagerly: the right id, and the right k/v in the cache
-
-    def close(self) -> None:
-        if self.graph is not None:
-            self.graph.reset()
-            self.graph = None
-        self.cache = None
-        self.logits = self.expected = None

@@ -3,7 +3,7 @@
 The kernels are in triton_fused.py: the residual add + RMSNorm, q/k norm + RoPE + the KV-cache
 write (+ the decode step's attention over the filled cache), and SiLU * up. Each is registered as
 a torch operator (``torch.ops.dictation.*``), so that it is one dispatched operation like an aten
-op: a CUDA graph captures it, and the dispatch count of a step (``dictation.asr.kernel_count``)
+op: a CUDA graph captures it, and the dispatch count of a step (``dictation.bench.kernel_count``)
 and profilers see one operation per kernel.
 
 Where: ``FUSED_KERNELS`` (None: on CUDA; True: everywhere, which on the CPU needs Triton's
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dictation.asr import triton_fused
+from dictation.asr.nn.kernels import triton_fused
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Applying PEFT LoRA adapters to a loaded model (reading and checking them: ``lora.py``).
+"""Applying PEFT LoRA adapters to a loaded model (reading and checking them: ``tune/adapter_files.py``).
 
 Several adapters can be active at once, each with a weight ``w``. Adapter ``i`` turns a weight
 ``W`` into ``W + w * (L_i(W) - W)``, where ``L_i`` is what PEFT's merge computes:
@@ -23,11 +23,8 @@ head alone), and ties them again when the adapter is removed.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +32,8 @@ from safetensors import safe_open
 from torch import nn
 
 from dictation.asr.errors import AdapterError
-from dictation.asr.lora import AdapterInfo, LoraLayer, check_shapes, parse_adapter_spec, read_adapter
-from dictation.asr.model import AsrModel
+from dictation.asr.nn.model import AsrModel
+from dictation.asr.tune.adapter_files import AdapterInfo, LoraLayer, check_shapes, parse_adapter_spec, read_adapter
 
 
 @dataclass
@@ -352,63 +349,3 @@ def _param(model: nn.Module, name: str) -> torch.Tensor | None:
         return None
     tensor = getattr(module, attr, None)
     return tensor if isinstance(tensor, torch.Tensor) else None
-
-
-# --- merge-lora: a standalone merged model folder --------------------------------------------------
-
-
-def write_merged_folder(base: str | os.PathLike, specs: Sequence[str], out: str | os.PathLike) -> Path:
-    """Merge ``specs`` (``DIR[:weight]``) into the model ``base`` and write a standalone folder at ``out``:
-    the base's files, its layout and dtypes, with the merged tensors in one ``model.safetensors``.
-
-    Merging is in float32 (the model is loaded in float32 on the CPU); every tensor the adapters
-    leave alone is copied bit for bit. Raises AdapterError / ModelError naming the problem.
-    """
-
-    from dictation.asr.checkpoint import checkpoint_name, locate, our_name
-    from dictation.asr.config import AsrConfig
-    from dictation.asr.models import resolve_model
-    from dictation.asr.weights import check_new_folder, load_model, write_model_folder
-
-    folder = resolve_model(base)
-    out = Path(out).expanduser()
-    check_new_folder(out, AdapterError)
-    cfg = AsrConfig.from_file(folder / "config.json")
-    if cfg.quantization:
-        raise AdapterError(
-            f"{folder}: a quantized model; merge into the floating-point model, then quantize the result"
-        )
-    model = load_model(folder, cfg, torch.device("cpu"), torch.float32)
-    adapters = load_adapters(specs, model)
-    state = AdapterState(model)
-    state.apply(adapters)
-    changed = set(changed_params(adapters))
-    files = locate(folder)
-    tensors: dict[str, torch.Tensor] = {}
-    for path in files.files:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            for name in [n for n, p in files.tensor_files.items() if p == path]:
-                source = f.get_tensor(name)
-                ours = our_name(name, cfg.layout)
-                if ours in changed and _param(model, ours) is not None:
-                    tensors[name] = _param(model, ours).detach().to(source.dtype).contiguous()
-                else:
-                    tensors[name] = source
-    if state.untied:  # a head adapter on a tied model: the merged head is stored and the tie is dropped
-        head = checkpoint_name("lm_head.weight", cfg.layout)
-        dtype = tensors[checkpoint_name("decoder.embed_tokens.weight", cfg.layout)].dtype
-        tensors[head] = model.lm_head.weight.detach().to(dtype).contiguous()
-    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    if state.untied:
-        _untie_config(raw)
-    metadata = {"format": "pt", "merged_adapters": json.dumps([a.label for a in adapters])}
-    return write_model_folder(folder, out, raw, tensors, metadata)
-
-
-def _untie_config(raw: dict) -> None:
-    if "tie_word_embeddings" in raw:
-        raw["tie_word_embeddings"] = False
-    inner = raw.get("thinker_config", raw)
-    text = inner.get("text_config")
-    if isinstance(text, dict):
-        text["tie_word_embeddings"] = False

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from dictation.asr import SAMPLE_RATE
+from dictation.asr.config import SAMPLE_RATE
 
 N_FFT = 400
 HOP_LENGTH = 160
@@ -23,7 +23,7 @@ HOP_LENGTH = 160
 MIN_SAMPLES = N_FFT // 2 + 1
 # The mel projection runs on blocks of this many frames (aligned to frame 0): a matmul's rounding
 # can depend on its width, and fixed blocks let a clip's frames be computed piece by piece
-# (dictation.asr.streaming, one block per 8-s encoder window) with bitwise the same result.
+# (dictation.asr.decode.streaming, one block per 8-s encoder window) with bitwise the same result.
 MEL_BLOCK_FRAMES = 800
 
 

@@ -3,7 +3,7 @@
 Inductor fuses the step's elementwise work into a few generated kernels, as gpt-fast does: static
 shapes (the cache size), ``fullgraph=True``, compiled at the first use (the warm-up's decode step:
 tens of seconds for the real models on a GPU the first time, then Inductor's on-disk cache), and
-captured in the CUDA graph like the other steps (generate.DecodeGraph). Off by default: set
+captured in the CUDA graph like the other steps (graphs.DecodeGraph). Off by default: set
 ``AsrModel.compile_step`` (or ``DICTATION_COMPILE_STEP=1``); ``dictation bench --decode-steps
 compiled`` times it beside the default step.
 

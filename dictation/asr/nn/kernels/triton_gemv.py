@@ -7,7 +7,7 @@ CUDA, with one thread per output and a serial loop over the inputs. This kernel 
 weight once, coalesced along the input features, and accumulates in float32: the traffic of a
 matrix-vector product over int8, about half of bf16's.
 
-The int4 kernel (:func:`int4_matmul`) follows the same design on quant.py's stored layout (no
+The int4 kernel (:func:`int4_matmul`) follows the same design on quantized.py's stored layout (no
 kernel layout beside it, unlike torch's tinygemm, whose packed copy is another 0.8 GB for the 1.7B
 model): it reads the nibbles as 32-bit words (16-byte vectors per thread on aligned layers), and
 turns each nibble into a float without an integer-to-float conversion, which an H100 runs at 16
@@ -15,7 +15,7 @@ per clock per SM, too few for two per byte at 3.35 TB/s: the nibble is masked in
 mantissa of 2**23 (one and-or) and 2**23 subtracted, its power-of-two position folded into x. Each
 group's products are summed before its scale and zero are applied, in float32.
 
-Each is one candidate among three (quant.py): used on a GPU only where it answers right and is the
+Each is one candidate among three (quantized.py): used on a GPU only where it answers right and is the
 fastest there, measured once per process (``quant.cuda_int8_path`` / ``cuda_int4_path``). Block
 sizes are tuned by ``triton.autotune`` on the GPU at the first call for each layer shape (the
 warm-up's).
@@ -138,7 +138,7 @@ def _kernel():
 
 @functools.cache
 def available() -> bool:
-    """Whether Triton can be imported (its CUDA use is checked by quant.py's probe)."""
+    """Whether Triton can be imported (its CUDA use is checked by quantized.py's probe)."""
     try:
         _kernel()
     except Exception as exc:  # ImportError, or a Triton too old for this code
@@ -186,7 +186,7 @@ def int4_matmul(
     zeros: torch.Tensor,
     block: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
-    """``x [M, K]`` (float) times the int4 weight in quant.py's stored format: ``qweight [N, K/2]``
+    """``x [M, K]`` (float) times the int4 weight in quantized.py's stored format: ``qweight [N, K/2]``
     uint8 (two inputs per byte, the even one in the high nibble), ``scales`` and ``zeros``
     ``[N, K/group]`` (any float dtype; ``w = q * scale + zero``): ``[M, N]`` in x's dtype. Rows must be
     contiguous along K; K a multiple of 8. ``block``: one of ``INT4_CONFIGS`` instead of autotune."""

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dictation.asr.config import AudioEncoderConfig
-from dictation.asr.features import conv_out_len, n_audio_tokens
+from dictation.asr.nn.features import conv_out_len, n_audio_tokens
 
 # Chunks per conv batch: a memory bound (no numeric effect). 100 one-second chunks of the first
 # conv's output are 600 MB in fp32; the checkpoint's 500 would be 3 GB for long clips.
@@ -232,8 +232,8 @@ class AudioEncoder(nn.Module):
         padded = F.pad(features.to(self.conv2d1.weight.dtype), (0, windows * self.window_frames - frames))
         if windows not in ENCODER_BUCKETS:
             return self.forward_bucketed(padded, n)[:n]
-        from dictation.asr.decoder import stamp
-        from dictation.asr.graphs import StaticCall
+        from dictation.asr.nn.decoder import stamp
+        from dictation.asr.nn.graphs import StaticCall
 
         key = tuple(stamp(m) for m in self.modules())
         if key != self._graphs_key:  # new weights (addresses): the old graphs read the old ones

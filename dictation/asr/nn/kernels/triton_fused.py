@@ -21,7 +21,7 @@ RMSNorm normalises in float32, casts to the dtype, then multiplies by the weight
 before the product with ``up``. Sums and attention accumulate in float32.
 
 Tested on the CPU in Triton's interpreter (``TRITON_INTERPRET=1``, tests/asr/test_triton_fused.py)
-and compiled ahead of time for sm_80/89/90 by Triton's own compiler; dictation/asr/fused.py decides
+and compiled ahead of time for sm_80/89/90 by Triton's own compiler; dictation/asr/nn/kernels/fused.py decides
 where they run (checked once per device against the torch code).
 """
 
@@ -54,7 +54,7 @@ GEMV_CONFIGS = ((8, 512, 4), (4, 1024, 4), (16, 256, 4), (16, 512, 8))
 @functools.cache
 def raw_kernels() -> dict:
     """The jitted kernels by name, imported at the first use (importing triton takes about a second)."""
-    from dictation.asr import _fused_kernels
+    from dictation.asr.nn.kernels import _fused_kernels
 
     return {name: getattr(_fused_kernels, name) for name in KERNELS}
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dictation.asr.checkpoint import (
+from dictation.asr.checkpoints.locate import (
     FLOAT_DTYPES,
     QUANTIZED_LINEAR,
     CheckpointFiles,
@@ -30,7 +30,7 @@ from dictation.asr.checkpoint import (
 )
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import ModelError
-from dictation.asr.files import read_json
+from dictation.files import read_json
 
 # What the engine reads: configs, safetensors shards and their index, tokenizer files, templates.
 ALLOW_PATTERNS: tuple[str, ...] = ("*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*", "*.jinja")
@@ -220,7 +220,7 @@ def _check_tensors(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: 
 
 def _check_tokenizer(folder: Path, cfg: AsrConfig) -> None:
     """The files load_tokenizer reads exist and hold the control tokens PromptBuilder needs."""
-    from dictation.asr.prompt import ASR_TEXT, AUDIO_END, AUDIO_PAD, AUDIO_START, END_OF_TEXT, IM_END, IM_START
+    from dictation.asr.text.tokenizer import ASR_TEXT, AUDIO_END, AUDIO_PAD, AUDIO_START, END_OF_TEXT, IM_END, IM_START
 
     has_json = (folder / "tokenizer.json").is_file()
     if not has_json:

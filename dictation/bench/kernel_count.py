@@ -2,7 +2,7 @@
 
 Eager code (the plain step, the static step, the step with the fused kernels): the operations it
 dispatches that compute, counted by a ``TorchDispatchMode`` while one step runs exactly as decoding
-runs it (:class:`generate.DecodeGraph`'s step where decoding uses one, else ``AsrModel.step``).
+runs it (:class:`graphs.DecodeGraph`'s step where decoding uses one, else ``AsrModel.step``).
 Views, allocations and casts to the tensor's own dtype are not counted; an in-place write is. Each
 fused kernel of fused.py is one operation, and so is each call of the int8 layers' Triton kernel
 (triton_gemv.py, launched outside the dispatcher). On CUDA one operation is about one kernel launch (a
@@ -106,7 +106,7 @@ class StepKernels:
 def _triton_gemv_counted(counter: _Counter):
     """The int8 layers' Triton kernel (triton_gemv.int8_matmul) is launched outside torch's
     dispatcher: count each call as one operation while the step runs."""
-    from dictation.asr import triton_gemv
+    from dictation.asr.nn.kernels import triton_gemv
 
     launch = triton_gemv.int8_matmul
 
@@ -148,9 +148,10 @@ def _per_layer(model, counter: _Counter):
 def decode_step(model, position: int) -> StepKernels:
     """Run one decode step of ``model`` (an AsrModel whose cache holds at least ``position``
     positions; the step writes cache position ``position``) as decoding runs it, and count."""
-    from dictation.asr import generate
+    from dictation.asr.decode import greedy
+    from dictation.asr.nn import graphs
 
-    mode, _ = generate._graph_mode(model)
+    mode, _ = greedy._graph_mode(model)
     token = torch.zeros(1, dtype=torch.long, device=model.device)
     counter = _Counter()
     with torch.inference_mode():
@@ -164,7 +165,7 @@ def decode_step(model, position: int) -> StepKernels:
             with _per_layer(model, counter), _triton_gemv_counted(counter), counter:
                 torch.argmax(model.step(token, position), dim=-1, keepdim=True, out=out)
         else:
-            graph = generate.DecodeGraph(model, token, position, capture=False)
+            graph = graphs.DecodeGraph(model, token, position, capture=False)
             compiled = model.compiled_step if model.compile_step else None
             try:
                 if compiled:

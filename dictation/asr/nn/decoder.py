@@ -8,7 +8,7 @@ Fused projections (issue 6): q/k/v and gate/up each run as ONE matmul. The per-m
 to row views of it, so every weight is stored once and an in-place change of a member (a merged
 adapter, ``load_state_dict``) is a change of the fused weight. Plain ``nn.Linear`` members stack
 their float weights; Int8Linear / Int4Linear members stack their integer tensors into one
-unregistered quantized layer (``quant.fuse_rows``). Anything else (an unmerged ``LoraLinear``, mixed
+unregistered quantized layer (``quantized.fuse_rows``). Anything else (an unmerged ``LoraLinear``, mixed
 kinds or devices) runs member by member. A fusion is checked cheaply on every call (the members
 are still the same modules) and fully at the start of every pass (``TextDecoder.refresh_fusion``:
 same modules, same tensor addresses, same quantized-layer versions); whatever changed is planned
@@ -30,10 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dictation.asr import fused, quant
 from dictation.asr.config import TextDecoderConfig
-from dictation.asr.kv_cache import StaticKVCache
-from dictation.asr.rope import apply_rope
+from dictation.asr.nn import quantized
+from dictation.asr.nn.kernels import fused
+from dictation.asr.nn.kv_cache import StaticKVCache
+from dictation.asr.nn.rope import apply_rope
 
 # False: every projection runs on its own (the plain path the fused one is tested against).
 FUSE_PROJECTIONS = True
@@ -108,9 +109,11 @@ class Fusion:
                     self.weight = torch.cat([m.weight for m in members])
                 _point_rows(members, self.weight)
         elif (
-            enabled and isinstance(members[0], quant.QUANT_MODULES) and all(members[0].fusable_with(m) for m in members)
+            enabled
+            and isinstance(members[0], quantized.QUANT_MODULES)
+            and all(members[0].fusable_with(m) for m in members)
         ):
-            self.layer = quant.fuse_rows(members)
+            self.layer = quantized.fuse_rows(members)
         else:
             _unshare(members)
         self.stamps = tuple(stamp(m) for m in members)

@@ -6,12 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dictation.asr import compiled
 from dictation.asr.config import AsrConfig
-from dictation.asr.decoder import TextDecoder, stamp
-from dictation.asr.encoder import AudioEncoder
-from dictation.asr.kv_cache import StaticKVCache
-from dictation.asr.rope import rope_tables
+from dictation.asr.nn import compiled
+from dictation.asr.nn.decoder import TextDecoder, stamp
+from dictation.asr.nn.encoder import AudioEncoder
+from dictation.asr.nn.kv_cache import StaticKVCache
+from dictation.asr.nn.rope import rope_tables
 
 # Prompts longer than this are prefilled in pieces, so attention memory stays bounded for
 # 20-minute clips (15,600 audio tokens) on any device.
@@ -43,7 +43,7 @@ class AsrModel(nn.Module):
         )
         self.cache: StaticKVCache | None = None
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
-        # The captured CUDA-graph decode step (generate.DecodeGraph) for this cache; released with it.
+        # The captured CUDA-graph decode step (graphs.DecodeGraph) for this cache; released with it.
         self.decode_graph = None
         self.graph_failed = False  # capturing failed once: decode without a graph from then on
         # Bucketed prefills (graphs.StaticCall) by length, for ``_prefill_for``: this cache and weights.
@@ -188,7 +188,7 @@ class AsrModel(nn.Module):
         return self.logits(self.decoder.norm(h.index_select(1, last)))
 
     def _bucketed_prefill(self, embeds: torch.Tensor, bucket: int) -> torch.Tensor:
-        from dictation.asr.graphs import StaticCall
+        from dictation.asr.nn.graphs import StaticCall
 
         total = embeds.shape[1]
         padded = F.pad(embeds, (0, 0, 0, bucket - total))
@@ -219,7 +219,7 @@ class AsrModel(nn.Module):
         """Build (on CUDA: capture) the bucketed encoder for every bucket and the bucketed prefill for
         every bucket the cache holds, on zeros, so that no dictation pays for a capture (the warm-up
         calls this). A no-op where nothing is bucketed. Returns how many were built."""
-        from dictation.asr import encoder as encoder_mod
+        from dictation.asr.nn import encoder as encoder_mod
 
         built = 0
         audio = self.audio_tower
@@ -281,7 +281,7 @@ class AsrModel(nn.Module):
         fused kernels (where the decoder uses them, CUDA by default) attention reads the cache's filled
         positions only; otherwise it covers the whole cache under a mask built from ``position``; with
         ``compile_step`` the step compiled by torch.compile (compiled.py). The caller keeps
-        ``position < cache.max_len``. What generate.DecodeGraph captures; on the CPU it is the same
+        ``position < cache.max_len``. What graphs.DecodeGraph captures; on the CPU it is the same
         step, tested against :meth:`step`."""
         cache = self.cache
         assert cache is not None and self._rope is not None

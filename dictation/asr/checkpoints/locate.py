@@ -1,6 +1,6 @@
 """A checkpoint's files without torch: which safetensors file holds which tensor, and tensor headers.
 
-Split from ``weights.py`` so that checking a model folder or a LoRA adapter (the settings window
+Split from ``checkpoints/safetensors.py`` so that checking a model folder or a LoRA adapter (the settings window
 does it while the user picks a folder) costs milliseconds: nothing here imports torch or numpy,
 and no tensor data is read, only the JSON header at the start of each safetensors file.
 
@@ -25,7 +25,7 @@ from pathlib import Path, PureWindowsPath
 from typing import TYPE_CHECKING
 
 from dictation.asr.errors import ModelError, WeightsError
-from dictation.asr.files import open_regular
+from dictation.files import open_regular
 
 if TYPE_CHECKING:
     from dictation.asr.config import AsrConfig
@@ -254,7 +254,7 @@ def check_sizes(files: CheckpointFiles, headers: dict[str, TensorInfo], cfg: Asr
         ours[mine] = (name, info)
     for mine, shape in expected.items():
         if cfg.quantization is not None and QUANTIZED_LINEAR.search(mine):
-            continue  # stored as integer codes plus scales (dictation.asr.quant); load_model checks them
+            continue  # stored as integer codes plus scales (dictation.asr.nn.quantized); load_model checks them
         if mine not in ours:
             packed = ours.get(mine.removesuffix(".weight") + ".qweight")
             if packed is not None:  # int4 codes where config.json promises floats

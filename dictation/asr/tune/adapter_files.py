@@ -1,4 +1,4 @@
-"""PEFT LoRA adapters: reading one and checking that it fits a model (applying it: ``adapters.py``).
+"""PEFT LoRA adapters: reading one and checking that it fits a model (applying it: ``tune/adapters.py``).
 
 An adapter folder is what PEFT's ``save_pretrained`` writes:
 
@@ -37,12 +37,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from dictation.asr.checkpoint import FLOAT_DTYPES, PREFIXES, TensorInfo, checkpoint_name, locate, read_header
+from dictation.asr.checkpoints.hub import is_gguf_path, resolve_model
+from dictation.asr.checkpoints.locate import FLOAT_DTYPES, PREFIXES, TensorInfo, checkpoint_name, locate, read_header
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import AdapterError, AsrError, WeightsError
-from dictation.asr.files import read_json
-from dictation.asr.models import is_gguf_path, resolve_model
-from dictation.asr.patterns import (
+from dictation.asr.tune.patterns import (
     FULL,
     SUFFIX,
     PatternError,
@@ -52,6 +51,7 @@ from dictation.asr.patterns import (
     first_matches,
     wrapped,
 )
+from dictation.files import read_json
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"

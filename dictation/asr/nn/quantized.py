@@ -1,29 +1,11 @@
-"""Weight-only int8 / int4 linear layers for the text decoder, and pre-quantized model folders.
+"""Weight-only int8 / int4 linear layers for the text decoder, the kernels they run on, and swapping them in.
 
 Only the decoder's linear layers are quantized (``decoder.layers.N.self_attn.{q,k,v,o}_proj`` and
 ``decoder.layers.N.mlp.{gate,up,down}_proj``). The audio encoder, the embeddings and the output head
 stay in floating point: ports that quantized those found that long audio then loops or comes out empty.
 
-Storage format (device independent; what a pre-quantized folder holds, under the checkpoint's own
-tensor names, e.g. ``thinker.model.layers.0.self_attn.q_proj.*``):
-
-- int8, symmetric per output channel: ``<name>.weight`` int8 ``[out, in]`` in -127..127 and
-  ``<name>.weight_scale`` float32 ``[out]``; ``w = weight * weight_scale[:, None]``,
-  ``weight_scale = absmax(row) / 127`` (1 for an all-zero row).
-- int4, asymmetric, groupwise along ``in``: ``<name>.qweight`` uint8 ``[out, in / 2]``, two 4-bit
-  values q in 0..15 per byte, the HIGH nibble holding the even column (``byte = q[2j] << 4 | q[2j+1]``,
-  the order torch's CUDA int4 packer reads); ``<name>.scales`` and ``<name>.zeros`` float32
-  ``[out, in / group]``; ``w = q * scales + zeros`` per group (``zeros`` is the value q = 0 stands
-  for, ``scales`` the step; 1 for a constant group). The group size is
-  ``pick_group_size(in_features, group_size)`` with ``group_size`` from ``quantization_config``.
-  Scales and zeros are float32 rather than bf16 so that dequantization is exact on every device; they
-  cost 0.5 bit per weight at group 128. How they are chosen (``INT4_METHOD``, recorded as
-  ``int4_method``, which reading ignores): "mse" picks per group the grid with the least squared
-  error among a few clipped ranges and refits it by least squares (:func:`_mse_grid`); "minmax",
-  what folders written before had, spans the group's range (``zeros`` = minimum, ``scales`` =
-  (max - min) / 15). Both are round-to-nearest without calibration data. On Gaussian weights the
-  relative error ``|w' - w| / |w|`` is 0.0998 for minmax at group 128 (0.0896 at 64, 0.0782 at 32)
-  and 0.0936 for mse (0.0846, 0.0733); int8 per channel gives 0.0083.
+The stored format and how weights are rounded to it: ``quant_format.py``; quantizing a loaded model:
+``tune/quantize.py``; writing a pre-quantized folder: ``tune/writers.py``.
 
 Kernels (picked per call by device, dtype and number of rows, see ``KERNEL_MAX_ROWS``): torch's
 ``_weight_int8pack_mm`` and the tinygemm int4 kernels (``_weight_int4pack_mm`` on CUDA,
@@ -45,35 +27,26 @@ GPU that runs it. ``benchmarks/bench_gemv.py`` times every candidate on every la
 from __future__ import annotations
 
 import functools
-import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dictation.asr.nn.graphs import gpu_time_ms, l2_copies
+from dictation.asr.nn.quant_format import (
+    DEFAULT_GROUP_SIZE,
+    LAYER_MODULES,
+    QUANTIZED,
+    pick_group_size,
+    quantize_int4,
+    quantize_int8,
+    unpack_int4,
+)
+
 log = logging.getLogger(__name__)
 
-VARIANTS = ("bf16", "fp16", "fp32", "int8", "int4")
-QUANTIZED = ("int8", "int4")
-DEFAULT_GROUP_SIZE = 128
-GROUP_SIZES = (256, 128, 64, 32)  # what the int4 kernels accept; smaller ones are tried for narrow layers
-QUANT_METHOD = "dictation"
-FORMAT_VERSION = 1
-# How int4 scales and zeros are chosen (the stored format is the same for both, see the docstring):
-# "mse" (default): per group, the grid with the smallest squared error among a few clipped ranges,
-# refined by least squares; "minmax": the group's full range (what format 1 folders written before
-# held). On Gaussian weights at group 128 "mse" has 6 % less error (12 % less squared error).
-INT4_METHODS = ("mse", "minmax")
-INT4_METHOD = "mse"
-_MSE_SHRINK = (1.0, 0.9, 0.8)  # the ranges tried, as fractions of the group's own (around its middle)
-_MSE_REFITS = 2  # least-squares refits of scale and zero to the chosen integers
-_QUANTIZE_ROWS = 1024  # rows quantized at a time (bounds the temporaries)
-LAYER_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
-LAYER_MODULES += ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")  # per decoder layer
-MODULES_TEXT = "decoder linear layers (q,k,v,o,gate,up,down)"
 
 # Set to False to always use dequantize + F.linear (a kernel that misbehaves on some machine).
 USE_KERNELS = True
@@ -98,135 +71,6 @@ CUDA_INT8_TIMING_SHAPE = (4096, 2048)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
-
-
-def pick_group_size(in_features: int, group_size: int = DEFAULT_GROUP_SIZE) -> int:
-    """The int4 group size for a layer: ``group_size`` if it divides ``in_features``, else the largest
-    smaller one of 128/64/32 that does. Raises ValueError if none does."""
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"int4 group size {group_size} is not supported; choose one of {sorted(GROUP_SIZES)}")
-    for g in GROUP_SIZES:
-        if g <= group_size and in_features % g == 0:
-            return g
-    raise ValueError(
-        f"int4 needs in_features divisible by 32, 64 or 128 (at most the group size {group_size}); "
-        f"this layer has in_features {in_features}"
-    )
-
-
-def _check_weight(weight: torch.Tensor) -> torch.Tensor:
-    if weight.dim() != 2 or not weight.is_floating_point():
-        raise ValueError(f"expected a 2-D floating weight, got {tuple(weight.shape)} {weight.dtype}")
-    w = weight.detach().float()
-    if not bool(torch.isfinite(w).all()):
-        raise ValueError("cannot quantize a weight that holds NaN or infinity")
-    return w
-
-
-def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[out, in]`` float -> (int8 ``[out, in]``, float32 scale ``[out]``), computed in float32."""
-    w = _check_weight(weight)
-    absmax = w.abs().amax(dim=1)
-    scale = torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))
-    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
-    return q, scale
-
-
-def quantize_int4(
-    weight: torch.Tensor, group_size: int, method: str | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``[out, in]`` float -> (qweight uint8 ``[out, in/2]``, scales, zeros float32 ``[out, in/group]``),
-    with ``method`` one of ``INT4_METHODS`` (default ``INT4_METHOD``); computed in float32."""
-    method = INT4_METHOD if method is None else method
-    if method not in INT4_METHODS:
-        raise ValueError(f"int4 method {method!r} is not one of {', '.join(INT4_METHODS)}")
-    w = _check_weight(weight)
-    out_f, in_f = w.shape
-    if in_f % group_size:
-        raise ValueError(f"in_features {in_f} is not divisible by the group size {group_size}")
-    qs, scale_parts, zero_parts = [], [], []
-    for start in range(0, out_f, _QUANTIZE_ROWS):
-        groups = w[start : start + _QUANTIZE_ROWS].reshape(-1, in_f // group_size, group_size)
-        scales, zeros = _minmax_grid(groups) if method == "minmax" else _mse_grid(groups)
-        qs.append(_round_to_grid(groups, scales, zeros).to(torch.uint8).view(-1, in_f))
-        scale_parts.append(scales)
-        zero_parts.append(zeros)
-    return pack_int4(torch.cat(qs)), torch.cat(scale_parts), torch.cat(zero_parts)
-
-
-def _round_to_grid(groups: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> torch.Tensor:
-    return torch.round((groups - zeros[..., None]) / scales[..., None]).clamp_(0, 15)
-
-
-def _minmax_grid(groups: torch.Tensor, shrink: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scales, zeros) spanning each group's range, or ``shrink`` times it around its middle; scale 1
-    for a constant group."""
-    lo, hi = groups.amin(dim=-1), groups.amax(dim=-1)
-    if shrink != 1.0:
-        middle, half = (hi + lo) / 2, (hi - lo) * (shrink / 2)
-        lo, hi = middle - half, middle + half
-    span = hi - lo
-    return torch.where(span > 0, span / 15, torch.ones_like(span)), lo
-
-
-def _mse_grid(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scales, zeros) per group with little squared error and no calibration data: the best of a few
-    clipped ranges (clipping the extremes of a group makes the steps finer for everything else), then
-    ``_MSE_REFITS`` rounds of fitting scale and zero to the chosen integers by least squares and
-    rounding again, each kept only where it lowers the group's error. Errors come from per-group sums
-    (of q, q*q, q*w, w, w*w), so no candidate's dequantized weights are ever formed; the groups are
-    centred first, so that those sums do not cancel for a group far from 0 (float32)."""
-    n = groups.shape[-1]
-    centre = groups.mean(dim=-1)
-    groups = groups - centre[..., None]  # the grid is found for these, then moved back
-    w_sum, w_sq = groups.sum(dim=-1), torch.linalg.vecdot(groups, groups)
-
-    def stats(s: torch.Tensor, z: torch.Tensor):
-        q = _round_to_grid(groups, s, z)
-        q_sum, q_sq, qw = q.sum(dim=-1), torch.linalg.vecdot(q, q), torch.linalg.vecdot(q, groups)
-        # sum((q s + z - w)^2), expanded
-        err = s * s * q_sq + 2 * s * z * q_sum - 2 * s * qw + n * z * z - 2 * z * w_sum + w_sq
-        return err, (q_sum, q_sq, qw)
-
-    best_s = best_z = best_e = best_sums = None
-    for shrink in _MSE_SHRINK:
-        s, z = _minmax_grid(groups, shrink)
-        e, sums = stats(s, z)
-        if best_e is None:
-            best_s, best_z, best_e, best_sums = s, z, e, sums
-            continue
-        better = e < best_e
-        best_s, best_z, best_e = _pick(better, (s, z, e), (best_s, best_z, best_e))
-        best_sums = _pick(better, sums, best_sums)
-    for _ in range(_MSE_REFITS):
-        q_sum, q_sq, qw = best_sums
-        var = q_sq - q_sum * q_sum / n
-        cov = qw - q_sum * w_sum / n
-        fit = (var > 0) & (cov > 0)  # all integers equal (a constant group): nothing to fit (sums of
-        # small integers are exact in float32, so var is exactly 0 then)
-        s = torch.where(fit, cov / torch.where(fit, var, torch.ones_like(var)), best_s)
-        z = torch.where(fit, (w_sum - s * q_sum) / n, best_z)
-        e, sums = stats(s, z)
-        better = fit & (e < best_e)
-        best_s, best_z, best_e = _pick(better, (s, z, e), (best_s, best_z, best_e))
-        best_sums = _pick(better, sums, best_sums)
-    return best_s, best_z + centre
-
-
-def _pick(
-    where: torch.Tensor, new: tuple[torch.Tensor, ...], old: tuple[torch.Tensor, ...]
-) -> tuple[torch.Tensor, ...]:
-    return tuple(torch.where(where, a, b) for a, b in zip(new, old, strict=True))
-
-
-def pack_int4(q: torch.Tensor) -> torch.Tensor:
-    """uint8 values 0..15 ``[out, in]`` -> ``[out, in/2]``, even column in the high nibble."""
-    return (q[:, 0::2] << 4) | q[:, 1::2]
-
-
-def unpack_int4(qweight: torch.Tensor) -> torch.Tensor:
-    """``[out, in/2]`` uint8 -> ``[out, in]`` uint8 values 0..15 (inverse of :func:`pack_int4`)."""
-    return torch.stack((qweight >> 4, qweight & 0xF), dim=-1).view(qweight.shape[0], -1)
 
 
 @functools.cache
@@ -285,7 +129,7 @@ def _probe(kind: str, device: torch.device, dtype: torch.dtype, path: str = "tor
         if path == "triton":  # ours, and one of several candidates: leave it out rather than fail
             log.warning("%s; not using it", message)
             return False
-        raise RuntimeError(f"{message}; set dictation.asr.quant.USE_KERNELS = False to avoid it")
+        raise RuntimeError(f"{message}; set dictation.asr.nn.quantized.USE_KERNELS = False to avoid it")
     return True
 
 
@@ -317,7 +161,7 @@ def _cuda_path(kind: str, device: torch.device, dtype: torch.dtype) -> str:
 
 
 def _choose_cuda(kind: str, device: torch.device, dtype: torch.dtype, forced: str | None) -> str:
-    from dictation.asr import triton_gemv
+    from dictation.asr.nn.kernels import triton_gemv
 
     usable = ["dequantize"]
     if USE_KERNELS and _kernel_available(kind, device, dtype):
@@ -368,62 +212,6 @@ def _time_kernel(kind: str, path: str, device: torch.device, dtype: torch.dtype,
     else:
         calls = [functools.partial(m._triton_kernel if path == "triton" else m._torch_kernel, x, dtype) for m in layers]
     return gpu_time_ms(calls, device, repeats)
-
-
-def l2_copies(layer: nn.Module, device: torch.device, factor: float = 2.0, most: int = 64) -> list[nn.Module]:
-    """``layer`` and copies of it holding together at least ``factor`` times the GPU's L2 cache, for
-    timing: calling them in turn reads the weights from memory, as a decode step through all the
-    layers does, rather than from L2 (50 MB on an H100, more than one decoder layer)."""
-    import copy
-
-    size = sum(t.numel() * t.element_size() for t in (*layer.parameters(), *layer.buffers()))
-    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
-    count = min(most, max(1, -(-int(factor * l2) // max(size, 1))))
-    return [layer] + [copy.deepcopy(layer) for _ in range(count - 1)]
-
-
-def gpu_time_ms(calls: Sequence[Callable[[], object]], device: torch.device, repeats: int = 50) -> float:
-    """Milliseconds of GPU time per call: ``repeats`` calls, taking ``calls`` in turn, captured in one
-    CUDA graph and replayed (the decode step runs in a graph, so host-side launch costs, which differ
-    between torch's ops and Triton's launcher, must not decide), the best of 3 replays. Warm-up
-    calls come first (they also let triton.autotune pick its blocks). Where capture fails, the calls
-    are timed back to back instead."""
-    from dictation.asr.generate import capture_stream
-
-    sequence = [calls[i % len(calls)] for i in range(max(repeats, len(calls)))]
-    with torch.inference_mode(), torch.cuda.device(device):
-        stream, previous = capture_stream(device), torch.cuda.current_stream(device)
-        stream.wait_stream(previous)
-        with torch.cuda.stream(stream):  # warm up where the capture runs, as DecodeGraph does
-            for call in calls:
-                call()
-        previous.wait_stream(stream)
-        torch.cuda.synchronize(device)
-        try:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-                for call in sequence:
-                    call()
-            replay = graph.replay
-        except RuntimeError as exc:  # something in the call cannot be captured
-            torch.cuda.set_stream(previous)  # a failed capture can leave this thread on its stream
-            log.debug("timing without a CUDA graph (%s)", exc)
-            torch.cuda.synchronize(device)
-
-            def replay() -> None:
-                for call in sequence:
-                    call()
-
-        replay()
-        best = float("inf")
-        for _ in range(3):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            replay()
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end) / len(sequence))
-    return best
 
 
 # --- modules ----------------------------------------------------------------------------------------------
@@ -511,7 +299,7 @@ class _QuantLinear(nn.Module):
     def _kernel_ready(self, device: torch.device, dtype: torch.dtype, rows: int) -> bool:
         if device.type != "cuda":
             return _kernel_available(self.kind, device, dtype)
-        from dictation.asr.triton_gemv import MAX_ROWS
+        from dictation.asr.nn.kernels.triton_gemv import MAX_ROWS
 
         path = self._cuda_path(device, dtype)
         return path == "torch" or (path == "triton" and rows <= MAX_ROWS)
@@ -599,7 +387,7 @@ class Int8Linear(_QuantLinear):
         return torch._weight_int8pack_mm(x2d, self.weight, self._scales_for(dtype))
 
     def _triton_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        from dictation.asr.triton_gemv import int8_matmul
+        from dictation.asr.nn.kernels.triton_gemv import int8_matmul
 
         return int8_matmul(x2d, self.weight, self.weight_scale)
 
@@ -710,7 +498,7 @@ class Int4Linear(_QuantLinear):
         return torch._weight_int4pack_mm_for_cpu(x2d, packed, self.group_size, sz)
 
     def _triton_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        from dictation.asr.triton_gemv import int4_matmul
+        from dictation.asr.nn.kernels.triton_gemv import int4_matmul
 
         return int4_matmul(x2d, self.qweight, self.scales, self.zeros)
 
@@ -770,7 +558,7 @@ def kernel_cache_bytes(model: nn.Module) -> int:
     return total
 
 
-# --- whole model ------------------------------------------------------------------------------------------
+# --- swapping them into a model -------------------------------------------------------------------------
 
 
 def quantizable_names(num_layers: int) -> list[str]:
@@ -799,67 +587,6 @@ def _check_variant(variant: str) -> None:
         raise ValueError(f"variant {variant!r} is not a quantized variant; choose one of {', '.join(QUANTIZED)}")
 
 
-def quantize_model(
-    model: nn.Module,
-    variant: str,
-    *,
-    group_size: int = DEFAULT_GROUP_SIZE,
-    weights: Mapping[str, torch.Tensor] | None = None,
-) -> list[str]:
-    """Replace the decoder's linear layers in place by Int8Linear / Int4Linear; returns their names.
-
-    ``weights`` optionally gives, per module name, a float weight to quantize instead of the module's
-    own (e.g. LoRA-merged float32 weights). The quantized buffers live on each layer's device.
-    """
-    _check_variant(variant)
-    linears = quantizable_linears(model)
-    n_expected = len(model.decoder.layers) * len(LAYER_MODULES)
-    if len(linears) != n_expected:
-        raise ValueError(f"the model's decoder has {n_expected - len(linears)} layers that are already quantized")
-    weights = dict(weights or {})
-    unknown = sorted(set(weights) - set(linears))
-    if unknown:
-        raise ValueError(f"weights given for {unknown[0]}, which is not a quantizable decoder linear layer")
-    for name, linear in linears.items():  # check everything first: an error leaves the model as it was
-        if linear.bias is not None:
-            raise ValueError(f"{name} has a bias; only bias-free linear layers are quantized")
-        if name in weights and tuple(weights[name].shape) != tuple(linear.weight.shape):
-            shape, want = tuple(weights[name].shape), tuple(linear.weight.shape)
-            raise ValueError(f"weights[{name!r}] has shape {shape}, expected {want}")
-    names = list(linears)
-    for name in names:
-        linear = linears.pop(name)  # hold no reference: each float weight is freed once replaced
-        w = weights.pop(name, None)
-        w = linear.weight if w is None else w.to(linear.weight.device)
-        new = Int8Linear.from_weight(w) if variant == "int8" else Int4Linear.from_weight(w, group_size=group_size)
-        _set_module(model, name, new)
-        del linear, w
-    log.debug("quantized %d decoder linear layers to %s", len(names), variant)
-    if hasattr(model, "sync_weights"):
-        model.sync_weights()  # fuse the integer layers (and drop any fused float weight)
-    return names
-
-
-def replace_linear(
-    model: nn.Module, name: str, variant: str, weight: torch.Tensor, *, group_size: int = DEFAULT_GROUP_SIZE
-) -> nn.Module:
-    """Put a layer quantized from ``weight`` (float, any device) at module ``name``, in place of what is
-    there (an nn.Linear or a quantized layer, e.g. to re-quantize a LoRA-merged weight); returns it.
-    The new layer lives on the device of the one it replaces."""
-    _check_variant(variant)
-    old = model.get_submodule(name)
-    if not isinstance(old, (nn.Linear, *QUANT_MODULES)):
-        raise ValueError(f"{name} is a {type(old).__name__}, not a linear layer")
-    shape = (old.out_features, old.in_features)
-    if tuple(weight.shape) != shape:
-        raise ValueError(f"the weight for {name} has shape {tuple(weight.shape)}, expected {shape}")
-    device = next(iter(old.buffers() if isinstance(old, QUANT_MODULES) else old.parameters())).device
-    w = weight.detach().to(device)
-    new = Int8Linear.from_weight(w) if variant == "int8" else Int4Linear.from_weight(w, group_size=group_size)
-    _set_module(model, name, new)
-    return new
-
-
 def empty_quantized(model: nn.Module, variant: str, *, group_size: int = DEFAULT_GROUP_SIZE) -> list[str]:
     """Swap the decoder's linear layers for empty quantized ones of the right shapes, on each layer's
     device (meta when building a model to load a pre-quantized folder into)."""
@@ -873,152 +600,3 @@ def empty_quantized(model: nn.Module, variant: str, *, group_size: int = DEFAULT
             new = Int4Linear(linear.in_features, linear.out_features, device=device, group_size=group_size)
         _set_module(model, name, new)
     return list(linears)
-
-
-def weight_bytes(model: nn.Module) -> int:
-    """Bytes of all parameters and persistent buffers (shared tensors once): what the weights cost."""
-    seen: set[int] = set()
-    total = 0
-    for module in model.modules():
-        tensors = list(module._parameters.values())
-        tensors += [b for n, b in module._buffers.items() if n not in module._non_persistent_buffers_set]
-        for t in tensors:
-            if t is None or id(t) in seen:
-                continue
-            seen.add(id(t))
-            total += t.numel() * t.element_size()
-    return total
-
-
-def format_bytes(n: int) -> str:
-    """``1234567890`` -> ``"1.23 GB"`` (decimal units, as file managers show sizes)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} B"
-
-
-def quantization_config(variant: str, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
-    """The ``quantization_config`` entry of a pre-quantized folder's config.json."""
-    _check_variant(variant)
-    cfg = {"quant_method": QUANT_METHOD, "format_version": FORMAT_VERSION, "variant": variant}
-    if variant == "int4":
-        pick_group_size(max(GROUP_SIZES), group_size)  # validates group_size
-        cfg["group_size"] = group_size
-        cfg["weights"] = "uint8 qweight [out, in/2] (high nibble = even column), w = q * scales + zeros per group"
-        # informational (how scales and zeros were chosen; reading does not depend on it): folders
-        # written before it existed hold "minmax"
-        cfg["int4_method"] = INT4_METHOD
-    else:
-        cfg["group_size"] = None
-        cfg["weights"] = "int8 weight [out, in], w = weight * weight_scale[out] (symmetric per output channel)"
-    cfg["modules"] = MODULES_TEXT
-    cfg["compute_dtype"] = "the model's float dtype (bf16/fp16/fp32); bf16 kernels on CPUs with bf16 instructions"
-    return cfg
-
-
-# --- pre-quantized folders --------------------------------------------------------------------------------
-
-
-def write_quantized_folder(
-    src_model,
-    out_dir,
-    variant: str,
-    *,
-    group_size: int = DEFAULT_GROUP_SIZE,
-    on_progress: Callable[[int, int], None] | None = None,
-) -> Path:
-    """Write a pre-quantized copy of the model folder ``src_model`` (a path or cached repo id) to ``out_dir``.
-
-    ``out_dir/model.safetensors`` holds the checkpoint's own tensor names in the source layout: each
-    decoder linear layer as its quantized tensors (module docstring), every other tensor exactly as
-    stored (e.g. bf16). Every other file of the source folder is copied (tokenizer, preprocessor config,
-    chat template, ...), and config.json gains ``quantization_config``. Tensors are read one at a time
-    (memory: the output plus one layer), checked as strictly as ``load_model`` checks them, and
-    quantized in float32 on the CPU, so the result equals ``quantize_model`` on the model loaded in
-    float32, bit for bit. Written to a temporary folder that is renamed at the end: an interrupted run
-    leaves nothing at ``out_dir``. ``on_progress(done, total)`` is called per tensor. Returns ``out_dir``.
-    """
-    from safetensors import safe_open
-
-    from dictation.asr.checkpoint import check_sizes
-    from dictation.asr.config import AsrConfig
-    from dictation.asr.errors import ModelError, WeightsError
-    from dictation.asr.model import AsrModel
-    from dictation.asr.models import resolve_model
-    from dictation.asr.weights import (
-        FLOAT_DTYPES,
-        check_new_folder,
-        checkpoint_name,
-        locate,
-        match_tensors,
-        write_model_folder,
-    )
-
-    if variant not in QUANTIZED:
-        raise ModelError(f"{src_model}: cannot quantize to {variant!r}; choose one of {', '.join(QUANTIZED)}")
-    src = resolve_model(src_model)
-    out = Path(out_dir).expanduser().absolute()
-    check_new_folder(out)
-    config_path = src / "config.json"
-    cfg = AsrConfig.from_file(config_path)
-    if cfg.quantization is not None:
-        raise ModelError(
-            f"{config_path}: this model is already quantized ({cfg.quantization['variant']}); "
-            "quantize from a bf16/fp16/fp32 model folder"
-        )
-    try:
-        pick_group_size(max(GROUP_SIZES), group_size)
-    except ValueError as exc:
-        raise ModelError(str(exc)) from None
-    raw_config = json.loads(config_path.read_text(encoding="utf-8"))
-
-    files = locate(src)
-    check_sizes(files, files.headers(), cfg)  # before the model is built: its size follows from the config
-    with torch.device("meta"):
-        meta = AsrModel(cfg)
-    expected = meta.state_dict()
-    wanted, _ignored = match_tensors(files, cfg, expected, tied=meta.lm_head is None)
-    quantized = {f"{name}.weight": name for name in quantizable_names(cfg.text.num_hidden_layers)}
-    linears = quantizable_linears(meta)
-    group_sizes = {name: pick_group_size(lin.in_features, group_size) for name, lin in linears.items()}
-
-    tensors: dict[str, torch.Tensor] = {}
-    by_file: dict[Path, list[str]] = {}
-    for ckpt_name in wanted:
-        by_file.setdefault(files.tensor_files[ckpt_name], []).append(ckpt_name)
-    total, done = len(wanted), 0
-    for path, names in by_file.items():
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            for ckpt_name in names:
-                ours = wanted[ckpt_name]
-                target = expected[ours]
-                shape = tuple(f.get_slice(ckpt_name).get_shape())
-                if shape != tuple(target.shape):
-                    raise WeightsError(f"{path}: tensor {ckpt_name} has shape {shape}, expected {tuple(target.shape)}")
-                tensor = f.get_tensor(ckpt_name)
-                if tensor.dtype not in FLOAT_DTYPES:
-                    raise WeightsError(
-                        f"{path}: tensor {ckpt_name} is {tensor.dtype}; only bf16/fp16/fp32 models can be quantized"
-                    )
-                module = quantized.get(ours)
-                if module is None:
-                    tensors[ckpt_name] = tensor
-                else:
-                    base = checkpoint_name(module, cfg.layout)
-                    if variant == "int8":
-                        q, scale = quantize_int8(tensor)
-                        tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"] = q, scale
-                    else:
-                        qw, scales, zeros = quantize_int4(tensor, group_sizes[module])
-                        tensors[f"{base}.qweight"], tensors[f"{base}.scales"] = qw, scales
-                        tensors[f"{base}.zeros"] = zeros
-                    del tensor
-                done += 1
-                if on_progress is not None:
-                    on_progress(done, total)
-
-    raw_config["quantization_config"] = quantization_config(variant, group_size)
-    meta_info = {"format": "pt", "quant_method": QUANT_METHOD, "variant": variant}
-    write_model_folder(src, out, raw_config, tensors, meta_info)
-    return out

@@ -1,7 +1,7 @@
 """Locating, reading, validating and mapping a checkpoint's safetensors tensors.
 
 Our modules carry the checkpoint's names (DESIGN.md §1.5), so loading is a prefix map (the table
-is in ``checkpoint.py``, which also finds the files and reads their headers without torch).
+is in ``checkpoints/locate.py``, which also finds the files and reads their headers without torch).
 
 Loading is strict: a missing, unexpected or mis-shaped tensor is an error naming the file, the
 tensor, and the expected and actual shapes. Pickle checkpoints are refused.
@@ -15,11 +15,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from dictation.asr.checkpoint import (  # noqa: F401 (re-exported: weights.locate etc. stay valid)
+from dictation.asr.checkpoints.locate import (
     INDEX_FILE,
     PICKLE_SUFFIXES,
-    PREFIXES,
-    SINGLE_FILE,
     CheckpointFiles,
     check_sizes,
     checkpoint_name,
@@ -27,51 +25,11 @@ from dictation.asr.checkpoint import (  # noqa: F401 (re-exported: weights.locat
 )
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import ModelError, WeightsError
-from dictation.asr.model import AsrModel
+from dictation.asr.nn.model import AsrModel
 
 log = logging.getLogger(__name__)
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    name = str(device)
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ModelError(f"device {name!r} requested but torch sees no CUDA GPU (torch {torch.__version__})")
-    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ModelError(f"device {name!r} requested but Apple MPS is not available")
-    return dev
-
-
-_DTYPES = {
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "fp32": torch.float32,
-    "float32": torch.float32,
-}
-
-
-def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if device.type == "mps":
-            return torch.float16
-        return torch.float32
-    if dtype not in _DTYPES:
-        raise ModelError(f"unknown dtype {dtype!r}; choose auto, bf16, fp16 or fp32")
-    return _DTYPES[dtype]
 
 
 def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.dtype) -> AsrModel:
@@ -92,7 +50,8 @@ def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.
         model = AsrModel(cfg)
     quantized: set[str] = set()
     if cfg.quantization is not None:
-        from dictation.asr.quant import DEFAULT_GROUP_SIZE, empty_quantized
+        from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE
+        from dictation.asr.nn.quantized import empty_quantized
 
         q = cfg.quantization
         for name in empty_quantized(model, q["variant"], group_size=q.get("group_size") or DEFAULT_GROUP_SIZE):

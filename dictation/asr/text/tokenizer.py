@@ -1,0 +1,157 @@
+"""The checkpoint's own tokenizer: byte-level BPE read with the ``tokenizers`` library (spec §2.4, §6).
+
+Free text (the context) is split with the original Qwen regex, not the "fixed Mistral" regex that
+transformers 4.57.6 swaps in for some local folders (spec §2.4): the model was trained on the
+former.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+from dictation.asr.errors import ModelError
+from dictation.files import is_regular, read_json
+
+log = logging.getLogger(__name__)
+
+QWEN_SPLIT_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+AUDIO_START, AUDIO_PAD, AUDIO_END = "<|audio_start|>", "<|audio_pad|>", "<|audio_end|>"
+
+
+IM_START, IM_END, END_OF_TEXT, ASR_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<asr_text>"
+
+
+MAX_TOKENIZER_CONFIG_BYTES = 64 << 20  # tokenizer_config.json (Qwen's: 10 kB; some embed a chat template)
+
+
+MAX_ADDED_ID = 1 << 22  # an added token's id; Qwen's highest is 151704 (a 4M-entry vocabulary would be absurd)
+
+
+def load_tokenizer(folder: Path, vocab_size: int | None = None) -> tuple[Tokenizer, list[str]]:
+    """Read ``tokenizer.json`` if present, else build the BPE from ``vocab.json`` + ``merges.txt``.
+
+    Added tokens are taken from ``tokenizer_config.json`` at their listed ids; ids missing from the
+    list get placeholders so that every later id stays where the checkpoint expects it. An id at or
+    beyond ``vocab_size`` (the model's embedding rows), or absurdly large without it, is refused.
+    Every problem is a ModelError naming the file.
+    """
+    folder = Path(folder)
+    config_path = folder / "tokenizer_config.json"
+    added_decoder = _added_tokens(config_path, MAX_ADDED_ID if vocab_size is None else min(vocab_size, MAX_ADDED_ID))
+
+    json_path = folder / "tokenizer.json"
+    if json_path.exists():
+        _need_regular(json_path)
+        try:
+            tok = Tokenizer.from_file(str(json_path))
+        except Exception as exc:  # the tokenizers library raises plain Exception subclasses
+            raise ModelError(f"{json_path}: unreadable ({_first_line(exc)})") from None
+        # Use the original Qwen split even if a saved file carries another regex (spec §2.4).
+        tok.pre_tokenizer = _qwen_pre_tokenizer()
+    else:
+        vocab, merges = folder / "vocab.json", folder / "merges.txt"
+        for path in (vocab, merges):
+            if not path.exists():
+                raise ModelError(f"{path}: missing (the model folder needs tokenizer.json or vocab.json + merges.txt)")
+            _need_regular(path)
+        try:
+            bpe = models.BPE.from_file(str(vocab), str(merges))
+        except Exception as exc:  # garbage in either file: the library says which line, not which file
+            raise ModelError(f"{vocab} / {merges}: not a BPE vocabulary and merge list ({_first_line(exc)})") from None
+        tok = byte_level_bpe(bpe)
+
+    strings: list[str] = []
+    if added_decoder:
+        next_id = tok.get_vocab_size(with_added_tokens=True)
+        for tid in sorted(added_decoder):
+            entry = added_decoder[tid]
+            content = entry["content"]
+            strings.append(content)
+            existing = tok.token_to_id(content)
+            if existing is not None:
+                if existing != tid:
+                    raise ModelError(f"{config_path}: {content} is id {existing} in the vocabulary, {tid} here")
+                continue
+            if next_id < tid:  # keep later ids aligned
+                tok.add_special_tokens(
+                    [AddedToken(f"<|unused_{i}|>", special=True, normalized=False) for i in range(next_id, tid)]
+                )
+                next_id = tid
+            token = AddedToken(
+                content,
+                special=bool(entry.get("special", False)),
+                normalized=bool(entry.get("normalized", False)),
+                lstrip=bool(entry.get("lstrip", False)),
+                rstrip=bool(entry.get("rstrip", False)),
+                single_word=bool(entry.get("single_word", False)),
+            )
+            if token.special:
+                tok.add_special_tokens([token])
+            else:
+                tok.add_tokens([token])
+            if tok.token_to_id(content) != tid:
+                raise ModelError(f"{config_path}: could not place {content} at id {tid}")
+            next_id = tid + 1
+    return tok, strings
+
+
+def _added_tokens(config_path: Path, limit: int) -> dict[int, dict]:
+    """``added_tokens_decoder`` of tokenizer_config.json (id -> entry with a string ``content``), checked."""
+    if not config_path.exists():
+        return {}
+    try:
+        raw = read_json(config_path, MAX_TOKENIZER_CONFIG_BYTES)
+    except ValueError as exc:
+        raise ModelError(f"{config_path}: {exc}") from None
+    except OSError as exc:
+        raise ModelError(f"{config_path}: unreadable ({exc.strerror or exc})") from None
+    table = raw.get("added_tokens_decoder") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or not isinstance(table or {}, dict):
+        raise ModelError(f"{config_path}: not a tokenizer config (expected an object with added_tokens_decoder)")
+    added = {}
+    for key, entry in (table or {}).items():
+        if not key.isdigit() or not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+            raise ModelError(f"{config_path}: added_tokens_decoder entry {key[:40]!r} is not an id with a content")
+        if int(key) >= limit:
+            raise ModelError(f"{config_path}: added token id {key} is beyond the model's vocabulary of {limit}")
+        added[int(key)] = entry
+    return added
+
+
+def _need_regular(path: Path) -> None:
+    if not is_regular(path):
+        raise ModelError(f"{path}: not a regular file (a FIFO, socket, device or folder)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def byte_level_bpe(model: models.BPE) -> Tokenizer:
+    """A Qwen byte-level BPE tokenizer around ``model``: NFC, the original Qwen split, byte-level decoding.
+
+    What ``load_tokenizer`` builds from ``vocab.json`` + ``merges.txt``; GGUF files carry the same
+    vocabulary and merges in their metadata (``dictation.asr.checkpoints.gguf.build``).
+    """
+    tok = Tokenizer(model)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = _qwen_pre_tokenizer()
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _qwen_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
