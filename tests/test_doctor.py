@@ -35,7 +35,7 @@ from dictation.hotkeys.evdev_backend import EvdevBackend, GroupInfo
 from tests.test_cli import run_cli
 
 EVDEV_FIX = "`sudo usermod -aG input $USER`, then log out and back in"
-REAL_BUS_NAME_HAS_OWNER = doctor.bus_name_has_owner  # before the fixture replaces it
+REAL_BUS_NAME_HAS_OWNER = doctor.session.bus_name_has_owner  # before the fixture replaces it
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +43,7 @@ def private_home(tmp_path, monkeypatch):
     monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(doctor, "bus_name_has_owner", lambda name, env=None: None)
+    monkeypatch.setattr(doctor.session, "bus_name_has_owner", lambda name, env=None: None)
 
 
 @pytest.fixture
@@ -156,7 +156,7 @@ def test_evdev_without_the_input_group_on_a_wayland_desktop_without_a_portal(tmp
         **fakes(log, portal=(False, "xdg-desktop-portal is not running on the session bus (is it installed?)")),
         "evdev": evdev_denied(tmp_path, GroupInfo(user="alice")),
     }
-    monkeypatch.setattr(doctor, "hotkey_factories", lambda: factories)
+    monkeypatch.setattr(doctor.hotkeys, "hotkey_factories", lambda: factories)
     checks = run_checks(Settings(), env=wayland("KDE", make_path()), platform="linux", areas=["Hotkeys"])
     active = find(checks, "Hotkeys", "Active backend")
     assert active.status == "problem"
@@ -178,7 +178,7 @@ def test_evdev_joined_the_group_but_not_logged_in_again(tmp_path, make_path, mon
         **fakes([], portal=(False, "no GlobalShortcuts")),
         "evdev": evdev_denied(tmp_path, GroupInfo(user="alice", in_group_database=True)),
     }
-    monkeypatch.setattr(doctor, "hotkey_factories", lambda: factories)
+    monkeypatch.setattr(doctor.hotkeys, "hotkey_factories", lambda: factories)
     checks = run_checks(Settings(), env=wayland("niri", make_path()), platform="linux", areas=["Hotkeys"])
     evdev = find(checks, "Hotkeys", "evdev")
     assert evdev.fix == "log out and back in (or reboot): a new group membership counts only in a new login session"
@@ -190,7 +190,7 @@ def test_the_active_backend_is_ok_and_the_others_are_notes(tmp_path, make_path, 
         **fakes([], portal=(False, "xdg-desktop-portal is not running on the session bus (is it installed?)")),
         "evdev": evdev_denied(tmp_path, GroupInfo(user="alice")),
     }
-    monkeypatch.setattr(doctor, "hotkey_factories", lambda: factories)
+    monkeypatch.setattr(doctor.hotkeys, "hotkey_factories", lambda: factories)
     checks = run_checks(Settings(), env=x11(make_path()), platform="linux", areas=["Hotkeys"])
     active = find(checks, "Hotkeys", "Active backend")
     assert active.status == "ok" and active.detail.startswith("x11 (picked automatically; X11 session)")
@@ -200,7 +200,7 @@ def test_the_active_backend_is_ok_and_the_others_are_notes(tmp_path, make_path, 
 
 def test_a_named_backend_that_cannot_work_is_a_problem(tmp_path, make_path, monkeypatch):
     factories = {**fakes([]), "evdev": evdev_denied(tmp_path, GroupInfo(user="alice"))}
-    monkeypatch.setattr(doctor, "hotkey_factories", lambda: factories)
+    monkeypatch.setattr(doctor.hotkeys, "hotkey_factories", lambda: factories)
     settings = Settings()
     settings = settings.replace(hotkeys=settings.hotkeys.replace(backend="evdev"))
     checks = run_checks(settings, env=x11(make_path()), platform="linux", areas=["Hotkeys"])
@@ -239,10 +239,12 @@ def test_session_kinds(make_path, monkeypatch):
 
 def test_tray_guess_from_the_session_bus(make_path, monkeypatch):
     env = wayland("ubuntu:GNOME", make_path())
-    monkeypatch.setattr(doctor, "bus_name_has_owner", lambda name, env=None: name == "org.kde.StatusNotifierWatcher")
+    monkeypatch.setattr(
+        doctor.session, "bus_name_has_owner", lambda name, env=None: name == "org.kde.StatusNotifierWatcher"
+    )
     assert find(run_checks(env=env, platform="linux", areas=["Session"]), "Session", "System tray").status == "ok"
 
-    monkeypatch.setattr(doctor, "bus_name_has_owner", lambda name, env=None: False)
+    monkeypatch.setattr(doctor.session, "bus_name_has_owner", lambda name, env=None: False)
     tray = find(run_checks(env=env, platform="linux", areas=["Session"]), "Session", "System tray")
     assert tray.status == "warning" and "status window" in tray.detail
     assert tray.fix == (
@@ -398,8 +400,8 @@ def test_no_microphone_and_no_sound_server(make_path, monkeypatch, tmp_path):
 
 
 def engine_checks(monkeypatch, tmp_path, path: str, build: TorchBuild, settings: Settings | None = None):
-    monkeypatch.setattr(doctor, "torch_build", lambda: build)
-    monkeypatch.setattr(doctor, "NVIDIA_PROC", str(tmp_path / "no-nvidia-proc"))
+    monkeypatch.setattr(doctor.engine, "torch_build", lambda: build)
+    monkeypatch.setattr(doctor.engine, "NVIDIA_PROC", str(tmp_path / "no-nvidia-proc"))
     return run_checks(settings or Settings(), env={"PATH": path}, platform="linux", areas=["Engine"])
 
 
@@ -413,14 +415,16 @@ def test_cpu_only_torch_on_a_machine_with_an_nvidia_driver(monkeypatch, tmp_path
     assert (gpu.status, gpu.fix) == ("info", None)
 
     (tmp_path / "proc-nvidia").mkdir()
-    monkeypatch.setattr(doctor, "torch_build", lambda: cpu)
-    monkeypatch.setattr(doctor, "NVIDIA_PROC", str(tmp_path / "proc-nvidia"))
+    monkeypatch.setattr(doctor.engine, "torch_build", lambda: cpu)
+    monkeypatch.setattr(doctor.engine, "NVIDIA_PROC", str(tmp_path / "proc-nvidia"))
     checks = run_checks(Settings(), env={"PATH": make_path()}, platform="linux", areas=["Engine"])
     assert find(checks, "Engine", "GPU").fix == CUDA_TORCH_FIX
 
 
 def test_a_cuda_build_that_cannot_use_the_gpu(monkeypatch, tmp_path, make_path):
-    monkeypatch.setattr(doctor, "cuda_devices", lambda env: (False, "The NVIDIA driver on your system is too old", []))
+    monkeypatch.setattr(
+        doctor.engine, "cuda_devices", lambda env: (False, "The NVIDIA driver on your system is too old", [])
+    )
     settings = Settings()
     settings = settings.replace(engine=settings.engine.replace(device="cuda"))
     checks = engine_checks(monkeypatch, tmp_path, make_path("nvidia-smi"), TorchBuild("2.13.0+cu128", "12.8"), settings)
@@ -434,7 +438,7 @@ def test_a_cuda_build_that_cannot_use_the_gpu(monkeypatch, tmp_path, make_path):
 
 def test_a_usable_gpu_with_too_little_memory_for_the_model(monkeypatch, tmp_path, make_path):
     gpus = [GpuInfo(0, "NVIDIA GeForce GTX 1650", 4 * 2**30, 3 * 2**30)]
-    monkeypatch.setattr(doctor, "cuda_devices", lambda env: (True, "", gpus))
+    monkeypatch.setattr(doctor.engine, "cuda_devices", lambda env: (True, "", gpus))
     settings = Settings()
     settings = settings.replace(engine=settings.engine.replace(model="Qwen/Qwen3-ASR-1.7B"))
     checks = engine_checks(monkeypatch, tmp_path, make_path(), TorchBuild("2.13.0+cu128", "12.8"), settings)
@@ -452,7 +456,7 @@ def test_a_usable_gpu_with_too_little_memory_for_the_model(monkeypatch, tmp_path
 
 def test_torch_build_is_read_without_importing_torch():
     script = (
-        "import sys\nfrom dictation.doctor import torch_build\nb = torch_build()\n"
+        "import sys\nfrom dictation.doctor.engine import torch_build\nb = torch_build()\n"
         "print('torch' in sys.modules, b.version, b.cuda)\n"
         "import torch\nprint(False, torch.__version__, torch.version.cuda)\n"
     )
@@ -559,7 +563,7 @@ def test_private_files_readable_by_others_are_reported(tmp_path):
 
 
 def test_unwritable_folders(tmp_path, monkeypatch):
-    monkeypatch.setattr(doctor.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
     checks = run_checks(env={"PATH": os.defpath}, platform="linux", areas=["Files"])
     log = find(checks, "Files", "Log")
     assert log.status == "problem" and log.fix == "set DICTATION_HOME to a folder you can write to"
@@ -576,7 +580,7 @@ def test_a_failing_check_becomes_a_problem_and_the_rest_still_run(monkeypatch):
     def broken():
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(doctor, "torch_build", broken)
+    monkeypatch.setattr(doctor.engine, "torch_build", broken)
     checks = run_checks(env={"PATH": os.defpath}, platform="linux", areas=["Engine", "Files"])
     failed = find(checks, "Engine", "Engine checks")
     assert failed.status == "problem" and failed.detail == "the engine checks failed: RuntimeError: boom"
@@ -616,7 +620,7 @@ def test_format_report():
 
 @pytest.mark.parametrize(("status", "code"), [("problem", 1), ("warning", 0), ("ok", 0)])
 def test_main_exit_code(monkeypatch, capsys, status, code):
-    monkeypatch.setattr(doctor, "run_checks", lambda: [Check("Model", "Model", status, "detail")])
+    monkeypatch.setattr(doctor.report, "run_checks", lambda: [Check("Model", "Model", status, "detail")])
     assert doctor.main() == code
     assert "Model: detail" in capsys.readouterr().out
     assert doctor.main(as_json=True) == code
@@ -653,7 +657,7 @@ def test_a_cuda_torch_build_on_a_machine_without_an_nvidia_gpu(monkeypatch, tmp_
     """Issue 14, item 21: PyPI's Linux wheel is the CUDA build; on a machine without NVIDIA it is
     several GB for nothing. Faked machine: no nvidia-smi on PATH, no /proc/driver/nvidia, torch
     says CUDA is unusable."""
-    monkeypatch.setattr(doctor, "cuda_devices", lambda env: (False, "", []))
+    monkeypatch.setattr(doctor.engine, "cuda_devices", lambda env: (False, "", []))
     cuda = TorchBuild("2.13.0+cu128", "12.8")
     gpu = find(engine_checks(monkeypatch, tmp_path, make_path(), cuda), "Engine", "GPU")
     assert gpu.status == "warning"
@@ -667,10 +671,12 @@ def test_a_cuda_torch_build_on_a_machine_without_an_nvidia_gpu(monkeypatch, tmp_
     # torch can use a GPU that nvidia-smi does not show (WSL): no advice to drop CUDA
     gpu = find(engine_checks(monkeypatch, tmp_path, make_path("nvidia-smi"), cuda), "Engine", "GPU")
     assert gpu.status == "warning" and "update the NVIDIA driver" in gpu.fix
-    monkeypatch.setattr(doctor, "cuda_devices", lambda env: (True, "", [GpuInfo(0, "NVIDIA RTX A2000", 6 * 2**30)]))
+    monkeypatch.setattr(
+        doctor.engine, "cuda_devices", lambda env: (True, "", [GpuInfo(0, "NVIDIA RTX A2000", 6 * 2**30)])
+    )
     assert find(engine_checks(monkeypatch, tmp_path, make_path(), cuda), "Engine", "GPU").status == "ok"
     # a ROCm build is not a CUDA build to swap out
-    monkeypatch.setattr(doctor, "cuda_devices", lambda env: (False, "", []))
+    monkeypatch.setattr(doctor.engine, "cuda_devices", lambda env: (False, "", []))
     rocm = find(
         engine_checks(monkeypatch, tmp_path, make_path(), TorchBuild("2.13.0+rocm6.4", None, "6.4")), "Engine", "GPU"
     )

@@ -28,7 +28,7 @@ def private_home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(doctor, "bus_name_has_owner", lambda name, env=None: None)
+    monkeypatch.setattr(doctor.session, "bus_name_has_owner", lambda name, env=None: None)
 
 
 @pytest.fixture

@@ -135,7 +135,7 @@ def test_nvidia_smi_gets_the_users_environment(monkeypatch, tmp_path):
     fake_tool(tmp_path / "bin", "nvidia-smi", out, stdout="0, NVIDIA H100 80GB HBM3, 81559, 80000\n")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     env_in = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-    (gpu,) = doctor._smi_memory(env_in)
+    (gpu,) = doctor.engine._smi_memory(env_in)
     assert gpu.name == "NVIDIA H100 80GB HBM3" and gpu.free_bytes == 80000 * 2**20
     _, env, _ = read_fake_tool(out)
     assert env["LD_LIBRARY_PATH"] == USER_LIBRARY_PATH and bundle_variables(env, bundle) == {}

@@ -36,24 +36,22 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from dictation.asr import SAMPLE_RATE
 from dictation.audio.cue_echo import CueEraser
 from dictation.audio.devices import (
     AudioDeviceError,
     InputDevice,
     find_input_device,
-    import_sounddevice,
-    list_input_devices,
-    rescan_devices,
 )
+from dictation.audio.input_stream import InputBackend, InputStreamLike, SoundDeviceBackend
 from dictation.audio.resample import resample
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000  # what the engine consumes
 BLOCK_SECONDS = 0.02  # callback block: 20 ms (PortAudio's "low" latency alone gives 2-frame blocks)
 # ring = pre-roll + this: a start() up to 5 s after the press still gets it all (a press while the app
 # starts up, or while its GUI thread is busy, is handled late but stamped with its own time)
@@ -63,77 +61,6 @@ LEVEL_FLOOR_DBFS = -100.0  # level() of digital silence (16-bit quantisation noi
 # A working microphone's own noise peaks well above this over any take; only a muted or dead input
 # (digital zeros, or a switched-off capture path) stays below it.
 SILENT_PEAK_DBFS = -70.0
-
-Callback = Callable[[np.ndarray, int, Any, Any], None]
-
-
-class InputStreamLike(Protocol):
-    """What the recorder needs of a running input stream (sounddevice.InputStream, or a test fake)."""
-
-    latency: float  # seconds from the microphone to the callback, as the audio API reports it
-
-    def close(self) -> None: ...
-
-
-class InputBackend(Protocol):
-    """The sounddevice layer, injectable so tests can fake it while running the same Recorder code."""
-
-    def list_devices(self) -> list[InputDevice]: ...
-
-    def open_stream(
-        self,
-        device: InputDevice,
-        samplerate: int,
-        channels: int,
-        blocksize: int,
-        callback: Callback,
-        finished_callback: Callable[[], None],
-    ) -> InputStreamLike:
-        """Open and start a float32 stream; raise `AudioDeviceError` if the device refuses."""
-        ...
-
-    def rescan(self) -> None: ...
-
-
-class SoundDeviceBackend:
-    """The real backend: PortAudio through sounddevice."""
-
-    def list_devices(self) -> list[InputDevice]:
-        return list_input_devices()
-
-    def open_stream(
-        self,
-        device: InputDevice,
-        samplerate: int,
-        channels: int,
-        blocksize: int,
-        callback: Callback,
-        finished_callback: Callable[[], None],
-    ) -> InputStreamLike:
-        sd = import_sounddevice()
-        where = f"cannot open microphone {device.name!r} at {samplerate} Hz, {channels} channel(s)"
-        try:
-            stream = sd.InputStream(
-                device=device.index,
-                samplerate=samplerate,
-                channels=channels,
-                dtype="float32",
-                blocksize=blocksize,
-                latency="low",
-                callback=callback,
-                finished_callback=finished_callback,
-            )
-        except (sd.PortAudioError, ValueError) as exc:
-            raise AudioDeviceError(f"{where}: {exc}") from None
-        try:
-            stream.start()
-        except sd.PortAudioError as exc:
-            stream.close(ignore_errors=True)
-            raise AudioDeviceError(f"{where}: {exc}") from None
-        return stream
-
-    def rescan(self) -> None:
-        rescan_devices()
 
 
 @dataclass(frozen=True)

@@ -460,9 +460,9 @@ def test_doctor_names_a_hotkey_another_program_holds(xvfb_display, monkeypatch, 
     monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
     factories = {"x11": lambda: X11GrabBackend(xvfb_display)}
     factories |= {name: (lambda n=name: Unavailable(n)) for name in ("portal", "evdev", "pynput")}
-    monkeypatch.setattr(doctor, "hotkey_factories", lambda: factories)
+    monkeypatch.setattr(doctor.hotkeys, "hotkey_factories", lambda: factories)
     app_status = {}
-    monkeypatch.setattr(doctor, "running_app_status", lambda: app_status.get("reply"))
+    monkeypatch.setattr(doctor.hotkeys, "running_app_status", lambda: app_status.get("reply"))
     settings = Settings()
     settings = settings.replace(hotkeys=settings.hotkeys.replace(hotkey="ctrl+F6"))
     env = {"DISPLAY": xvfb_display, "XDG_SESSION_TYPE": "x11", "PATH": os.environ["PATH"]}
