@@ -253,9 +253,7 @@ class AppController(QObject):
         self._recover_counts = [0, 0, 0]  # recovered takes: found, transcribed so far, with text
         self._next_retranscribe = RETRANSCRIBE_BASE
         self._model_label = ""
-        self._model_status = ""
         self._preview_text = ""
-        self.model_progress.connect(self._remember_model_status)
         self._cpu_fallback = False
         self._hotkeys: Any = None
         self._hotkey_choice: Any = None
@@ -451,11 +449,6 @@ class AppController(QObject):
         return self._model_label
 
     @property
-    def model_status(self) -> str:
-        """The latest model_progress text, for a window opened after it was emitted."""
-        return self._model_status
-
-    @property
     def hotkeys_paused(self) -> bool:
         return self._hotkeys_paused
 
@@ -463,9 +456,6 @@ class AppController(QObject):
     def preview_text(self) -> str:
         """The latest live preview of the take being recorded (or just released); "" when none."""
         return self._preview_text
-
-    def _remember_model_status(self, text: str) -> None:
-        self._model_status = text
 
     def attach_log(self, bridge: Any) -> None:
         self._log_bridge = bridge

@@ -45,9 +45,10 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
 
+from dictation.asr import SAMPLE_RATE
+
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000  # what the engine consumes; takes stream only when the device delivers it
 STREAM_PULL_MS = 500  # how often a streamed take's new audio goes to the engine
 FIRST_BLOCK_WAIT_S = 1.0  # a microphone opened at the press: how long `start` waits to learn when its audio begins
 # A live preview runs at most this often, and waits twice as long as the last one took: on a slow

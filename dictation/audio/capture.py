@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dictation.asr import SAMPLE_RATE
 from dictation.audio.cue_echo import CueEraser
 from dictation.audio.devices import (
     AudioDeviceError,
@@ -53,7 +54,6 @@ from dictation.audio.resample import resample
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000  # what the engine consumes
 BLOCK_SECONDS = 0.02  # callback block: 20 ms (PortAudio's "low" latency alone gives 2-frame blocks)
 # ring = pre-roll + this: a start() up to 5 s after the press still gets it all (a press while the app
 # starts up, or while its GUI thread is busy, is handled late but stamped with its own time)
