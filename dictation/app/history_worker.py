@@ -444,6 +444,7 @@ def _record_of(entry: HistoryEntry) -> Record:
             "audio_path": _path_text(entry.audio_path),
             "outcome": entry.outcome,
             "timings": entry.timings,
+            "streamed": entry.streamed,
         },
     )
 
