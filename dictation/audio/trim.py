@@ -80,6 +80,14 @@ def find_speech(
     return SpeechSpan(True, start, end, floor)
 
 
+def transcribed_part(span: SpeechSpan, *, streamed: bool) -> tuple[int, int]:
+    """The trim rule for a take: ``(start, end)`` of the samples the engine transcribes, given where
+    its speech is. A take transcribed while it was recorded (``streamed``) keeps its start: that
+    audio went to the engine before the release, so only its trailing silence is cut. Any other take
+    loses the silence at both ends. (Without speech, ``span`` is the whole take: see `find_speech`.)"""
+    return (0 if streamed else span.start), span.end
+
+
 def has_speech(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bool:
     """True when the audio holds something speech-like; False for silence, hum, steady noise, clicks."""
     return find_speech(samples, sample_rate).has_speech
