@@ -29,6 +29,7 @@ takes are `Retype`s (the history window's "type again"). The types say which; no
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -81,6 +82,9 @@ class Take:
     saved: SavedTake | None = None
     transcript: Any = None  # the engine's Transcript
     text: str | None = None  # the text to type (text options applied), once asked to store it
+    # the `dictation start` (or toggle) that began it, waiting to hear that the microphone records:
+    # its answer callback and when it is answered at the latest (monotonic seconds)
+    start_reply: tuple[Callable[[dict], None], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -302,6 +306,23 @@ class Takes:
         # keep == 0: the text is safely in history, the recording is no longer needed
         keep = self._keep()
         self._port.history_finish(key, {"outcome": outcome_of(result)}, keep == 0 and take is not None, keep)
+
+    # ---- a command waiting for its take's microphone -------------------------------------------------
+
+    def await_start(self, take_id: int, answer: Callable[[dict], None], due: float) -> None:
+        """The command that began take ``take_id`` is answered once its microphone records, or at ``due``."""
+        self._take(take_id).start_reply = (answer, due)
+
+    def answer_start(self, take_id: int, reply: dict) -> None:
+        """Answer the command that began take ``take_id``, if one still waits."""
+        take = self._takes.get(take_id)
+        if take is not None and take.start_reply is not None:
+            answer, take.start_reply = take.start_reply[0], None
+            answer(reply)
+
+    def start_replies(self) -> dict[int, float]:
+        """Take id -> when its waiting command is answered at the latest."""
+        return {take.id: take.start_reply[1] for take in self._takes.values() if take.start_reply is not None}
 
     # ---- a take's way to the engine, or to the history untranscribed ----------------------------------
 

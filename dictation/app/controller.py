@@ -41,16 +41,12 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from dictation import session as S
+from dictation.app.commands import Commands
 from dictation.app.history_worker import HistoryWorker
-from dictation.app.options import (
-    adapters_skipped_message,
-    engine_key,
-    engine_options,
-    late_start_message,
-    output_options,
-    session_settings,
-    without_adapters,
-)
+from dictation.app.hotkey_input import CANCEL, DICTATE, HotkeyInput
+from dictation.app.model_lifecycle import NO_MODEL_MESSAGE, ModelLifecycle
+from dictation.app.options import engine_key, engine_options, late_start_message, output_options, session_settings
+from dictation.app.takes_port import TakesPort
 from dictation.app.workers import (
     AudioWorker,
     DownloadWorker,
@@ -61,23 +57,14 @@ from dictation.app.workers import (
     stop_thread,
 )
 from dictation.config import History, Settings
-from dictation.config.history import IN_MEMORY
 from dictation.config.schema import FieldError, validate
 from dictation.config.store import SettingsStore
 from dictation.takes import LATE_START_S, Retranscription, Retype, SavedTake, Takes
 
 log = logging.getLogger(__name__)
 
-DICTATE = "dictate"
-CANCEL = "cancel"
-NO_MODEL_MESSAGE = "No speech model is chosen yet: open Settings → Model to download one or choose a folder."
 RECORDER_POLL_MS = 100
-# A command's send time (`dictation.ipc`) is the press time when it is plausible on this app's clock:
-# not ahead of it (beyond a little slack) and not older than this.
-MAX_COMMAND_AGE_S = 30.0
-CLOCK_SLACK_S = 0.05
 DISCARDED_MESSAGE = "the recording was discarded (cancelled, or stopped too soon)"
-START_REPLY_MS = 2000  # a `start` whose microphone is not recording by then is answered all the same
 MINUTE_MS = 60_000  # idle-unload unit (tests shorten it)
 
 
@@ -103,21 +90,7 @@ class Services:
     clock: Callable[[], float] = time.monotonic
 
 
-def _history_worker_for(history: History, max_entries: int) -> HistoryWorker:
-    """A worker writing to ``history``'s file on its own connection; where the history lives in
-    memory (its file could not be opened), the worker writes into that same in-memory history, its
-    journal goes to the data folder (never the working directory), and no recording is pruned."""
-    if str(history.path) != IN_MEMORY:
-        return HistoryWorker(history.path, max_entries=max_entries)
-    from dictation import paths
-    from dictation.config.journal import FILE_NAME
-
-    return HistoryWorker(
-        history.path, max_entries=max_entries, journal_path=paths.data_dir() / FILE_NAME, opener=lambda: history
-    )
-
-
-class AppController(QObject):
+class AppController(ModelLifecycle, Commands, QObject):
     status_changed = Signal(object)  # session.Status
     settings_changed = Signal(object)  # Settings, after it was saved and applied
     model_label_changed = Signal(str)
@@ -162,9 +135,6 @@ class AppController(QObject):
     _history_size = Signal(int)
     _history_drain = Signal()  # blocking: returns once the history worker did everything queued
     _history_close = Signal()  # blocking
-    # from the hotkey thread
-    _hotkey_event = Signal(str, bool, float)
-    _hotkey_error = Signal(str, bool)
 
     def __init__(self, services: Services, settings: Settings | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -177,23 +147,19 @@ class AppController(QObject):
         self._queue: collections.deque[Any] = collections.deque()
         self._dispatching = False
         self._event_t = 0.0
-        self.takes = Takes(_TakesPort(self))  # every take under way, and the history's re-transcriptions
+        self.takes = Takes(TakesPort(self))  # every take under way, and the history's re-transcriptions
         self._model_label = ""
         self._preview_text = ""
         self._cpu_fallback = False
-        self._hotkeys: Any = None
-        self._hotkey_choice: Any = None
-        self._hotkeys_paused = False
+        self._keys = HotkeyInput(self._clock, self)
         self._output_description = "text output: not configured yet"
         self._sounds: Any = None
         self._threads: list[Any] = []
         self._log_bridge: Any = None
         self._started = False
         self._held_notes: list[tuple[str, str]] | None = None  # notes before the windows exist (start_input)
-        # take id -> its `start` request's answer, and when to answer it at the latest (monotonic s)
-        self._start_replies: dict[int, tuple[Callable[[dict], None], float]] = {}
         self._clock_warned = False
-        self._history_worker = services.history_worker or _history_worker_for(
+        self._history_worker = services.history_worker or HistoryWorker.for_history(
             services.history, self._settings.general.history_size
         )
 
@@ -206,8 +172,8 @@ class AppController(QObject):
         self._poll = QTimer(self)
         self._poll.setInterval(RECORDER_POLL_MS)
         self._poll.timeout.connect(self._poll_recorder)
-        self._hotkey_event.connect(self._on_hotkey)
-        self._hotkey_error.connect(self._on_hotkey_error)
+        self._keys.event.connect(self._on_hotkey)
+        self._keys.problem.connect(self._notify)
 
     # ---- start / stop -------------------------------------------------------------------------
 
@@ -235,8 +201,7 @@ class AppController(QObject):
         audio = self._s.audio_worker
         deadline = time.monotonic() + timeout
         ready = audio.wait_configured(timeout)
-        if self._hotkeys is not None:
-            ready = self._hotkeys.wait_ready(max(0.0, deadline - time.monotonic())) and ready
+        ready = self._keys.wait_ready(max(0.0, deadline - time.monotonic())) and ready
         while (heard := audio.heard_s()) is not None and heard < audio.pre_roll_s():
             if time.monotonic() > deadline:
                 return False
@@ -274,10 +239,10 @@ class AppController(QObject):
         if not self._started:
             return
         self._started = False
-        for job_id in list(self._start_replies):
-            self._answer_start(job_id, {"ok": False, "message": "dictation is quitting"})
+        for take_id in self.takes.start_replies():
+            self._answer_start(take_id, {"ok": False, "message": "dictation is quitting"})
         self._reply_timer.stop()
-        self._stop_hotkeys()
+        self._keys.stop()
         self._s.engine_worker.interrupt_all()  # a running live preview ends now
         self._poll.stop()
         self._idle_timer.stop()
@@ -378,7 +343,7 @@ class AppController(QObject):
 
     @property
     def hotkeys_paused(self) -> bool:
-        return self._hotkeys_paused
+        return self._keys.paused
 
     @property
     def preview_text(self) -> str:
@@ -403,80 +368,6 @@ class AppController(QObject):
 
     def cancel_dictation(self) -> None:
         self._dispatch(S.CancelRequested())
-
-    def handle_ipc(
-        self, command: str, sent: float | None = None, answer: Callable[[dict], None] | None = None
-    ) -> dict | None:
-        """Answer one `dictation <command>` (see dictation.ipc). ``sent`` is the client's monotonic
-        send time: a plausible one is the press time (`command_time`). With ``answer``, a command
-        that starts a recording returns None and is answered through it once the microphone records
-        (`_answer_start`): late (``late_ms``, ``warning``) or failed (``ok`` false) starts are told."""
-        t = self.command_time(sent)
-        actions = {  # (not through toggle() etc.: those are slots, and Qt passes them arguments of its own)
-            "toggle": lambda: self._dispatch(S.ToggleRequested(t)),
-            "start": lambda: self._dispatch(S.StartRequested(t)),
-            "stop": lambda: self._dispatch(S.StopRequested(t)),
-            "cancel": self.cancel_dictation,
-            "status": lambda: None,
-            "show-settings": lambda: self.show_settings_requested.emit(""),
-            "show-history": self.show_history_requested.emit,
-            "quit": self.quit_requested.emit,
-        }
-        if command not in actions:
-            return {"ok": False, "message": f"unknown command {command!r}; known: {', '.join(actions)}"}
-        before = self.session.recording_job_id
-        actions[command]()
-        if command in ("toggle", "start") and self.session.model_state is S.ModelState.NOT_CHOSEN:
-            return {"ok": False, "message": S.NO_MODEL_MESSAGE}  # refused: the command says so too
-        job_id = self.session.recording_job_id
-        if answer is not None and job_id is not None and job_id != before and job_id in self.takes:
-            self._start_replies[job_id] = (answer, time.monotonic() + START_REPLY_MS / 1000)
-            if not self._reply_timer.isActive():
-                self._reply_timer.start(START_REPLY_MS)
-            return None
-        return self._status_reply()
-
-    def command_time(self, sent: float | None) -> float:
-        """The time a command was sent, on this app's clock, where plausible; else now."""
-        now = self._clock()
-        if sent is None:
-            return now
-        if sent <= now + CLOCK_SLACK_S and now - sent <= MAX_COMMAND_AGE_S:
-            return min(sent, now)
-        if not self._clock_warned:  # another clock (a container's time namespace, another machine)
-            self._clock_warned = True
-            log.warning("a command's send time is %.1f s off this app's clock; using the time it arrived", now - sent)
-        return now
-
-    def _status_reply(self) -> dict:
-        return {
-            "ok": True,
-            "status": self._status.value,
-            "model": self._model_label,
-            "model_state": self.session.model_state.value,
-            "hotkeys": self._hotkey_choice.name if self._hotkey_choice is not None else "none",
-            "hotkeys_paused": self._hotkeys_paused,
-            "hotkey_problems": list(getattr(self._hotkeys, "problems", [])),
-        }
-
-    def _answer_start(self, job_id: int, extra: dict | None = None) -> None:
-        """Answer the `start` (or `toggle`) request that began take ``job_id``, if one waits."""
-        pending = self._start_replies.pop(job_id, None)
-        if pending is not None:
-            pending[0]({**self._status_reply(), **(extra or {})})
-
-    def _start_replies_overdue(self) -> None:
-        now = time.monotonic()
-        warning = (
-            f"The microphone was not recording {START_REPLY_MS / 1000:g} s after the press (it is slow to "
-            "open): what is said until it records is missing."
-        )
-        for job_id, (_, due) in list(self._start_replies.items()):
-            if due <= now:
-                self._answer_start(job_id, {"warning": warning})
-        if self._start_replies:
-            due = min(due for _, due in self._start_replies.values())
-            self._reply_timer.start(max(1, round((due - now) * 1000)))
 
     def apply_settings(self, settings: Settings) -> list[FieldError]:
         errors = validate(settings)
@@ -506,18 +397,16 @@ class AppController(QObject):
             return []
 
     def hotkey_description(self) -> str:
-        if self._hotkey_choice is None:
-            return "Hotkeys: not started."
-        return self._hotkey_choice.describe()
+        return self._keys.describe()
 
     def output_description(self) -> str:
         return self._output_description
 
     def set_hotkeys_paused(self, paused: bool) -> None:
-        if paused == self._hotkeys_paused:
+        if paused == self._keys.paused:
             return
-        self._hotkeys_paused = paused
-        self._update_enabled_hotkeys()
+        self._keys.paused = paused
+        self._keys.update(recording=self._status is S.Status.RECORDING)
         log.info("global hotkeys %s", "paused" if paused else "resumed")
         self.hotkeys_paused_changed.emit(paused)
 
@@ -561,7 +450,7 @@ class AppController(QObject):
             if old.output != new.output:
                 self._output_configure.emit(output_options(new))
             if old.hotkeys != new.hotkeys:
-                self._stop_hotkeys()
+                self._keys.stop()
                 self._start_hotkeys()
             if old.recording != new.recording:
                 self._update_sounds(new)
@@ -605,87 +494,6 @@ class AppController(QObject):
             player.on_cue = self._s.audio_worker.mark_cue
         return player
 
-    # ---- model --------------------------------------------------------------------------------
-
-    def _request_load(self, device: str | None = None) -> None:
-        if self.session.model_state is not S.ModelState.LOADING:
-            self._dispatch(S.ModelLoading())
-        self._load.emit(functools.partial(engine_options, self._settings, device))
-
-    def _on_loaded(self, label: str, seconds: float) -> None:
-        self._model_label = label
-        self.model_label_changed.emit(label)
-        self.model_progress.emit(f"Loaded {label} in {seconds:.1f} s")
-        log.info("speech model ready: %s (%.1f s)", label, seconds)
-        self._dispatch(S.ModelReady())
-        if self._status is S.Status.IDLE:
-            # Not when a press started the load: that take is recorded or waiting to be transcribed,
-            # and must not queue behind the warm-up's own pass.
-            self._warm_up.emit()
-        self.takes.transcribe_recovered()
-
-    def _on_load_failed(self, message: str, gpu_failure: bool) -> None:
-        self._model_label = ""
-        self.model_label_changed.emit("")
-        if gpu_failure and not self._cpu_fallback and self._settings.engine.device != "cpu":
-            self._cpu_fallback = True
-            self._notify(
-                "warning",
-                f"The GPU could not be used ({message}). Loading the model on the CPU instead; "
-                "dictation will be slower.",
-            )
-            self.model_progress.emit(f"GPU failed: {message}; loading on the CPU …")
-            self._load.emit(functools.partial(engine_options, self._settings, device="cpu"))
-            return
-        self.model_progress.emit(f"Failed: {message}")
-        self._dispatch(S.ModelFailed(message))
-
-    def _on_kept_previous(self, message: str, label: str) -> None:
-        self._notify("error", f"The new speech model could not be loaded: {message}. Still using {label}.")
-        self._on_loaded(label, 0.0)
-
-    def _on_moved_to_cpu(self, message: str, label: str) -> None:
-        self._cpu_fallback = True
-        self._notify(
-            "warning",
-            f"The GPU failed during a dictation ({message}). The model now runs on the CPU, so dictation "
-            "is slower until the model is next loaded (a restart or a model setting change); "
-            "this dictation's text is not lost.",
-        )
-        self._model_label = label
-        self.model_label_changed.emit(label)
-
-    def _on_adapters_failed(self, message: str) -> None:
-        self._notify("warning", f"LoRA adapters not applied: {message}. The model keeps the adapters it had.")
-
-    def _on_adapters_skipped(self, skipped: list[tuple[str, str]]) -> None:
-        """The model loaded without these adapters (missing, for another model, unusable): switch them
-        off in the settings, saved, so the next start does not try them again, and say so."""
-        old = self._settings
-        new = without_adapters(old, skipped)
-        saved = True
-        if new != old:
-            try:
-                self._s.store.save(new)
-            except (OSError, ValueError) as exc:  # SettingsError is a ValueError
-                log.warning("cannot save the settings with the adapter switched off: %s", exc)
-                saved = False
-            # The engine already runs without them: no reload (hence not through apply_settings).
-            self._settings = new
-            self.settings_changed.emit(new)
-        self._notify("warning", adapters_skipped_message(skipped, saved))
-
-    def _on_unloaded(self) -> None:
-        self._model_label = ""
-        self.model_label_changed.emit("")
-        if self._settings.engine.model and self.session.model_state is S.ModelState.READY:
-            log.info("speech model unloaded after %d idle minutes", self._settings.engine.idle_unload_minutes)
-            self.model_progress.emit("Unloaded (idle); it loads again at the next dictation.")
-            self._dispatch(S.ModelUnloaded())
-        elif not self._settings.engine.model:
-            self.model_progress.emit(NO_MODEL_MESSAGE)
-            self._dispatch(S.ModelNotChosen())
-
     def _restart_idle_timer(self) -> None:
         minutes = self._settings.engine.idle_unload_minutes
         if minutes > 0 and self._status is S.Status.IDLE and self.session.model_state is S.ModelState.READY:
@@ -700,69 +508,14 @@ class AppController(QObject):
     # ---- hotkeys ------------------------------------------------------------------------------
 
     def _start_hotkeys(self) -> None:
-        from dictation.hotkeys import HotkeyError
-
-        h = self._settings.hotkeys
-        try:
-            choice = (self._s.hotkey_chooser or _default_hotkey_chooser)(h.backend)
-        except HotkeyError as exc:
-            self._notify("error", f"Global hotkeys are off: {exc}")
-            return
-        self._hotkey_choice = choice
-        log.info("%s", choice.describe())
-        if choice.backend is None:
-            self._notify("warning", choice.describe().splitlines()[0])
-            return
-        bindings = {DICTATE: h.hotkey}
-        if h.cancel_key and choice.backend.name != "portal":
-            # The portal would take Esc from every application all the time, so there the cancel key is
-            # left out. Elsewhere it is enabled only while recording (`_update_enabled_hotkeys`): the x11 backend
-            # grabs it only then, so Esc keeps working in the user's windows.
-            bindings[CANCEL] = h.cancel_key
-        backend = choice.backend
-        recording = self._status is S.Status.RECORDING
-        disabled = set(bindings) if self._hotkeys_paused else set() if recording else {CANCEL}
-        try:
-            backend.start(
-                bindings,
-                self._from_hotkey_thread,
-                lambda error: self._hotkey_error.emit(str(error), bool(getattr(error, "fatal", False))),
-                disabled=disabled,
-            )
-        except (HotkeyError, OSError) as exc:
-            self._notify("error", f"Global hotkeys could not start ({backend.name}): {exc}")
-            return
-        self._hotkeys = backend
-
-    def _update_enabled_hotkeys(self) -> None:
-        """Paused hotkeys are off, and the cancel key is on only while recording: the x11 backend
-        grabs a key only while it is on, so otherwise it reaches the user's windows (and the hotkey
-        field of the settings window while a new hotkey is being chosen)."""
-        backend = self._hotkeys
-        if backend is None:
-            return
-        recording = self._status is S.Status.RECORDING
-        for name in backend.bindings:
-            backend.set_enabled(name, not self._hotkeys_paused and (name != CANCEL or recording))
-
-    def _stop_hotkeys(self) -> None:
-        if self._hotkeys is not None:
-            self._hotkeys.stop()
-            self._hotkeys = None
-
-    def _from_hotkey_thread(self, name: str, pressed: bool) -> None:
-        """Runs on the listener's thread: stamp the time now (the pre-roll counts from it), hand over."""
-        if not self._hotkeys_paused:  # paused (e.g. while a hotkey is being captured): keys are not events
-            self._hotkey_event.emit(name, pressed, self._clock())
+        chooser = self._s.hotkey_chooser or _default_hotkey_chooser
+        self._keys.start(self._settings.hotkeys, chooser, recording=self._status is S.Status.RECORDING)
 
     def _on_hotkey(self, name: str, pressed: bool, t: float) -> None:
         if name == DICTATE:
             self._dispatch(S.HotkeyDown(t) if pressed else S.HotkeyUp(t))
         elif name == CANCEL and pressed:
             self._dispatch(S.CancelRequested())
-
-    def _on_hotkey_error(self, message: str, fatal: bool) -> None:
-        self._notify("error" if fatal else "warning", f"Hotkeys: {message}")
 
     # ---- the session ----------------------------------------------------------------------------
 
@@ -821,7 +574,7 @@ class AppController(QObject):
             self.show_settings_requested.emit("model")
         elif isinstance(action, S.SetStatus):
             self._status = action.status
-            self._update_enabled_hotkeys()
+            self._keys.update(recording=action.status is S.Status.RECORDING)
             if action.status is not S.Status.RECORDING:
                 self._poll.stop()
                 self.input_level_changed.emit(0.0)
@@ -871,8 +624,8 @@ class AppController(QObject):
         self._dispatch(S.RecordingStarted(take_id))
 
     def _on_start_failed(self, take_id: int, message: str) -> None:
-        self.takes.discard(take_id)
         self._answer_start(take_id, {"ok": False, "message": f"Could not start recording: {message}"})
+        self.takes.discard(take_id)
         self._dispatch(S.RecordingFailed(take_id, message))
 
     def _on_history_ready(self, take_id: int, durable: bool) -> None:
@@ -919,68 +672,6 @@ class AppController(QObject):
             self._notify("error", f"Download of {repo_id} failed: {error}")
         else:
             self._notify("info", f"Downloaded {repo_id}.")
-
-
-class _TakesPort:
-    """`dictation.takes.TakesPort` for the controller: what `Takes` asks for becomes a queued signal."""
-
-    def __init__(self, controller: AppController) -> None:
-        self._c = controller
-
-    @property
-    def settings(self) -> Settings:
-        return self._c._settings
-
-    @property
-    def model_label(self) -> str:
-        return self._c._model_label
-
-    @property
-    def model_ready(self) -> bool:
-        return self._c.session.model_state is S.ModelState.READY
-
-    @property
-    def running(self) -> bool:
-        return self._c._started
-
-    def dispatch(self, event: Any) -> None:
-        self._c._dispatch(event)
-
-    def notify(self, level: str, message: str, *, log_as: str | None = None) -> None:
-        self._c._notify(level, message, log_as=log_as)
-
-    def transcribe_take(self, take_id: int, language: str | None, context: str) -> None:
-        self._c._transcribe_take.emit(take_id, language, context)
-
-    def drop_take(self, take_id: int) -> None:
-        self._c._drop_take.emit(take_id)
-
-    def transcribe_entry(self, request: Retranscription, samples: Any, language: str | None, context: str) -> None:
-        self._c._transcribe.emit(request, samples, language, context)
-
-    def history_entry(self, entry_id: int) -> Any:
-        return self._c.history.get(entry_id)
-
-    def history_begin(self, take_id: int, audio_path: Any) -> None:
-        self._c._history_begin.emit(take_id, audio_path)
-
-    def history_store(self, take_id: int, fields: dict) -> None:
-        self._c._history_store.emit(take_id, fields)
-
-    def history_finish(self, take_id: int, fields: dict, delete_audio: bool, keep: int) -> None:
-        self._c._history_finish.emit(take_id, fields, delete_audio, keep)
-
-    def history_discard(self, take_id: int, delete_audio: bool, keep: int) -> None:
-        self._c._history_discard.emit(take_id, delete_audio, keep)
-
-    def history_update(self, entry_id: int, fields: dict) -> None:
-        self._c._history_update.emit(entry_id, fields)
-
-    def retranscribed(self, entry_id: int, problem: str) -> None:
-        self._c.retranscribed.emit(entry_id, problem)
-
-    def deliver(self, key: int | Retype, text: str) -> None:
-        self._c._deliver.emit(key, text)
 
 
 # The desktop-file id the portal knows the app by: the file `dictation install-desktop` writes

@@ -95,6 +95,19 @@ class HistoryWorker(QObject):
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
+    @classmethod
+    def for_history(cls, history: Any, max_entries: int) -> HistoryWorker:
+        """A worker writing to ``history``'s file on its own connection; where the history lives in
+        memory (its file could not be opened), the worker writes into that same in-memory history, its
+        journal goes to the data folder (never the working directory), and no recording is pruned."""
+        if str(history.path) != IN_MEMORY:
+            return cls(history.path, max_entries=max_entries)
+        from dictation import paths
+
+        return cls(
+            history.path, max_entries=max_entries, journal_path=paths.data_dir() / FILE_NAME, opener=lambda: history
+        )
+
     @Slot()
     def open(self) -> None:
         """Connect, replay the journal, find the takes a crash interrupted (on the worker's thread)."""
