@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dictation.audio.trim import find_speech, has_speech, trim_silence
+from dictation.audio.trim import find_speech, has_speech, transcribed_part, trim_silence
 
 SR = 16_000
 rng = np.random.default_rng(1234)
@@ -183,3 +183,11 @@ def test_a_step_in_the_background_noise_is_not_speech():
     y = noise(2.0, -50)
     y[SR // 2 : SR] += vowel(0.5, -34)
     assert has_speech(y)
+
+
+def test_the_trim_rule_keeps_a_streamed_takes_start_and_cuts_both_ends_of_any_other():
+    x, _, _ = utterance()
+    span = find_speech(x)
+    assert span.has_speech and 0 < span.start < span.end < len(x)
+    assert transcribed_part(span, streamed=False) == (span.start, span.end)
+    assert transcribed_part(span, streamed=True) == (0, span.end)  # its start went to the engine already
