@@ -61,9 +61,9 @@ class Commands:
         actions[command]()
         if command in ("toggle", "start") and self.session.model_state is S.ModelState.NOT_CHOSEN:
             return {"ok": False, "message": S.NO_MODEL_MESSAGE}  # refused: the command says so too
-        job_id = self.session.recording_job_id
-        if answer is not None and job_id is not None and job_id != before and job_id in self.takes:
-            self.takes.await_start(job_id, answer, time.monotonic() + START_REPLY_MS / 1000)
+        take_id = self.session.recording_job_id
+        if answer is not None and take_id is not None and take_id != before and take_id in self.takes:
+            self.takes.await_start(take_id, answer, time.monotonic() + START_REPLY_MS / 1000)
             if not self._reply_timer.isActive():
                 self._reply_timer.start(START_REPLY_MS)
             return None

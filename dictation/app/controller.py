@@ -596,14 +596,14 @@ class AppController(ModelLifecycle, Commands, QObject):
         """While recording: the level for the overlay, and a lost device or a full buffer."""
         audio = self._s.audio_worker
         self.input_level_changed.emit(self.input_level())
-        job_id = self.session.recording_job_id
-        if job_id is None:
+        take_id = self.session.recording_job_id
+        if take_id is None:
             return
         error = audio.recorder_error()
         if error:
-            self._dispatch(S.RecordingLost(job_id, error, partial_audio_available=True))
+            self._dispatch(S.RecordingLost(take_id, error, partial_audio_available=True))
         elif audio.limit_reached():
-            self._dispatch(S.MaxLengthReached(job_id))
+            self._dispatch(S.MaxLengthReached(take_id))
 
     # ---- takes: the workers' answers, handed to `self.takes` on the GUI thread ----------------------
 
