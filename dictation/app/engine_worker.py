@@ -87,9 +87,7 @@ class EngineWorker(QObject):
         self._factory = engine_factory
         self._engine: Any = None
         self._options: Any = None
-        self._streams: dict[int, _StreamedTake] = {}  # take id -> its stream, while it is recorded
-        self._saved: dict[int, SavedTake] = {}  # take id -> its saved take, until it is transcribed
-        self._wanted: dict[int, tuple[str | None, str]] = {}  # take id -> language, context: transcribe it
+        self._takes: dict[int, _EngineTake] = {}  # take id -> what this thread holds of it, until it is done
         self._work_posted = False
         self._interrupted_upto = 0  # takes with ids up to this one were released or cancelled
         self._work_requested.connect(self._work, Qt.ConnectionType.QueuedConnection)
@@ -145,7 +143,7 @@ class EngineWorker(QObject):
         engine = self._engine
         if engine is None or not engine.is_loaded or self._warmed:
             return
-        if self._streams:
+        if self._streams():
             log.info("warm-up skipped: a take is under way")
             return
         self._warmed = True
@@ -223,28 +221,39 @@ class EngineWorker(QObject):
 
     # ---- takes -----------------------------------------------------------------------------------
 
+    def _take(self, take_id: int) -> _EngineTake:
+        take = self._takes.get(take_id)
+        if take is None:
+            take = self._takes[take_id] = _EngineTake()
+        return take
+
+    def _streams(self) -> list[_StreamedTake]:
+        return [take.streamed for take in self._takes.values() if take.streamed is not None]
+
     @Slot(int, object)
     def take_saved(self, take_id: int, saved: SavedTake) -> None:
         """From the audio worker: take ``take_id`` was saved; it is transcribed once it is wanted."""
-        self._saved[take_id] = saved
+        self._take(take_id).saved = saved
         self._maybe_transcribe_take(take_id)
 
     @Slot(int, object, str)
     def transcribe_take(self, take_id: int, language: str | None, context: str) -> None:
         """From the controller: transcribe take ``take_id`` once its saved take is here (maybe it is)."""
-        self._wanted[take_id] = (language, context)
+        self._take(take_id).wanted = (language, context)
         self._maybe_transcribe_take(take_id)
 
     def _maybe_transcribe_take(self, take_id: int) -> None:
-        if take_id not in self._saved or take_id not in self._wanted:
+        take = self._takes[take_id]
+        if take.saved is None or take.wanted is None:
             return
-        saved = self._saved.pop(take_id)
-        language, context = self._wanted.pop(take_id)
+        del self._takes[take_id]
+        (language, context), saved = take.wanted, take.saved
         if not saved.has_speech:
-            self.cancel_take(take_id)
+            if take.streamed is not None and take.streamed.stream is not None:
+                take.streamed.stream.cancel()
             self.no_speech.emit(take_id)
             return
-        self._finish_take(take_id, saved, language, context)
+        self._finish_take(take.streamed, take_id, saved, language, context)
 
     # ---- streaming -------------------------------------------------------------------------------
 
@@ -266,13 +275,13 @@ class EngineWorker(QObject):
     def begin_take(self, take_id: int, language: str | None, context: str, preview: bool) -> None:
         """Take ``take_id`` will be fed as it is recorded (if its device delivers 16 kHz). The stream
         itself is made at the first chunk, with the language and context the take was started with."""
-        self._streams[take_id] = _StreamedTake(take_id, language, context, preview)
+        self._take(take_id).streamed = _StreamedTake(take_id, language, context, preview)
 
     @Slot(int, int, object)
     def feed(self, take_id: int, start: int, samples: np.ndarray) -> None:
         """New audio of take ``take_id`` from sample ``start`` on. Only queued here: chunks that
         arrived while the engine was busy are fed together by one ``_work``."""
-        take = self._streams.get(take_id)
+        take = self._takes[take_id].streamed if take_id in self._takes else None
         if take is None or take.failed:
             return
         if start != take.received:
@@ -287,9 +296,9 @@ class EngineWorker(QObject):
     @Slot()
     def _work(self) -> None:
         self._work_posted = False
-        for take in list(self._streams.values()):
+        for take in self._streams():
             self._feed_pending(take)
-        live = [t for t in self._streams.values() if not self._interrupted(t.take_id)]
+        live = [t for t in self._streams() if not self._interrupted(t.take_id)]
         if live and self._preview_due(live[-1]):
             self._preview(live[-1])
 
@@ -338,11 +347,12 @@ class EngineWorker(QObject):
         if preview.complete:
             self.preview_ready.emit(take.take_id, preview.text)
 
-    def _finish_take(self, take_id: int, saved: SavedTake, language: str | None, context: str) -> None:
+    def _finish_take(
+        self, take: _StreamedTake | None, take_id: int, saved: SavedTake, language: str | None, context: str
+    ) -> None:
         """Transcribe a saved take: finish its stream if it was streamed (the last audio, the
         trailing silence cut at ``saved.end``), or transcribe ``saved.speech`` as a whole if streaming
         did not happen or failed. Either way the text is ``engine.transcribe(saved.speech)``."""
-        take = self._streams.pop(take_id, None)
         if take is not None and not saved.streamed:  # nothing was fed (the device did not deliver 16 kHz)
             if take.stream is not None:
                 take.stream.cancel()
@@ -376,9 +386,7 @@ class EngineWorker(QObject):
     def cancel_take(self, take_id: int) -> None:
         """Take ``take_id`` will not be transcribed here (cancelled, skipped, without speech): its
         stream and its saved samples go."""
-        self._saved.pop(take_id, None)
-        self._wanted.pop(take_id, None)
-        take = self._streams.pop(take_id, None)
+        take = self._takes.pop(take_id, _EngineTake()).streamed
         if take is not None and take.stream is not None:
             take.stream.cancel()
 
@@ -392,7 +400,7 @@ class EngineWorker(QObject):
 
     def _cancel_streams(self, why: str) -> None:
         """Streams use the loaded model: drop them before it changes (their takes go the plain way)."""
-        for take in self._streams.values():
+        for take in self._streams():
             if take.stream is not None and not take.failed:
                 self._fail(take, why)
 
@@ -417,6 +425,15 @@ class EngineWorker(QObject):
         self._engine, self._options = engine, cpu_options
         self.moved_to_cpu.emit(_message(exc), engine.model_label)
         return result
+
+
+@dataclass
+class _EngineTake:
+    """What the engine thread holds of one take until it is transcribed or dropped."""
+
+    streamed: _StreamedTake | None = None  # fed while it records (begin_take)
+    saved: SavedTake | None = None  # from the audio worker (take_saved)
+    wanted: tuple[str | None, str] | None = None  # language, context: from the controller (transcribe_take)
 
 
 @dataclass
