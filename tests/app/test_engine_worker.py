@@ -123,7 +123,16 @@ def test_the_saved_take_reaches_the_engine_while_the_gui_thread_is_busy(rig, ckp
     audio = speech()
     r.hold(audio)
     r.qtbot.waitUntil(lambda: r.c.takes.get(1) is not None and r.c.takes.get(1).entry_ready, timeout=5000)
+    blocked: list[bool] = []
+
+    def block_the_gui_thread(status: Status) -> None:
+        # The release's actions ran (the audio worker was told to stop, the engine worker to
+        # transcribe the take): now the GUI thread handles nothing until the engine has the take.
+        if status is not Status.RECORDING and not blocked:
+            blocked.append(reached.wait(15))
+
+    r.c.status_changed.connect(block_the_gui_thread)
     r.release(audio)
-    r.qtbot.waitUntil(lambda: r.c.status is not Status.RECORDING, timeout=5000)  # Transcribe was handled
-    assert reached.wait(20)  # no event loop runs on this (the GUI) thread meanwhile
+    r.qtbot.waitUntil(lambda: bool(blocked), timeout=20_000)
+    assert blocked == [True]
     r.qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
