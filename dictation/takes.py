@@ -42,6 +42,9 @@ from dictation.config.history import Outcome
 
 log = logging.getLogger(__name__)
 
+# A take that begins this much after its press has lost words; the user (and a `dictation start`) is told.
+LATE_START_S = 0.05
+
 
 @dataclass(frozen=True)
 class SavedTake:
@@ -452,10 +455,6 @@ class Takes:
                 f"Recovered {kept} dictation(s) interrupted when the app last stopped. Their text is in the "
                 "History, marked Recovered; nothing was typed.",
             )
-
-
-# A take that begins this much after its press has lost words; the user (and a `dictation start`) is told.
-LATE_START_S = 0.05
 
 
 def apply_text_options(text: str, settings: Any) -> str:
