@@ -48,7 +48,6 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-COMMANDS = ("toggle", "start", "stop", "cancel", "status", "show-settings", "show-history", "quit")
 _SUFFIX_LEN = 10
 
 

@@ -28,10 +28,11 @@ ScheduleTick, PlaySound, Notify, ShowModelChoice, SetStatus; within a kind, in j
 
 Job ids
 -------
-Each `StartCapture(job_id)` takes the next id (1, 2, ...). Every started capture ends in exactly one
-of: `StopCapture(id)` (the app saves the audio to disk, which is principle 7's "on disk before
-transcription"; the job enters the FIFO), `DiscardCapture(id)` (the app drops the audio), or the
-app's own `RecordingFailed(id, ...)`. Discarded ids are never reused, so ids have gaps. Recorder and
+A job is a take (`dictation.takes` keeps the app's side of it) in this machine's delivery queue,
+under the take's id. Each `StartCapture(job_id)` takes the next id (1, 2, ...). Every started capture
+ends in exactly one of: `StopCapture(id)` (the app saves the audio to disk, which is principle 7's
+"on disk before transcription"; the job enters the FIFO), `DiscardCapture(id)` (the app drops the
+audio), or the app's own `RecordingFailed(id, ...)`. Discarded ids are never reused, so ids have gaps. Recorder and
 worker events carry the id; events for an id that is not current (late, duplicated) are ignored.
 `Transcribe(id)` is always emitted after that job's `StopCapture(id)`, never before. If the app
 cannot save a job's audio it still transcribes the take from memory (the text matters more than
@@ -277,27 +278,13 @@ class SettingsChanged:
     settings: SessionSettings
 
 
+# fmt: off
 Event = (
-    HotkeyDown
-    | HotkeyUp
-    | ToggleRequested
-    | StartRequested
-    | StopRequested
-    | CancelRequested
-    | ModelLoading
-    | ModelReady
-    | ModelFailed
-    | ModelUnloaded
-    | ModelNotChosen
-    | RecordingStarted
-    | RecordingFailed
-    | RecordingLost
-    | MaxLengthReached
-    | TranscriptionDone
-    | TranscriptionFailed
-    | Tick
-    | SettingsChanged
+    HotkeyDown | HotkeyUp | ToggleRequested | StartRequested | StopRequested | CancelRequested | ModelLoading
+    | ModelReady | ModelFailed | ModelUnloaded | ModelNotChosen | RecordingStarted | RecordingFailed | RecordingLost
+    | MaxLengthReached | TranscriptionDone | TranscriptionFailed | Tick | SettingsChanged
 )
+# fmt: on
 
 # ---- actions (outputs) ----
 
@@ -376,35 +363,21 @@ class SetStatus:
     status: Status
 
 
+# fmt: off
 Action = (
-    StartCapture
-    | StopCapture
-    | DiscardCapture
-    | LoadModel
-    | Transcribe
-    | SkipTranscription
-    | DeliverText
-    | Notify
-    | PlaySound
-    | ScheduleTick
-    | ShowModelChoice
-    | SetStatus
+    StartCapture | StopCapture | DiscardCapture | LoadModel | Transcribe | SkipTranscription | DeliverText | Notify
+    | PlaySound | ScheduleTick | ShowModelChoice | SetStatus
 )
+# fmt: on
 
 # The order of actions within one list, by kind; within a kind, the order of events (job order).
 _ORDER = {
-    StartCapture: 0,
-    StopCapture: 0,
-    DiscardCapture: 0,
-    LoadModel: 1,
-    Transcribe: 1,
-    SkipTranscription: 1,
-    DeliverText: 2,
-    ScheduleTick: 3,
-    PlaySound: 4,
-    Notify: 5,
-    ShowModelChoice: 6,
-    SetStatus: 7,
+    kind: rank
+    for rank, kinds in enumerate(
+        [(StartCapture, StopCapture, DiscardCapture), (LoadModel, Transcribe, SkipTranscription), (DeliverText,)]
+        + [(ScheduleTick,), (PlaySound,), (Notify,), (ShowModelChoice,), (SetStatus,)]
+    )
+    for kind in kinds
 }
 
 # ---- the machine ----

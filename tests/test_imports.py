@@ -84,3 +84,14 @@ def test_light_modules_do_not_load_torch():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_owner_of_takes_and_the_settings_mapping_load_neither_qt_nor_torch():
+    """The app's logic outside its wiring (dictation.takes, dictation.app.options) is unit-tested without Qt."""
+    script = (
+        "import sys, dictation.takes, dictation.app.options;"
+        "print(sorted(m for m in ('torch', 'PySide6') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

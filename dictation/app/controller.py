@@ -9,21 +9,22 @@ Event flow: hotkey thread / tray / IPC / worker signal -> `_dispatch(event)` -> 
 -> actions performed in order (`_perform`). Events raised while actions run are queued, so the
 actions of one event always run before the next event is handled.
 
-Per job (one recording): StartCapture -> audio worker starts writing the take to disk ->
-RecordingStarted, and the history worker makes the take's entry (pending, no text, the path of
-its audio) -> `ready`; StopCapture -> the worker stops, saves the WAV whole, trims -> `saved`;
-Transcribe -> the engine worker transcribes (as soon as the Transcribe action, the saved audio and
-the entry are there) -> TranscriptionDone.
-With the model loaded and ``engine.stream_while_recording`` on, a take is streamed: the engine
-worker is fed its audio while it records (and shows live previews, `preview_changed`), the
-release interrupts a running preview, and Transcribe finishes the stream (see `workers.py`);
-DeliverText -> text options applied, the history worker stores the text (`stored`), only then the
-output worker types it -> the history worker sets the outcome. Nothing a user said is lost: the
-audio is on disk while it is recorded, the entry exists before transcription, the text is in the
-history (or its fallback journal) before it is typed; if the recordings folder cannot be written,
-the take is transcribed from memory. The GUI thread never writes to SQLite (`HistoryWorker`).
+Per take (one recording; `dictation.takes` keeps what is known of each and decides what follows):
+StartCapture -> the audio worker starts writing the take to disk -> RecordingStarted, and the
+history worker makes the take's entry (pending, no text, the path of its audio); StopCapture -> the
+audio worker stops, saves the WAV whole, trims, and hands the saved take straight to the engine
+worker (and tells the controller); Transcribe -> once the entry exists, the engine worker is told to
+transcribe the take (it starts as soon as it has both) -> TranscriptionDone. With the model loaded
+and ``engine.stream_while_recording`` on, a take is streamed: the engine worker is fed its audio
+while it records (and shows live previews, `preview_changed`), the release interrupts a running
+preview, and the saved take finishes the stream (see `engine_worker.py`); DeliverText -> text
+options applied, the history worker stores the text (`stored`), only then the output worker types
+it -> the history worker sets the outcome. Nothing a user said is lost: the audio is on disk while
+it is recorded, the entry exists before transcription, the text is in the history (or its fallback
+journal) before it is typed; if the recordings folder cannot be written, the take is transcribed
+from memory. The GUI thread never writes to SQLite (`HistoryWorker`).
 Takes a crash interrupted are transcribed at the next start into the history as "recovered",
-never typed (`_on_recovered`).
+never typed (`Takes.recovered`).
 """
 
 from __future__ import annotations
@@ -40,120 +41,37 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from dictation import session as S
+from dictation.app.commands import Commands
 from dictation.app.history_worker import HistoryWorker
+from dictation.app.hotkey_input import CANCEL, DICTATE, HotkeyInput
+from dictation.app.model_lifecycle import NO_MODEL_MESSAGE, ModelLifecycle
+from dictation.app.options import engine_key, engine_options, late_start_message, output_options, session_settings
+from dictation.app.takes_port import TakesPort
 from dictation.app.workers import (
     AudioWorker,
     DownloadWorker,
     EngineWorker,
     OutputWorker,
     RecorderConfig,
-    SavedTake,
     start_thread,
     stop_thread,
 )
-from dictation.config import History, Outcome, Settings
-from dictation.config.history import IN_MEMORY
+from dictation.config import History, Settings
 from dictation.config.schema import FieldError, validate
 from dictation.config.store import SettingsStore
+from dictation.takes import LATE_START_S, Retranscription, Retype, SavedTake, Takes
 
 log = logging.getLogger(__name__)
 
-DICTATE = "dictate"
-CANCEL = "cancel"
-NO_MODEL_MESSAGE = "No speech model is chosen yet: open Settings → Model to download one or choose a folder."
 RECORDER_POLL_MS = 100
-# A take that begins this much after its press has lost words; the user (and a `dictation start`) is told.
-LATE_START_S = 0.05
-# A command's send time (`dictation.ipc`) is the press time when it is plausible on this app's clock:
-# not ahead of it (beyond a little slack) and not older than this.
-MAX_COMMAND_AGE_S = 30.0
-CLOCK_SLACK_S = 0.05
 DISCARDED_MESSAGE = "the recording was discarded (cancelled, or stopped too soon)"
-START_REPLY_MS = 2000  # a `start` whose microphone is not recording by then is answered all the same
 MINUTE_MS = 60_000  # idle-unload unit (tests shorten it)
-RETRANSCRIBE_BASE = 1_000_000_000  # engine request ids at or above this are history re-transcriptions
-STREAMED_KEY = "streamed"  # in a history entry's timings: 1.0 = transcribed while recorded, end trimmed only
-
-
-def session_settings(settings: Settings) -> S.SessionSettings:
-    return S.SessionSettings(mode=S.Mode(settings.hotkeys.mode), max_recording_s=float(settings.recording.max_seconds))
-
-
-def engine_options(settings: Settings, device: str | None = None) -> Any:
-    from dictation.asr.engine import EngineOptions
-
-    e = settings.engine
-    adapters = tuple(adapter_spec(a) for a in e.adapters if a.enabled)
-    return EngineOptions(
-        model=e.model,
-        device=device or e.device,
-        dtype=e.dtype,
-        variant=None if e.variant == "auto" else e.variant,
-        adapters=adapters,
-        skip_bad_adapters=True,  # a bad adapter is switched off (_on_adapters_skipped), the model still loads
-    )
-
-
-def adapter_spec(adapter: Any) -> str:
-    """The engine's ``DIR[:weight]`` for a settings Adapter."""
-    return adapter.path if adapter.weight == 1.0 else f"{adapter.path}:{adapter.weight:g}"
-
-
-def parse_path(spec: str) -> str:
-    """The folder of an engine adapter spec (``DIR`` or ``DIR:weight``)."""
-    from dictation.asr.tune.adapter_files import parse_adapter_spec
-
-    return parse_adapter_spec(spec)[0]
 
 
 def recorder_config(settings: Settings) -> RecorderConfig:
     r = settings.recording
     device = None if r.input_device in ("", "default") else r.input_device
     return RecorderConfig(device=device, max_seconds=float(r.max_seconds) + 5.0, keep_open=r.keep_mic_open)
-
-
-def output_options(settings: Settings) -> Any:
-    from dictation.output import OutputOptions
-
-    return OutputOptions.from_settings(settings.output)
-
-
-def text_options(settings: Settings) -> Any:
-    from dictation.output.textops import TextOptions
-
-    return TextOptions.from_settings(settings.output)
-
-
-def outcome_of(result: Any) -> str:
-    """History outcome for a DeliveryResult: what really happened to the text.
-
-    Held back (our own window or no window had the focus): "clipboard_only: <why>", or failed when
-    even the clipboard could not take it. The clipboard-only backend sent nothing to any window, so
-    its success is "clipboard_only", never "pasted"."""
-    held_back = getattr(result, "held_back", None)
-    if held_back:
-        if result.on_clipboard:
-            return Outcome.kept(f"not delivered: {held_back}")
-        return Outcome.failed(result.message)
-    if result.ok:
-        if result.method == "clipboard":
-            return Outcome.CLIPBOARD_ONLY
-        return Outcome.TYPED if str(result.method).endswith("-type") else Outcome.PASTED
-    if result.on_clipboard:
-        return Outcome.CLIPBOARD_ONLY
-    return Outcome.failed(result.message)
-
-
-@dataclass
-class _Job:
-    saved: SavedTake | None = None
-    transcribe_wanted: bool = False
-    skip_reason: str | None = None
-    transcript: Any = None
-    streaming: bool = False  # the engine worker has a stream for it (begun, not finished or cancelled)
-    started: bool = False  # the audio worker started it, so the history worker has its entry
-    ready: bool = False  # its history entry (or journal record) exists: it may be transcribed
-    text: str | None = None  # the text to type, once the history worker has stored it
 
 
 @dataclass
@@ -172,21 +90,7 @@ class Services:
     clock: Callable[[], float] = time.monotonic
 
 
-def _history_worker_for(history: History, max_entries: int) -> HistoryWorker:
-    """A worker writing to ``history``'s file on its own connection; where the history lives in
-    memory (its file could not be opened), the worker writes into that same in-memory history, its
-    journal goes to the data folder (never the working directory), and no recording is pruned."""
-    if str(history.path) != IN_MEMORY:
-        return HistoryWorker(history.path, max_entries=max_entries)
-    from dictation import paths
-    from dictation.config.journal import FILE_NAME
-
-    return HistoryWorker(
-        history.path, max_entries=max_entries, journal_path=paths.data_dir() / FILE_NAME, opener=lambda: history
-    )
-
-
-class AppController(QObject):
+class AppController(ModelLifecycle, Commands, QObject):
     status_changed = Signal(object)  # session.Status
     settings_changed = Signal(object)  # Settings, after it was saved and applied
     model_label_changed = Signal(str)
@@ -207,33 +111,30 @@ class AppController(QObject):
     # queued calls into the worker threads
     _load = Signal(object)
     _unload = Signal()
-    _transcribe = Signal(int, object, object, str)
-    _begin_take = Signal(int, object, str, bool)  # job id, language, context, live preview
+    _transcribe = Signal(object, object, object, str)  # Retranscription, samples, language, context
+    _transcribe_take = Signal(int, object, str)  # take id, language, context
+    _begin_take = Signal(int, object, str, bool)  # take id, language, context, live preview
     _warm_up = Signal()  # a loaded model's warm-up pass (EngineWorker.warm_up)
-    _finish_take = Signal(int, object, object, str)  # job id, SavedTake, language, context
-    _cancel_take = Signal(int)
+    _drop_take = Signal(int)  # take id: its stream and saved samples go
     _audio_configure = Signal(object)
     _audio_start = Signal(int, float, bool)
     _audio_stop = Signal(int, float, bool)
     _audio_cancel = Signal(int)
     _audio_close = Signal()
     _output_configure = Signal(object)
-    _deliver = Signal(int, str)
+    _deliver = Signal(object, str)  # take id or Retype, text
     _output_flush = Signal()
     _download = Signal(str)
     _history_open = Signal()
-    _history_begin = Signal(int, object)  # job id, path of the take's file (or None)
-    _history_store = Signal(int, object)  # job id, fields (text first: before it is typed)
-    _history_finish = Signal(int, object, bool, int)  # job id, fields, delete the audio, recordings kept
-    _history_discard = Signal(int, bool, int)  # job id, delete the audio, recordings kept
+    _history_begin = Signal(int, object)  # take id, path of the take's file (or None)
+    _history_store = Signal(int, object)  # take id, fields (text first: before it is typed)
+    _history_finish = Signal(int, object, bool, int)  # take id, fields, delete the audio, recordings kept
+    _history_discard = Signal(int, bool, int)  # take id, delete the audio, recordings kept
     _history_update = Signal(int, object)  # entry id, fields
     _history_delete = Signal(int)
     _history_size = Signal(int)
     _history_drain = Signal()  # blocking: returns once the history worker did everything queued
     _history_close = Signal()  # blocking
-    # from the hotkey thread
-    _hotkey_event = Signal(str, bool, float)
-    _hotkey_error = Signal(str, bool)
 
     def __init__(self, services: Services, settings: Settings | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -246,30 +147,19 @@ class AppController(QObject):
         self._queue: collections.deque[Any] = collections.deque()
         self._dispatching = False
         self._event_t = 0.0
-        self._jobs: dict[int, _Job] = {}
-        # engine request id -> (history entry id, streamed, a take recovered after a crash)
-        self._retranscribe: dict[int, tuple[int, bool, bool]] = {}
-        self._recovery: list[Any] = []  # RecoveredTakes waiting for the model
-        self._recover_counts = [0, 0, 0]  # recovered takes: found, transcribed so far, with text
-        self._next_retranscribe = RETRANSCRIBE_BASE
+        self.takes = Takes(TakesPort(self))  # every take under way, and the history's re-transcriptions
         self._model_label = ""
-        self._model_status = ""
         self._preview_text = ""
-        self.model_progress.connect(self._remember_model_status)
         self._cpu_fallback = False
-        self._hotkeys: Any = None
-        self._hotkey_choice: Any = None
-        self._hotkeys_paused = False
+        self._keys = HotkeyInput(self._clock, self)
         self._output_description = "text output: not configured yet"
         self._sounds: Any = None
         self._threads: list[Any] = []
         self._log_bridge: Any = None
         self._started = False
         self._held_notes: list[tuple[str, str]] | None = None  # notes before the windows exist (start_input)
-        # job id -> its `start` request's answer, and when to answer it at the latest (monotonic s)
-        self._start_replies: dict[int, tuple[Callable[[dict], None], float]] = {}
         self._clock_warned = False
-        self._history_worker = services.history_worker or _history_worker_for(
+        self._history_worker = services.history_worker or HistoryWorker.for_history(
             services.history, self._settings.general.history_size
         )
 
@@ -282,8 +172,8 @@ class AppController(QObject):
         self._poll = QTimer(self)
         self._poll.setInterval(RECORDER_POLL_MS)
         self._poll.timeout.connect(self._poll_recorder)
-        self._hotkey_event.connect(self._on_hotkey)
-        self._hotkey_error.connect(self._on_hotkey_error)
+        self._keys.event.connect(self._on_hotkey)
+        self._keys.problem.connect(self._notify)
 
     # ---- start / stop -------------------------------------------------------------------------
 
@@ -311,8 +201,7 @@ class AppController(QObject):
         audio = self._s.audio_worker
         deadline = time.monotonic() + timeout
         ready = audio.wait_configured(timeout)
-        if self._hotkeys is not None:
-            ready = self._hotkeys.wait_ready(max(0.0, deadline - time.monotonic())) and ready
+        ready = self._keys.wait_ready(max(0.0, deadline - time.monotonic())) and ready
         while (heard := audio.heard_s()) is not None and heard < audio.pre_roll_s():
             if time.monotonic() > deadline:
                 return False
@@ -350,11 +239,11 @@ class AppController(QObject):
         if not self._started:
             return
         self._started = False
-        for job_id in list(self._start_replies):
-            self._answer_start(job_id, {"ok": False, "message": "dictation is quitting"})
+        for take_id in self.takes.start_replies():
+            self._answer_start(take_id, {"ok": False, "message": "dictation is quitting"})
         self._reply_timer.stop()
-        self._stop_hotkeys()
-        self._s.engine_worker.interrupt(RETRANSCRIBE_BASE)  # every take: a running live preview ends now
+        self._keys.stop()
+        self._s.engine_worker.interrupt_all()  # a running live preview ends now
         self._poll.stop()
         self._idle_timer.stop()
         close_sounds = getattr(self._sounds, "close", None)
@@ -392,12 +281,14 @@ class AppController(QObject):
         e.unloaded.connect(self._on_unloaded)
         e.transcribed.connect(self._on_transcribed)
         e.transcribe_failed.connect(self._on_transcribe_failed)
+        e.no_speech.connect(self._on_no_speech)
         self._begin_take.connect(e.begin_take)
         self._warm_up.connect(e.warm_up)
-        self._finish_take.connect(e.finish_take)
-        self._cancel_take.connect(e.cancel_take)
+        self._transcribe_take.connect(e.transcribe_take)
+        self._drop_take.connect(e.cancel_take)
         e.preview_ready.connect(self._on_preview)
         a.chunk_ready.connect(e.feed)  # audio thread -> engine thread directly, in order
+        a.saved.connect(e.take_saved)  # likewise: the saved take, before the GUI thread hears of it
         self._audio_configure.connect(a.configure)
         self._audio_start.connect(a.start)
         self._audio_stop.connect(a.stop)
@@ -451,21 +342,13 @@ class AppController(QObject):
         return self._model_label
 
     @property
-    def model_status(self) -> str:
-        """The latest model_progress text, for a window opened after it was emitted."""
-        return self._model_status
-
-    @property
     def hotkeys_paused(self) -> bool:
-        return self._hotkeys_paused
+        return self._keys.paused
 
     @property
     def preview_text(self) -> str:
         """The latest live preview of the take being recorded (or just released); "" when none."""
         return self._preview_text
-
-    def _remember_model_status(self, text: str) -> None:
-        self._model_status = text
 
     def attach_log(self, bridge: Any) -> None:
         self._log_bridge = bridge
@@ -485,80 +368,6 @@ class AppController(QObject):
 
     def cancel_dictation(self) -> None:
         self._dispatch(S.CancelRequested())
-
-    def handle_ipc(
-        self, command: str, sent: float | None = None, answer: Callable[[dict], None] | None = None
-    ) -> dict | None:
-        """Answer one `dictation <command>` (see dictation.ipc). ``sent`` is the client's monotonic
-        send time: a plausible one is the press time (`command_time`). With ``answer``, a command
-        that starts a recording returns None and is answered through it once the microphone records
-        (`_answer_start`): late (``late_ms``, ``warning``) or failed (``ok`` false) starts are told."""
-        t = self.command_time(sent)
-        actions = {  # (not through toggle() etc.: those are slots, and Qt passes them arguments of its own)
-            "toggle": lambda: self._dispatch(S.ToggleRequested(t)),
-            "start": lambda: self._dispatch(S.StartRequested(t)),
-            "stop": lambda: self._dispatch(S.StopRequested(t)),
-            "cancel": self.cancel_dictation,
-            "status": lambda: None,
-            "show-settings": lambda: self.show_settings_requested.emit(""),
-            "show-history": self.show_history_requested.emit,
-            "quit": self.quit_requested.emit,
-        }
-        if command not in actions:
-            return {"ok": False, "message": f"unknown command {command!r}; known: {', '.join(actions)}"}
-        before = self.session.recording_job_id
-        actions[command]()
-        if command in ("toggle", "start") and self.session.model_state is S.ModelState.NOT_CHOSEN:
-            return {"ok": False, "message": S.NO_MODEL_MESSAGE}  # refused: the command says so too
-        job_id = self.session.recording_job_id
-        if answer is not None and job_id is not None and job_id != before and job_id in self._jobs:
-            self._start_replies[job_id] = (answer, time.monotonic() + START_REPLY_MS / 1000)
-            if not self._reply_timer.isActive():
-                self._reply_timer.start(START_REPLY_MS)
-            return None
-        return self._status_reply()
-
-    def command_time(self, sent: float | None) -> float:
-        """The time a command was sent, on this app's clock, where plausible; else now."""
-        now = self._clock()
-        if sent is None:
-            return now
-        if sent <= now + CLOCK_SLACK_S and now - sent <= MAX_COMMAND_AGE_S:
-            return min(sent, now)
-        if not self._clock_warned:  # another clock (a container's time namespace, another machine)
-            self._clock_warned = True
-            log.warning("a command's send time is %.1f s off this app's clock; using the time it arrived", now - sent)
-        return now
-
-    def _status_reply(self) -> dict:
-        return {
-            "ok": True,
-            "status": self._status.value,
-            "model": self._model_label,
-            "model_state": self.session.model_state.value,
-            "hotkeys": self._hotkey_choice.name if self._hotkey_choice is not None else "none",
-            "hotkeys_paused": self._hotkeys_paused,
-            "hotkey_problems": list(getattr(self._hotkeys, "problems", [])),
-        }
-
-    def _answer_start(self, job_id: int, extra: dict | None = None) -> None:
-        """Answer the `start` (or `toggle`) request that began take ``job_id``, if one waits."""
-        pending = self._start_replies.pop(job_id, None)
-        if pending is not None:
-            pending[0]({**self._status_reply(), **(extra or {})})
-
-    def _start_replies_overdue(self) -> None:
-        now = time.monotonic()
-        warning = (
-            f"The microphone was not recording {START_REPLY_MS / 1000:g} s after the press (it is slow to "
-            "open): what is said until it records is missing."
-        )
-        for job_id, (_, due) in list(self._start_replies.items()):
-            if due <= now:
-                self._answer_start(job_id, {"warning": warning})
-        if self._start_replies:
-            due = min(due for _, due in self._start_replies.values())
-            self._reply_timer.start(max(1, round((due - now) * 1000)))
 
     def apply_settings(self, settings: Settings) -> list[FieldError]:
         errors = validate(settings)
@@ -588,18 +397,16 @@ class AppController(QObject):
             return []
 
     def hotkey_description(self) -> str:
-        if self._hotkey_choice is None:
-            return "Hotkeys: not started."
-        return self._hotkey_choice.describe()
+        return self._keys.describe()
 
     def output_description(self) -> str:
         return self._output_description
 
     def set_hotkeys_paused(self, paused: bool) -> None:
-        if paused == self._hotkeys_paused:
+        if paused == self._keys.paused:
             return
-        self._hotkeys_paused = paused
-        self._update_enabled_hotkeys()
+        self._keys.paused = paused
+        self._keys.update(recording=self._status is S.Status.RECORDING)
         log.info("global hotkeys %s", "paused" if paused else "resumed")
         self.hotkeys_paused_changed.emit(paused)
 
@@ -617,43 +424,14 @@ class AppController(QObject):
         if entry is None or not entry.text:
             return
         # Give the focus a moment to return to the user's window after our window hides.
-        QTimer.singleShot(400, lambda: self._deliver.emit(-entry_id, entry.text))
+        QTimer.singleShot(400, lambda: self._deliver.emit(Retype(entry_id), entry.text))
 
     def delete_entry(self, entry_id: int) -> None:
         self._history_delete.emit(entry_id)  # history_changed follows once it is done
 
     def retranscribe_entry(self, entry_id: int) -> None:
-        from dictation.audio.wav import load_audio_16k
-
-        entry = self.history.get(entry_id)
-        if entry is None or entry.audio_path is None:
-            self._refuse_retranscribe(entry_id, "warning", "This dictation has no saved recording to transcribe again.")
-            return
-        if self.session.model_state is not S.ModelState.READY:
-            self._refuse_retranscribe(
-                entry_id, "warning", "The speech model is not loaded; try again once it is ready."
-            )
-            return
-        try:
-            samples = load_audio_16k(entry.audio_path)
-        except Exception as exc:  # a missing or damaged file: say which
-            self._refuse_retranscribe(entry_id, "error", f"Cannot read {entry.audio_path}: {exc}")
-            return
-        streamed = bool((entry.timings or {}).get(STREAMED_KEY))
-        if self._settings.recording.trim_silence:  # as the first time, so the results compare
-            from dictation.audio.trim import find_speech
-
-            span = find_speech(samples)  # without speech: the whole recording
-            samples = samples[0 if streamed else span.start : span.end]  # a streamed take kept its start
-        request = self._next_retranscribe
-        self._next_retranscribe += 1
-        self._retranscribe[request] = (entry_id, streamed, False)
-        language, context = self._language_context()
-        self._transcribe.emit(request, samples, language, context)
-
-    def _refuse_retranscribe(self, entry_id: int, level: str, message: str) -> None:
-        self._notify(level, message)
-        self.retranscribed.emit(entry_id, message)
+        """Transcribe a history entry's recording again; `retranscribed` tells how it went."""
+        self.takes.retranscribe(entry_id)
 
     def start_download(self, repo_id: str) -> None:
         self._download.emit(repo_id)
@@ -672,11 +450,11 @@ class AppController(QObject):
             if old.output != new.output:
                 self._output_configure.emit(output_options(new))
             if old.hotkeys != new.hotkeys:
-                self._stop_hotkeys()
+                self._keys.stop()
                 self._start_hotkeys()
             if old.recording != new.recording:
                 self._update_sounds(new)
-            if _engine_key(old) != _engine_key(new):
+            if engine_key(old) != engine_key(new):
                 self._cpu_fallback = False
                 if new.engine.model:
                     self._request_load()
@@ -716,108 +494,6 @@ class AppController(QObject):
             player.on_cue = self._s.audio_worker.mark_cue
         return player
 
-    def _language_context(self) -> tuple[str | None, str]:
-        t = self._settings.transcription
-        return (None if t.language == "auto" else t.language), t.context
-
-    # ---- model --------------------------------------------------------------------------------
-
-    def _request_load(self, device: str | None = None) -> None:
-        if self.session.model_state is not S.ModelState.LOADING:
-            self._dispatch(S.ModelLoading())
-        self._load.emit(functools.partial(engine_options, self._settings, device))
-
-    def _on_loaded(self, label: str, seconds: float) -> None:
-        self._model_label = label
-        self.model_label_changed.emit(label)
-        self.model_progress.emit(f"Loaded {label} in {seconds:.1f} s")
-        log.info("speech model ready: %s (%.1f s)", label, seconds)
-        self._dispatch(S.ModelReady())
-        if self._status is S.Status.IDLE:
-            # Not when a press started the load: that take is recorded or waiting to be transcribed,
-            # and must not queue behind the warm-up's own pass.
-            self._warm_up.emit()
-        self._transcribe_recovered()
-
-    def _on_load_failed(self, message: str, gpu_failure: bool) -> None:
-        self._model_label = ""
-        self.model_label_changed.emit("")
-        if gpu_failure and not self._cpu_fallback and self._settings.engine.device != "cpu":
-            self._cpu_fallback = True
-            self._notify(
-                "warning",
-                f"The GPU could not be used ({message}). Loading the model on the CPU instead; "
-                "dictation will be slower.",
-            )
-            self.model_progress.emit(f"GPU failed: {message}; loading on the CPU …")
-            self._load.emit(functools.partial(engine_options, self._settings, device="cpu"))
-            return
-        self.model_progress.emit(f"Failed: {message}")
-        self._dispatch(S.ModelFailed(message))
-
-    def _on_kept_previous(self, message: str, label: str) -> None:
-        self._notify("error", f"The new speech model could not be loaded: {message}. Still using {label}.")
-        self._on_loaded(label, 0.0)
-
-    def _on_moved_to_cpu(self, message: str, label: str) -> None:
-        self._cpu_fallback = True
-        self._notify(
-            "warning",
-            f"The GPU failed during a dictation ({message}). The model now runs on the CPU, so dictation "
-            "is slower until the model is next loaded (a restart or a model setting change); "
-            "this dictation's text is not lost.",
-        )
-        self._model_label = label
-        self.model_label_changed.emit(label)
-
-    def _on_adapters_failed(self, message: str) -> None:
-        self._notify("warning", f"LoRA adapters not applied: {message}. The model keeps the adapters it had.")
-
-    def _on_adapters_skipped(self, skipped: list[tuple[str, str]]) -> None:
-        """The model loaded without these adapters (missing, for another model, unusable): switch them
-        off in the settings, saved, so the next start does not try them again, and say so."""
-        reasons = dict(skipped)
-        old = self._settings
-        adapters = tuple(
-            a.replace(enabled=False) if a.enabled and adapter_spec(a) in reasons else a for a in old.engine.adapters
-        )
-        new = old.replace(engine=old.engine.replace(adapters=adapters))
-        saved = True
-        if new != old:
-            try:
-                self._s.store.save(new)
-            except (OSError, ValueError) as exc:  # SettingsError is a ValueError
-                log.warning("cannot save the settings with the adapter switched off: %s", exc)
-                saved = False
-            # The engine already runs without them: no reload (hence not through apply_settings).
-            self._settings = new
-            self.settings_changed.emit(new)
-        reasons_text = "; ".join(
-            reason if reason.startswith(parse_path(spec)) else f"{spec}: {reason}" for spec, reason in skipped
-        )
-        what = "A LoRA adapter was" if len(skipped) == 1 else f"{len(skipped)} LoRA adapters were"
-        them = "it" if len(skipped) == 1 else "them"
-        self._notify(
-            "warning",
-            f"{what} switched off and the model loaded without {them}: {reasons_text}. "
-            + (
-                f"Switch {them} on again in Settings → Model once fixed."
-                if saved
-                else f"The settings could not be saved, so the next start tries {them} again."
-            ),
-        )
-
-    def _on_unloaded(self) -> None:
-        self._model_label = ""
-        self.model_label_changed.emit("")
-        if self._settings.engine.model and self.session.model_state is S.ModelState.READY:
-            log.info("speech model unloaded after %d idle minutes", self._settings.engine.idle_unload_minutes)
-            self.model_progress.emit("Unloaded (idle); it loads again at the next dictation.")
-            self._dispatch(S.ModelUnloaded())
-        elif not self._settings.engine.model:
-            self.model_progress.emit(NO_MODEL_MESSAGE)
-            self._dispatch(S.ModelNotChosen())
-
     def _restart_idle_timer(self) -> None:
         minutes = self._settings.engine.idle_unload_minutes
         if minutes > 0 and self._status is S.Status.IDLE and self.session.model_state is S.ModelState.READY:
@@ -832,69 +508,14 @@ class AppController(QObject):
     # ---- hotkeys ------------------------------------------------------------------------------
 
     def _start_hotkeys(self) -> None:
-        from dictation.hotkeys import HotkeyError
-
-        h = self._settings.hotkeys
-        try:
-            choice = (self._s.hotkey_chooser or _default_hotkey_chooser)(h.backend)
-        except HotkeyError as exc:
-            self._notify("error", f"Global hotkeys are off: {exc}")
-            return
-        self._hotkey_choice = choice
-        log.info("%s", choice.describe())
-        if choice.backend is None:
-            self._notify("warning", choice.describe().splitlines()[0])
-            return
-        bindings = {DICTATE: h.hotkey}
-        if h.cancel_key and choice.backend.name != "portal":
-            # The portal would take Esc from every application all the time, so there the cancel key is
-            # left out. Elsewhere it is enabled only while recording (`_update_enabled_hotkeys`): the x11 backend
-            # grabs it only then, so Esc keeps working in the user's windows.
-            bindings[CANCEL] = h.cancel_key
-        backend = choice.backend
-        recording = self._status is S.Status.RECORDING
-        disabled = set(bindings) if self._hotkeys_paused else set() if recording else {CANCEL}
-        try:
-            backend.start(
-                bindings,
-                self._from_hotkey_thread,
-                lambda error: self._hotkey_error.emit(str(error), bool(getattr(error, "fatal", False))),
-                disabled=disabled,
-            )
-        except (HotkeyError, OSError) as exc:
-            self._notify("error", f"Global hotkeys could not start ({backend.name}): {exc}")
-            return
-        self._hotkeys = backend
-
-    def _update_enabled_hotkeys(self) -> None:
-        """Paused hotkeys are off, and the cancel key is on only while recording: the x11 backend
-        grabs a key only while it is on, so otherwise it reaches the user's windows (and the hotkey
-        field of the settings window while a new hotkey is being chosen)."""
-        backend = self._hotkeys
-        if backend is None:
-            return
-        recording = self._status is S.Status.RECORDING
-        for name in backend.bindings:
-            backend.set_enabled(name, not self._hotkeys_paused and (name != CANCEL or recording))
-
-    def _stop_hotkeys(self) -> None:
-        if self._hotkeys is not None:
-            self._hotkeys.stop()
-            self._hotkeys = None
-
-    def _from_hotkey_thread(self, name: str, pressed: bool) -> None:
-        """Runs on the listener's thread: stamp the time now (the pre-roll counts from it), hand over."""
-        if not self._hotkeys_paused:  # paused (e.g. while a hotkey is being captured): keys are not events
-            self._hotkey_event.emit(name, pressed, self._clock())
+        chooser = self._s.hotkey_chooser or _default_hotkey_chooser
+        self._keys.start(self._settings.hotkeys, chooser, recording=self._status is S.Status.RECORDING)
 
     def _on_hotkey(self, name: str, pressed: bool, t: float) -> None:
         if name == DICTATE:
             self._dispatch(S.HotkeyDown(t) if pressed else S.HotkeyUp(t))
         elif name == CANCEL and pressed:
             self._dispatch(S.CancelRequested())
-
-    def _on_hotkey_error(self, message: str, fatal: bool) -> None:
-        self._notify("error" if fatal else "warning", f"Hotkeys: {message}")
 
     # ---- the session ----------------------------------------------------------------------------
 
@@ -914,43 +535,33 @@ class AppController(QObject):
 
     def _perform(self, action: Any) -> None:
         if isinstance(action, S.StartCapture):
-            job = self._jobs[action.job_id] = _Job()
+            take = self.takes.begin(action.job_id)
             self._set_preview("")
-            job.streaming = self._settings.engine.stream_while_recording and (
-                self.session.model_state is S.ModelState.READY
-            )
-            if job.streaming:
-                language, context = self._language_context()
-                self._begin_take.emit(action.job_id, language, context, self._settings.general.live_preview)
-            self._audio_start.emit(action.job_id, self._event_t, job.streaming)
+            if take.streaming:
+                language, context = self.takes.language_context()
+                self._begin_take.emit(take.id, language, context, self._settings.general.live_preview)
+            self._audio_start.emit(take.id, self._event_t, take.streaming)
             self._poll.start()
         elif isinstance(action, S.StopCapture):
             self._s.engine_worker.interrupt(action.job_id)  # a running preview must not delay the text
             self._audio_stop.emit(action.job_id, self._event_t, self._settings.recording.trim_silence)
         elif isinstance(action, S.DiscardCapture):
             self._s.engine_worker.interrupt(action.job_id)
-            self._end_stream(action.job_id)
-            job = self._jobs.pop(action.job_id, None)
             self._set_preview("")
             self._audio_cancel.emit(action.job_id)  # deletes the take's file
             self._answer_start(action.job_id, {"message": DISCARDED_MESSAGE})  # a start not answered yet
-            if job is not None and job.started:
-                self._history_discard.emit(action.job_id, False, self._settings.general.keep_recordings)
+            self.takes.discard(action.job_id)
         elif isinstance(action, S.LoadModel):
             if self._settings.engine.model:
                 self._load.emit(functools.partial(engine_options, self._settings))
             else:
                 self._queue.append(S.ModelNotChosen())
         elif isinstance(action, S.Transcribe):
-            job = self._jobs.setdefault(action.job_id, _Job())
-            job.transcribe_wanted = True
-            self._maybe_transcribe(action.job_id)
+            self.takes.want_transcription(action.job_id)
         elif isinstance(action, S.SkipTranscription):
-            job = self._jobs.setdefault(action.job_id, _Job())
-            job.skip_reason = action.reason
-            self._maybe_record_skip(action.job_id)
+            self.takes.skip(action.job_id, action.reason)
         elif isinstance(action, S.DeliverText):
-            self._deliver_text(action)
+            self.takes.deliver(action)
         elif isinstance(action, S.ScheduleTick):
             delay = max(0, int((action.at_t - self._clock()) * 1000) + 1)
             QTimer.singleShot(delay, self, lambda: self._dispatch(S.Tick(self._clock())))
@@ -963,7 +574,7 @@ class AppController(QObject):
             self.show_settings_requested.emit("model")
         elif isinstance(action, S.SetStatus):
             self._status = action.status
-            self._update_enabled_hotkeys()
+            self._keys.update(recording=action.status is S.Status.RECORDING)
             if action.status is not S.Status.RECORDING:
                 self._poll.stop()
                 self.input_level_changed.emit(0.0)
@@ -985,56 +596,43 @@ class AppController(QObject):
         """While recording: the level for the overlay, and a lost device or a full buffer."""
         audio = self._s.audio_worker
         self.input_level_changed.emit(self.input_level())
-        job_id = self.session.recording_job_id
-        if job_id is None:
+        take_id = self.session.recording_job_id
+        if take_id is None:
             return
         error = audio.recorder_error()
         if error:
-            self._dispatch(S.RecordingLost(job_id, error, partial_audio_available=True))
+            self._dispatch(S.RecordingLost(take_id, error, partial_audio_available=True))
         elif audio.limit_reached():
-            self._dispatch(S.MaxLengthReached(job_id))
+            self._dispatch(S.MaxLengthReached(take_id))
 
-    # ---- jobs ---------------------------------------------------------------------------------
+    # ---- takes: the workers' answers, handed to `self.takes` on the GUI thread ----------------------
 
-    def _on_started(self, job_id: int, path: Any, gap: float | None = None) -> None:
+    def _on_started(self, take_id: int, path: Any, gap: float | None = None) -> None:
         """The mic is live and the take is being written to ``path``: its history entry comes next.
         ``gap``: the take's first sample minus the press (the take's `start_gap_s`, as far as known
         now); above `LATE_START_S` words after the press are missing, and the user is told."""
-        job = self._jobs.get(job_id)
-        if job is not None and not job.started:  # not if it was discarded before it even started
-            job.started = True
-            self._history_begin.emit(job_id, path)
+        wanted = self.takes.started(take_id, path)  # not if it was discarded before it even started
         extra: dict = {}
-        if gap is not None and gap > LATE_START_S and job is not None:
+        if gap is not None and gap > LATE_START_S and wanted:
             warning = late_start_message(gap, self._settings.recording.keep_mic_open)
             extra = {"late_ms": round(gap * 1000), "warning": warning}
             if self._settings.recording.keep_mic_open:
                 self._notify("warning", warning)
             else:  # the user chose a microphone that opens at each press; the settings say what it costs
-                log.info("take %d: %s", job_id, warning)
-        self._answer_start(job_id, extra)
-        self._dispatch(S.RecordingStarted(job_id))
+                log.info("take %d: %s", take_id, warning)
+        self._answer_start(take_id, extra)
+        self._dispatch(S.RecordingStarted(take_id))
 
-    def _on_start_failed(self, job_id: int, message: str) -> None:
-        self._end_stream(job_id)
-        self._answer_start(job_id, {"ok": False, "message": f"Could not start recording: {message}"})
-        self._dispatch(S.RecordingFailed(job_id, message))
+    def _on_start_failed(self, take_id: int, message: str) -> None:
+        self._answer_start(take_id, {"ok": False, "message": f"Could not start recording: {message}"})
+        self.takes.discard(take_id)
+        self._dispatch(S.RecordingFailed(take_id, message))
 
-    def _on_history_ready(self, job_id: int, durable: bool) -> None:
-        job = self._jobs.get(job_id)
-        if job is not None:
-            job.ready = True
-            self._maybe_transcribe(job_id)
+    def _on_history_ready(self, take_id: int, durable: bool) -> None:
+        self.takes.entry_ready(take_id)
 
-    def _end_stream(self, job_id: int) -> None:
-        """The engine worker drops the stream of a take that will not be finished by streaming."""
-        job = self._jobs.get(job_id)
-        if job is not None and job.streaming:
-            job.streaming = False
-            self._cancel_take.emit(job_id)
-
-    def _on_preview(self, job_id: int, text: str) -> None:
-        if job_id == self.session.recording_job_id and self._settings.general.live_preview:
+    def _on_preview(self, take_id: int, text: str) -> None:
+        if take_id == self.session.recording_job_id and self._settings.general.live_preview:
             self._set_preview(text)
 
     def _set_preview(self, text: str) -> None:
@@ -1042,214 +640,26 @@ class AppController(QObject):
             self._preview_text = text
             self.preview_changed.emit(text)
 
-    def _on_saved(self, job_id: int, saved: SavedTake) -> None:
-        job = self._jobs.setdefault(job_id, _Job())
-        job.saved = saved
-        if saved.path is not None:
-            gap = saved.start_gap_s
-            late = f"; it began {gap:.2f} s after the press" if gap is not None and gap > LATE_START_S else ""
-            log.info("recording %d saved: %s (%.1f s%s)", job_id, saved.path, saved.duration_s, late)
-        if saved.error:
-            self._notify("warning", saved.error)
-        if saved.save_error is not None and job.skip_reason is None:
-            self._notify(
-                "warning",
-                f"The recording could not be saved ({saved.save_error}). It is transcribed from memory and "
-                "typed as usual, and its text is kept in the history, but the audio is not kept.",
-            )
-        self._maybe_transcribe(job_id)
-        self._maybe_record_skip(job_id)
+    def _on_saved(self, take_id: int, saved: SavedTake) -> None:
+        self.takes.saved(take_id, saved)
 
-    def _maybe_transcribe(self, job_id: int) -> None:
-        job = self._jobs.get(job_id)
-        if job is None or not job.transcribe_wanted or job.saved is None or not job.ready:
-            return
-        job.transcribe_wanted = False
-        saved = job.saved
-        if saved.silence_reason is not None or len(saved.speech) == 0:  # muted, or trimming found no speech
-            self._end_stream(job_id)
-            if saved.silence_reason is not None:
-                self._notify("warning", saved.silence_reason)
-            self._no_text(job_id)
-            self._dispatch(S.TranscriptionDone(job_id, ""))
-            return
-        language, context = self._language_context()
-        if job.streaming and saved.streamed:
-            job.streaming = False
-            self._finish_take.emit(job_id, saved, language, context)
-        else:
-            self._end_stream(job_id)
-            self._transcribe.emit(job_id, saved.speech, language, context)
+    def _on_no_speech(self, take_id: int) -> None:
+        self.takes.no_speech(take_id)
 
-    def _maybe_record_skip(self, job_id: int) -> None:
-        """A skipped job's audio stays findable: its entry, untranscribed, points at it."""
-        job = self._jobs.get(job_id)
-        if job is None or job.skip_reason is None or job.saved is None:
-            return
-        self._end_stream(job_id)
-        self._record_untranscribed(job_id, f"not transcribed: {job.skip_reason}")
+    def _on_transcribed(self, key: int | Retranscription, transcript: Any) -> None:
+        self.takes.transcribed(key, transcript)
 
-    def _record_untranscribed(self, job_id: int, reason: str) -> None:
-        """The job's entry keeps no text, an outcome saying why, and the saved audio, so it can be
-        re-transcribed later; without audio there is nothing to keep, and the user is told."""
-        job = self._jobs.pop(job_id, None)
-        if job is None or not job.started:
-            return
-        saved = job.saved
-        keep = self._settings.general.keep_recordings
-        if saved is None or saved.path is None:
-            self._history_discard.emit(job_id, False, keep)
-            why = saved.save_error if saved is not None else "it was not saved"
-            self._notify("error", f"The recording could not be saved either ({why}), so this dictation is lost.")
-            return
-        fields = {"outcome": Outcome.failed(reason), "duration_s": saved.duration_s, "audio_path": saved.path}
-        self._history_finish.emit(job_id, fields, False, keep)
+    def _on_transcribe_failed(self, key: int | Retranscription, message: str) -> None:
+        self.takes.transcribe_failed(key, message)
 
-    def _no_text(self, job_id: int) -> None:
-        """A take without speech: no history entry (as before), its recording pruned as usual."""
-        job = self._jobs.pop(job_id, None)
-        if job is not None and job.started:
-            keep = self._settings.general.keep_recordings
-            self._history_discard.emit(job_id, keep == 0, keep)
+    def _on_stored(self, take_id: int, durable: bool) -> None:
+        self.takes.stored(take_id)
 
-    def _on_transcribed(self, request_id: int, transcript: Any) -> None:
-        if request_id >= RETRANSCRIBE_BASE:
-            self._on_retranscribed(request_id, transcript)
-            return
-        job = self._jobs.get(request_id)
-        if job is not None:
-            job.transcript = transcript
-        language = transcript.language or "not named by the model"
-        log.info("transcribed job %d: %d characters, language %s", request_id, len(transcript.text), language)
-        if not transcript.text.strip():
-            self._no_text(request_id)
-        self._dispatch(S.TranscriptionDone(request_id, transcript.text, transcript.language or None))
-
-    def _on_transcribe_failed(self, request_id: int, message: str) -> None:
-        if request_id >= RETRANSCRIBE_BASE:
-            entry_id, _, recovering = self._retranscribe.pop(request_id, (0, False, False))
-            if recovering:
-                outcome = Outcome.failed(f"interrupted by a crash; transcribing it at the next start failed: {message}")
-                self._history_update.emit(entry_id, {"outcome": outcome})
-                self._count_recovered()
-            else:
-                self._notify("error", f"Re-transcription failed: {message}")
-                if entry_id:
-                    self.retranscribed.emit(entry_id, f"Re-transcription failed: {message}")
-            return
-        job = self._jobs.get(request_id)
-        audio_saved = job is None or job.saved is None or job.saved.path is not None
-        self._dispatch(S.TranscriptionFailed(request_id, message, audio_saved=audio_saved))
-        if job is not None and job.saved is not None:
-            self._record_untranscribed(request_id, f"transcription failed: {message}")
-
-    def _on_retranscribed(self, request_id: int, transcript: Any) -> None:
-        request = self._retranscribe.pop(request_id, None)
-        if request is None:
-            return
-        entry_id, streamed, recovering = request
-        text = _apply_textops(transcript.text, self._settings) if transcript.text.strip() else ""
-        fields = {
-            "text": text,
-            "language": transcript.language or None,
-            "model_label": self._model_label,
-            "timings": _timings(transcript, streamed),
-        }
-        if recovering:  # into the history only: old text is never typed into whatever has the focus now
-            fields["outcome"] = Outcome.RECOVERED
-            if self._settings.general.keep_recordings == 0:  # its text is safe: the recording goes
-                fields["audio_path"] = None
-            self._history_update.emit(entry_id, fields)
-            self._count_recovered(bool(text))
-            return
-        self._history_update.emit(entry_id, fields)
-        self.retranscribed.emit(entry_id, "")
-        self._notify(
-            "info",
-            f"Transcribed again: {text.strip()[:80] or '(no speech)'}",
-            log_as=f"history entry {entry_id} transcribed again: {len(text)} characters",
-        )
-
-    # ---- takes a crash interrupted ----------------------------------------------------------------
+    def _on_delivered(self, key: int | Retype, result: Any) -> None:
+        self.takes.delivered(key, result)
 
     def _on_recovered(self, takes: list[Any]) -> None:
-        """Takes the last run left untranscribed (killed while recording or transcribing): they are
-        transcribed into the history once the model is ready, each as "recovered", never typed."""
-        self._recovery.extend(takes)
-        self._recover_counts[0] += len(takes)
-        self._transcribe_recovered()
-
-    def _transcribe_recovered(self) -> None:
-        if self.session.model_state is not S.ModelState.READY:
-            return  # they wait (and stay pending in the history) until a model works
-        language, context = self._language_context()
-        while self._recovery:
-            take = self._recovery.pop(0)
-            samples = take.samples
-            if self._settings.recording.trim_silence:
-                from dictation.audio.trim import find_speech
-
-                span = find_speech(samples)
-                samples = samples[span.start : span.end]
-            request = self._next_retranscribe
-            self._next_retranscribe += 1
-            self._retranscribe[request] = (take.entry_id, False, True)
-            self._transcribe.emit(request, samples, language, context)
-
-    def _count_recovered(self, with_text: bool = False) -> None:
-        counts = self._recover_counts
-        counts[1] += 1
-        counts[2] += int(with_text)
-        if counts[1] < counts[0]:
-            return
-        kept = counts[2]
-        self._recover_counts = [0, 0, 0]
-        if kept:
-            self._notify(
-                "info",
-                f"Recovered {kept} dictation(s) interrupted when the app last stopped. Their text is in the "
-                "History, marked Recovered; nothing was typed.",
-            )
-
-    def _deliver_text(self, action: S.DeliverText) -> None:
-        """History first: the text is stored (database or journal), then typed (`_on_stored`)."""
-        job = self._jobs.setdefault(action.job_id, _Job())
-        text = _apply_textops(action.text, self._settings)
-        transcript, saved = job.transcript, job.saved
-        job.text = text
-        fields = {
-            "text": text,
-            "language": action.language,
-            "duration_s": saved.duration_s if saved else None,
-            "model_label": self._model_label or None,
-            "audio_path": saved.path if saved else None,
-            "timings": _timings(transcript, saved is not None and saved.streamed) if transcript is not None else None,
-        }
-        self._history_store.emit(action.job_id, fields)
-
-    def _on_stored(self, job_id: int, durable: bool) -> None:
-        job = self._jobs.get(job_id)
-        if job is None or job.text is None:
-            return
-        if not self._started:  # quitting: the output worker has stopped; the text stays in history
-            self._jobs.pop(job_id, None)
-            fields = {"outcome": Outcome.failed("the app quit before the text could be typed")}
-            self._history_finish.emit(job_id, fields, False, self._settings.general.keep_recordings)
-            return
-        self._deliver.emit(job_id, job.text)
-
-    def _on_delivered(self, key: int, result: Any) -> None:
-        if key < 0:  # a re-type from the history window (minus the entry id)
-            if not result.ok:
-                held_back = getattr(result, "held_back", None)
-                self._notify("warning", _delivery_message(result) if held_back else result.message)
-            return
-        job = self._jobs.pop(key, None)
-        if not result.ok:
-            self._notify("warning", _delivery_message(result))
-        # keep == 0: the text is safely in history, the recording is no longer needed
-        keep = self._settings.general.keep_recordings
-        self._history_finish.emit(key, {"outcome": outcome_of(result)}, keep == 0 and job is not None, keep)
+        self.takes.recovered(takes)
 
     def _on_output_described(self, text: str) -> None:
         self._output_description = text
@@ -1276,44 +686,3 @@ def _default_hotkey_chooser(preference: str) -> Any:
 
     factories = {**default_factories(), "portal": lambda: PortalBackend(app_id=APP_ID)}
     return choose_backend(preference, factories=factories)
-
-
-def _engine_key(settings: Settings) -> tuple:
-    e = settings.engine
-    return (e.model, e.device, e.dtype, e.variant, e.adapters)
-
-
-def _timings(transcript: Any, streamed: bool) -> dict[str, float]:
-    """The transcript's timings for history, plus `STREAMED_KEY` when only the trailing silence was
-    trimmed (a streamed take), so a re-transcription trims the saved audio the same way."""
-    timings = dict(transcript.timings)
-    if streamed:
-        timings[STREAMED_KEY] = 1.0
-    return timings
-
-
-def _apply_textops(text: str, settings: Settings) -> str:
-    from dictation.output.textops import apply
-
-    return apply(text, text_options(settings))
-
-
-def late_start_message(gap: float, keep_open: bool) -> str:
-    """What the user is told about a take that began ``gap`` seconds after its press."""
-    why = (
-        "the microphone was not recording yet"
-        if keep_open
-        else "the microphone opens at each press; Settings → Recording → Keep the microphone open avoids that"
-    )
-    return f"The recording began {gap * 1000:.0f} ms after the press ({why}): words spoken in that moment are missing."
-
-
-def _delivery_message(result: Any) -> str:
-    held_back = getattr(result, "held_back", None)
-    if held_back:  # "a Dictation window had the keyboard focus", "no window had the keyboard focus"
-        if result.on_clipboard:
-            return f"Not typed: {held_back}. The text is on the clipboard: click where it belongs and paste it."
-        return f"Not typed: {held_back}. The text is in the history. ({result.message})"
-    if result.on_clipboard:
-        return f"The text could not be typed; it is on the clipboard, paste it yourself. ({result.message})"
-    return f"The text could not be typed; it is in the history. ({result.message})"

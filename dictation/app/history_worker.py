@@ -2,13 +2,13 @@
 
 The controller sends it one request per step of a dictation, through queued signals, in order:
 
-- ``begin_take(job, audio_path)`` when the recording starts: an entry with empty text, outcome
-  pending and the path of the recording being written. It answers ``ready(job, durable)``; the
+- ``begin_take(take, audio_path)`` when the recording starts: an entry with empty text, outcome
+  pending and the path of the recording being written. It answers ``ready(take, durable)``; the
   controller transcribes a take only after that, so a crash at any later point leaves an entry
   pointing at the audio, found at the next start (`History.pending_takes`).
-- ``store_text(job, fields)`` with the transcript: answers ``stored(job, durable)``, and only then
+- ``store_text(take, fields)`` with the transcript: answers ``stored(take, durable)``, and only then
   does the controller type the text. History first, typing second.
-- ``finish_take(job, fields, delete_audio, keep)`` with the outcome; ``discard_take`` for a take
+- ``finish_take(take, fields, delete_audio, keep)`` with the outcome; ``discard_take`` for a take
   that ends without text (cancelled, too short, no speech). Both prune old recordings, never one
   that a pending entry points at.
 
@@ -61,8 +61,8 @@ class RecoveredTake:
 class HistoryWorker(QObject):
     """Owns the history's write connection. ``opener() -> History`` (tests inject failures there)."""
 
-    ready = Signal(int, bool)  # job id, durable: the take's entry (or its journal record) exists
-    stored = Signal(int, bool)  # job id, durable: its text is in the history or the journal
+    ready = Signal(int, bool)  # take id, durable: the take's entry (or its journal record) exists
+    stored = Signal(int, bool)  # take id, durable: its text is in the history or the journal
     changed = Signal()  # the history's rows changed
     recovered = Signal(object)  # list[RecoveredTake]
     problem = Signal(str, str)  # level ("info", "warning", "error"), message for the user
@@ -81,7 +81,7 @@ class HistoryWorker(QObject):
         self._opener = opener or (lambda: History(self.path, self._max_entries, busy_timeout_s=BUSY_TIMEOUT_S))
         self.journal = Journal(journal_path if journal_path is not None else self.path.with_name(FILE_NAME))
         self._db: History | None = None
-        self._takes: dict[int, Record] = {}  # job id -> its entry, while the take is under way
+        self._takes: dict[int, Record] = {}  # take id -> its entry, while the take is under way
         self._recovering: dict[int, Record] = {}  # entry id -> a recovered take being transcribed
         self._my_ids: set[int] = set()  # entries of this run's takes (not crash leftovers)
         self._my_keys: set[str] = set()
@@ -94,6 +94,19 @@ class HistoryWorker(QObject):
         self._retry.timeout.connect(self._settle)
 
     # ---- lifecycle ------------------------------------------------------------------------------
+
+    @classmethod
+    def for_history(cls, history: Any, max_entries: int) -> HistoryWorker:
+        """A worker writing to ``history``'s file on its own connection; where the history lives in
+        memory (its file could not be opened), the worker writes into that same in-memory history, its
+        journal goes to the data folder (never the working directory), and no recording is pruned."""
+        if str(history.path) != IN_MEMORY:
+            return cls(history.path, max_entries=max_entries)
+        from dictation import paths
+
+        return cls(
+            history.path, max_entries=max_entries, journal_path=paths.data_dir() / FILE_NAME, opener=lambda: history
+        )
 
     @Slot()
     def open(self) -> None:
@@ -125,31 +138,31 @@ class HistoryWorker(QObject):
     # ---- the takes of this run ------------------------------------------------------------------
 
     @Slot(int, object)
-    def begin_take(self, job_id: int, audio_path: Any) -> None:
+    def begin_take(self, take_id: int, audio_path: Any) -> None:
         record = Record(
             key=uuid.uuid4().hex,
             created=datetime.now(timezone.utc),
             fields={"text": "", "audio_path": _path_text(audio_path), "outcome": Outcome.PENDING},
         )
-        self._takes[job_id] = record
+        self._takes[take_id] = record
         self._my_keys.add(record.key)
         durable = self._save(record)
-        self.ready.emit(job_id, durable)
+        self.ready.emit(take_id, durable)
 
     @Slot(int, object)
-    def store_text(self, job_id: int, fields: dict) -> None:
+    def store_text(self, take_id: int, fields: dict) -> None:
         """The take's transcript (and language, timings ...): stored before it is typed."""
-        record = self._take(job_id)
+        record = self._take(take_id)
         record.fields.update(_clean(fields))
         record.fields["outcome"] = Outcome.PENDING
         durable = self._save(record)
-        self.stored.emit(job_id, durable)
+        self.stored.emit(take_id, durable)
         self.changed.emit()
 
     @Slot(int, object, bool, int)
-    def finish_take(self, job_id: int, fields: dict, delete_audio: bool, keep: int) -> None:
+    def finish_take(self, take_id: int, fields: dict, delete_audio: bool, keep: int) -> None:
         """The take's last change (its outcome, or why it was not transcribed)."""
-        record = self._takes.pop(job_id, None) or self._take(job_id, keep_it=False)
+        record = self._takes.pop(take_id, None) or self._take(take_id, keep_it=False)
         record.fields.update(_clean(fields))
         if delete_audio and self._delete_audio(record.fields.get("audio_path")):
             record.fields["audio_path"] = None
@@ -158,9 +171,9 @@ class HistoryWorker(QObject):
         self._prune(record.fields.get("audio_path"), keep)
 
     @Slot(int, bool, int)
-    def discard_take(self, job_id: int, delete_audio: bool, keep: int) -> None:
+    def discard_take(self, take_id: int, delete_audio: bool, keep: int) -> None:
         """The take ended without text to keep (cancelled, too short, no speech): no entry."""
-        record = self._takes.pop(job_id, None)
+        record = self._takes.pop(take_id, None)
         if record is None:
             return
         record.deleted = True
@@ -171,13 +184,13 @@ class HistoryWorker(QObject):
         self.changed.emit()
         self._prune(audio, keep)
 
-    def _take(self, job_id: int, keep_it: bool = True) -> Record:
-        record = self._takes.get(job_id)
+    def _take(self, take_id: int, keep_it: bool = True) -> Record:
+        record = self._takes.get(take_id)
         if record is None:  # no begin_take (cannot happen in the app; be safe): a new entry
             record = Record(key=uuid.uuid4().hex, created=datetime.now(timezone.utc), fields={"text": ""})
             self._my_keys.add(record.key)
             if keep_it:
-                self._takes[job_id] = record
+                self._takes[take_id] = record
         return record
 
     # ---- entries by id (history window, re-transcription, recovery) ----------------------------
@@ -444,6 +457,7 @@ def _record_of(entry: HistoryEntry) -> Record:
             "audio_path": _path_text(entry.audio_path),
             "outcome": entry.outcome,
             "timings": entry.timings,
+            "streamed": entry.streamed,
         },
     )
 

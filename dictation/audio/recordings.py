@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from dictation.asr import SAMPLE_RATE
 from dictation.audio.wav import write_wav
 from dictation.paths import recordings_dir
 from dictation.private import private_dir
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
 _NAME = re.compile(r"^rec-(\d{8}T\d{6}\.\d{3})Z(?:-(\d+))?\.wav$")
 
 

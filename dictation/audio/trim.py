@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SAMPLE_RATE = 16_000
+from dictation.asr import SAMPLE_RATE
+
 FRAME_S = 0.02
 DIGITAL_SILENCE_DBFS = -100.0  # frames below this are zeros (or 16-bit dither), not room noise
 
@@ -35,7 +36,6 @@ class SpeechSpan:
     start: int
     end: int
     noise_floor_dbfs: float
-    loudest_dbfs: float  # the loudest 20 ms frame
 
 
 def find_speech(
@@ -56,10 +56,9 @@ def find_speech(
     n = len(x)
     frame = max(1, round(FRAME_S * sample_rate))
     levels = _frame_levels(x, frame)
-    loudest = float(levels.max()) if len(levels) else DIGITAL_SILENCE_DBFS
     live = levels[levels > DIGITAL_SILENCE_DBFS]
     if len(live) == 0:
-        return SpeechSpan(False, 0, n, DIGITAL_SILENCE_DBFS, loudest)
+        return SpeechSpan(False, 0, n, DIGITAL_SILENCE_DBFS)
     floor = float(np.percentile(live, floor_percentile))
 
     triggered = (levels >= floor + trigger_db) & (levels >= min_level_dbfs)
@@ -67,7 +66,7 @@ def find_speech(
     min_frames = max(1, round(min_speech_s / FRAME_S))
     runs = [(a, b) for a, b in _runs(triggered) if b - a >= min_frames]
     if not runs:
-        return SpeechSpan(False, 0, n, floor, loudest)
+        return SpeechSpan(False, 0, n, floor)
 
     above = _bridge_gaps(levels >= floor + extend_db, 2)
     first, last = runs[0][0], runs[-1][1]  # frames [first, last)
@@ -78,7 +77,15 @@ def find_speech(
     first, last = _to_digital_silence(levels, first, last)
     start = max(0, first * frame - round(margin_start_s * sample_rate))
     end = min(n, last * frame + round(margin_end_s * sample_rate))
-    return SpeechSpan(True, start, end, floor, loudest)
+    return SpeechSpan(True, start, end, floor)
+
+
+def transcribed_part(span: SpeechSpan, *, streamed: bool) -> tuple[int, int]:
+    """The trim rule for a take: ``(start, end)`` of the samples the engine transcribes, given where
+    its speech is. A take transcribed while it was recorded (``streamed``) keeps its start: that
+    audio went to the engine before the release, so only its trailing silence is cut. Any other take
+    loses the silence at both ends. (Without speech, ``span`` is the whole take: see `find_speech`.)"""
+    return (0 if streamed else span.start), span.end
 
 
 def has_speech(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bool:

@@ -29,13 +29,13 @@ from typing import BinaryIO
 
 import numpy as np
 
+from dictation.asr import SAMPLE_RATE
 from dictation.asr.errors import AudioError
 from dictation.audio.resample import resample
 from dictation.files import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000  # what the engine consumes
 MIN_RATE, MAX_RATE = 4_000, 768_000  # sample rates read (8 kHz telephone to 768 kHz studio converters)
 EXACT_RATIO_LIMIT = 20_000  # resampled exactly while the reduced up/down factors stay below this
 

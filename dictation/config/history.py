@@ -86,7 +86,8 @@ class HistoryEntry:
     model_label: str | None
     audio_path: Path | None
     outcome: str
-    timings: dict[str, float] | None
+    timings: dict[str, float] | None  # seconds per stage of its transcription
+    streamed: bool = False  # transcribed while it was recorded: re-transcribed, it is trimmed at its end only
 
 
 # MIGRATIONS[n] upgrades a database at user_version n to n + 1 (0 is a new, empty file).
@@ -108,8 +109,34 @@ def _create_v1(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1]
-COLUMNS = ("id", "created", "text", "language", "duration_s", "model_label", "audio_path", "outcome", "timings")
+def _add_streamed_v2(conn: sqlite3.Connection) -> None:
+    """Whether a take was transcribed while it was recorded gets a column of its own. Version 1 kept it
+    as ``"streamed": 1.0`` inside the timings; those rows are moved over (`_legacy_streamed`)."""
+    if "timings" not in {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}:
+        return  # not our table: `_migrate` names the columns it lacks
+    conn.execute("ALTER TABLE dictations ADD COLUMN streamed INTEGER NOT NULL DEFAULT 0")
+    rows = conn.execute(f"SELECT id, timings FROM dictations WHERE timings LIKE '%\"{_LEGACY_STREAMED}\"%'")
+    for entry_id, text in rows.fetchall():
+        timings, streamed = _legacy_streamed(_parse_timings(text))
+        if streamed:
+            sql = "UPDATE dictations SET streamed = 1, timings = ? WHERE id = ?"
+            conn.execute(sql, (json.dumps(timings), entry_id))
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_streamed_v2]
+COLUMNS = (
+    "id",
+    "created",
+    "text",
+    "language",
+    "duration_s",
+    "model_label",
+    "audio_path",
+    "outcome",
+    "timings",
+    "streamed",
+)
+_LEGACY_STREAMED = "streamed"  # version 1's key for the flag inside the timings (1.0: streamed)
 
 
 def default_path() -> Path:
@@ -239,6 +266,7 @@ class History:
         timings: dict[str, float] | None = None,
         outcome: str = Outcome.PENDING,
         created: datetime | None = None,
+        streamed: bool = False,
     ) -> int:
         """Store a transcript (committed when this returns) and prune beyond ``max_entries``; its id."""
         if not isinstance(text, str):
@@ -247,6 +275,7 @@ class History:
         created = created or datetime.now(timezone.utc)
         if created.tzinfo is None:
             raise ValueError("created must be timezone-aware")
+        timings, legacy = _legacy_streamed(timings)
         row = (
             _created_text(created),
             text,
@@ -256,11 +285,12 @@ class History:
             None if audio_path is None else str(audio_path),
             outcome,
             None if timings is None else json.dumps(timings),
+            int(streamed or legacy),
         )
         with self._transaction() as conn:
             cur = conn.execute(
                 "INSERT INTO dictations (created, text, language, duration_s, model_label, audio_path, outcome,"
-                " timings) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " timings, streamed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
             entry_id = cur.lastrowid
@@ -292,7 +322,7 @@ class History:
 
     def update(self, entry_id: int, **fields: Any) -> bool:
         """Change any of an entry's fields (``text``, ``language``, ``duration_s``, ``model_label``,
-        ``audio_path``, ``outcome``, ``timings``) in one transaction; False if the entry is gone."""
+        ``audio_path``, ``outcome``, ``timings``, ``streamed``) in one transaction; False if the entry is gone."""
         columns, values = _row_values(fields)
         if not columns:
             return self.get(entry_id) is not None
@@ -426,7 +456,7 @@ def _check_outcome(outcome: str) -> None:
         raise ValueError(f"unknown outcome {outcome!r}; use one of {Outcome.KNOWN} or Outcome.failed(reason)")
 
 
-_FIELDS = ("text", "language", "duration_s", "model_label", "audio_path", "outcome", "timings")
+_FIELDS = ("text", "language", "duration_s", "model_label", "audio_path", "outcome", "timings", "streamed")
 
 
 def _created_text(created: datetime) -> str:
@@ -456,10 +486,32 @@ def _row_values(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
         elif name == "audio_path":
             value = None if value is None else str(value)
         elif name == "timings":
+            value, legacy = _legacy_streamed(value)  # a journal record from before version 2
             value = None if value is None else json.dumps(value)
+            if legacy and "streamed" not in fields:
+                columns.append("streamed")
+                values.append(1)
+        elif name == "streamed":
+            value = int(bool(value))
         columns.append(name)
         values.append(value)
     return columns, values
+
+
+def _parse_timings(text: str | None) -> dict[str, float] | None:
+    try:
+        timings = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+    return timings if isinstance(timings, dict) else None
+
+
+def _legacy_streamed(timings: dict[str, float] | None) -> tuple[dict[str, float] | None, bool]:
+    """``timings`` without version 1's streamed flag, and whether it was set."""
+    if not timings or _LEGACY_STREAMED not in timings:
+        return timings, False
+    rest = {k: v for k, v in timings.items() if k != _LEGACY_STREAMED}
+    return rest, bool(timings[_LEGACY_STREAMED])
 
 
 def _casefold(text: str | None) -> str | None:
@@ -467,11 +519,9 @@ def _casefold(text: str | None) -> str | None:
 
 
 def _entry(row: tuple) -> HistoryEntry:
-    entry_id, created, text, language, duration_s, model_label, audio_path, outcome, timings = row
-    try:
-        parsed_timings = json.loads(timings) if timings else None
-    except json.JSONDecodeError:
-        parsed_timings = None
+    entry_id, created, text, language, duration_s, model_label, audio_path, outcome, timings, streamed = row
+    # an older version may have written a row since (it keeps the flag in the timings): read it too
+    parsed_timings, legacy = _legacy_streamed(_parse_timings(timings))
     return HistoryEntry(
         id=entry_id,
         created=datetime.fromisoformat(created),
@@ -482,4 +532,5 @@ def _entry(row: tuple) -> HistoryEntry:
         audio_path=Path(audio_path) if audio_path else None,
         outcome=outcome,
         timings=parsed_timings,
+        streamed=bool(streamed) or legacy,
     )

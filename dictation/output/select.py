@@ -80,7 +80,6 @@ class BackendStatus:
     ok: bool
     reason: str
     unicode: str  # "yes" or "no": whether non-ASCII text arrives intact through this backend
-    in_auto_chain: bool
 
 
 class OutputChain:
@@ -93,11 +92,10 @@ class OutputChain:
         fallback: OutputBackend | None,
         session: Session,
         keeper: ClipboardKeeper,
-        auto_names: tuple[str, ...] = (),
         guard: FocusGuard | None = None,
     ):
         self.name, self.backends, self.fallback = name, backends, fallback
-        self.session, self.keeper, self._auto_names = session, keeper, auto_names
+        self.session, self.keeper = session, keeper
         self.guard = guard
         self._lock = threading.Lock()
 
@@ -175,7 +173,7 @@ class OutputChain:
 
     def statuses(self) -> list[BackendStatus]:
         members = self.backends + ([self.fallback] if self.fallback is not None else [])
-        return [_status(b, b.name in self._auto_names) for b in members]
+        return [_status(b) for b in members]
 
     def describe(self) -> str:
         """Human-readable diagnostics: the session, then each backend with why it is (not) usable."""
@@ -187,9 +185,9 @@ class OutputChain:
         return "\n".join(lines)
 
 
-def _status(backend: OutputBackend, in_auto: bool) -> BackendStatus:
+def _status(backend: OutputBackend) -> BackendStatus:
     available = backend.is_available()
-    return BackendStatus(backend.name, available.ok, available.reason, getattr(backend, "unicode", "?"), in_auto)
+    return BackendStatus(backend.name, available.ok, available.reason, getattr(backend, "unicode", "?"))
 
 
 def _build(name: str, session: Session, host: Host, options: OutputOptions, keeper: ClipboardKeeper, forced: bool):
@@ -245,7 +243,6 @@ def choose_backend(
     `own_window`: the app's answer to "which of our windows has the focus?" (see `focus.FocusGuard`).
     """
     options, session, host, keeper = _context(options, environment, platform, host)
-    auto = AUTO_ORDER[session.kind]
     names, forced = plan_backends(session.kind, options.backend, options.method)
     backends = [_build(n, session, host, options, keeper, forced) for n in names]
     fallback = None if names == ("clipboard",) else ClipboardOnlyBackend(keeper)
@@ -255,7 +252,7 @@ def choose_backend(
         else f"{options.backend}, {options.method} only"
     )
     guard = FocusGuard(session, host, own_window=own_window, timeout=options.command_timeout_s)
-    chain = OutputChain(label, backends, fallback, session, keeper, auto, guard)
+    chain = OutputChain(label, backends, fallback, session, keeper, guard)
     log.info("%s", chain.describe())
     return chain
 
@@ -271,7 +268,7 @@ def diagnose(
     options, session, host, keeper = _context(options, environment, platform, host)
     auto = AUTO_ORDER[session.kind]
     names = list(auto) + [n for n in BACKEND_NAMES if n not in auto]
-    return [_status(_build(n, session, host, options, keeper, False), n in auto) for n in names]
+    return [_status(_build(n, session, host, options, keeper, False)) for n in names]
 
 
 def available_backends(

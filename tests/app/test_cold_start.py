@@ -18,8 +18,11 @@ import time
 import pytest
 
 from dictation import ipc
+from dictation import takes as takes_module
+from dictation.app import commands as commands_module
 from dictation.app import controller as controller_module
 from dictation.app import ipc as app_ipc
+from dictation.app import model_lifecycle
 from dictation.app.ipc import IpcServer
 from dictation.config import Settings
 from dictation.hotkeys.errors import HotkeyBackendError
@@ -245,7 +248,7 @@ def test_a_hotkey_press_before_the_microphone_records_is_told_to_the_user(rig, c
     assert r.c.wait_input_ready(5)  # the recorder exists
     r.recorders.recorder.gap = 0.5
     audio = speech()
-    with caplog.at_level(logging.INFO, logger=controller_module.__name__):
+    with caplog.at_level(logging.INFO, logger=takes_module.__name__):  # the take's saved line
         r.hold(audio)
         r.qtbot.waitUntil(lambda: any("500 ms after the press" in message for _, message in r.notes), timeout=5000)
         r.release(audio)
@@ -264,7 +267,7 @@ def test_a_start_the_microphone_refuses_fails_the_command(rig):
 
 
 def test_a_start_whose_microphone_is_slow_is_answered_in_time(rig, monkeypatch):
-    monkeypatch.setattr(controller_module, "START_REPLY_MS", 200)
+    monkeypatch.setattr(commands_module, "START_REPLY_MS", 200)
     r = rig()
     r.start()
     assert r.c.wait_input_ready(5)  # the recorder exists
@@ -306,9 +309,9 @@ def test_start_input_opens_the_microphone_and_takes_the_hotkeys_before_the_rest(
 
     r = rig()
     threads = []
-    real = controller_module.engine_options
+    real = model_lifecycle.engine_options  # what a model load is built with
     monkeypatch.setattr(
-        controller_module,
+        model_lifecycle,
         "engine_options",
         lambda *args, **kwargs: threads.append(threading.current_thread()) or real(*args, **kwargs),
     )

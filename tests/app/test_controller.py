@@ -501,7 +501,7 @@ def test_the_worker_warms_each_loaded_state_once_and_never_under_a_streamed_take
             warmed.append(1)
             return super().warm_up()
 
-    caplog.set_level(logging.INFO, logger="dictation.app.workers")
+    caplog.set_level(logging.INFO, logger="dictation.app.engine_worker")
     options = EngineOptions(model=str(ckpt_untied), device="cpu")
     worker = EngineWorker(Watched)
     worker.warm_up()  # nothing loaded: nothing to do

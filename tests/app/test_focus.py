@@ -10,7 +10,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 from PySide6.QtWidgets import QWidget
 
-from dictation.app.controller import outcome_of
 from dictation.app.focus import OwnFocus
 from dictation.app.history_window import outcome_label
 from dictation.config import Outcome
@@ -18,6 +17,7 @@ from dictation.output import DeliveryResult, OutputOptions, choose_backend
 from dictation.output.focus import NO_WINDOW, OWN_WINDOW
 from dictation.output.process import ProcResult
 from dictation.session import Status
+from dictation.takes import outcome_of
 from tests.app.rig import speech
 from tests.output.fakes import FakeHost, FakeSelectionTools
 
@@ -77,7 +77,9 @@ def test_a_dictation_with_no_focused_window_is_kept_and_recorded_truthfully(rig,
     r.start()
     r.wait_status(Status.IDLE)
     r.dictate(speech())
-    qtbot.waitUntil(lambda: r.history.recent(1) and r.history.recent(1)[0].outcome != Outcome.PENDING, timeout=20_000)
+    qtbot.waitUntil(
+        lambda: bool(r.history.recent(1)) and r.history.recent(1)[0].outcome != Outcome.PENDING, timeout=20_000
+    )
 
     entry = r.history.recent(1)[0]
     assert entry.text.strip() and entry.outcome == KEPT_NO_WINDOW  # was "pasted"

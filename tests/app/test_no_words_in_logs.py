@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from dictation.app import workers
+from dictation.app import engine_worker, workers
 from dictation.app.logs import setup_logging
 from dictation.asr import AsrEngine
 from dictation.asr.decode.streaming import StreamingTranscription
@@ -72,7 +72,7 @@ def logs(tmp_path, caplog):
 @pytest.fixture(autouse=True)
 def fast_streaming(monkeypatch):
     monkeypatch.setattr(workers, "STREAM_PULL_MS", 10)
-    monkeypatch.setattr(workers, "PREVIEW_MIN_INTERVAL_S", 0.05)
+    monkeypatch.setattr(engine_worker, "PREVIEW_MIN_INTERVAL_S", 0.05)
 
 
 def test_no_dictated_word_reaches_any_log(rig, qtbot, logs, caplog, capfd, ckpt_untied, tmp_path):
@@ -110,7 +110,7 @@ def test_no_dictated_word_reaches_any_log(rig, qtbot, logs, caplog, capfd, ckpt_
     qtbot.waitUntil(lambda: len(r.chain.delivered) == 2, timeout=10_000)
     r.c.retranscribe_entry(entry.id)
     qtbot.waitUntil(lambda: any("Transcribed again" in m for _, m in r.notes), timeout=20_000)
-    assert r.history.get(entry.id).text.startswith(AGAIN)
+    qtbot.waitUntil(lambda: r.history.get(entry.id).text.startswith(AGAIN), timeout=10_000)  # written by its worker
     assert ("info", f"Transcribed again: {AGAIN}") in r.notes  # the user sees the words; the log does not
 
     # 3. A dictation whose delivery fails (the text is left on the clipboard).

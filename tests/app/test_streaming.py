@@ -13,9 +13,8 @@ import time
 import numpy as np
 import pytest
 
+from dictation.app import engine_worker, workers
 from dictation.app import overlay as overlay_module
-from dictation.app import workers
-from dictation.app.controller import STREAMED_KEY
 from dictation.app.overlay import Overlay
 from dictation.app.tray import Tray
 from dictation.asr import AsrEngine
@@ -33,7 +32,7 @@ SR = 16_000
 def fast_streaming(monkeypatch):
     """Audio handed on every 10 ms instead of 500 ms, previews allowed every 50 ms: same code, less waiting."""
     monkeypatch.setattr(workers, "STREAM_PULL_MS", 10)
-    monkeypatch.setattr(workers, "PREVIEW_MIN_INTERVAL_S", 0.05)
+    monkeypatch.setattr(engine_worker, "PREVIEW_MIN_INTERVAL_S", 0.05)
 
 
 def take_audio(speech_s: float = 10.0, seed: int = 3) -> np.ndarray:
@@ -146,7 +145,7 @@ def test_a_long_take_is_encoded_while_recording_and_types_the_text_of_its_traili
     assert [start for start, _ in reads] == list(np.cumsum([0] + [n for _, n in reads])[:-1])
     assert stream.finish_args[1] == end and stream.windows_at_finish >= 1
     entry = r.history.recent(1)[0]
-    assert entry.timings[STREAMED_KEY] == 1.0 and entry.timings["stream_windows"] >= 1
+    assert entry.streamed and entry.timings["stream_windows"] >= 1
 
 
 def test_audio_read_past_the_end_of_the_take_is_cut_off_at_the_take(rig, qtbot, engine_factory, ckpt_untied):
@@ -180,7 +179,7 @@ def test_a_microphone_not_at_16k_is_transcribed_after_the_recording(rig, qtbot, 
     qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
     assert streams == []  # nothing reached the engine while recording (the reads only went to disk)
     assert r.chain.delivered == [expected_text(engine_factory, ckpt_untied, trim_silence(audio))]  # both ends
-    assert STREAMED_KEY not in r.history.recent(1)[0].timings
+    assert not r.history.recent(1)[0].streamed
 
 
 def test_a_failing_feed_falls_back_to_the_saved_take_and_the_text_is_typed(rig, qtbot, engine_factory, ckpt_untied):
@@ -378,7 +377,7 @@ def test_retranscribing_a_streamed_take_trims_only_its_end_again(rig, qtbot):
     saved = load_audio_16k(entry.audio_path)
     np.testing.assert_array_equal(transcribed[-1], saved[: find_speech(saved).end])
     qtbot.waitUntil(lambda: any("Transcribed again" in m for _, m in r.notes), timeout=20_000)
-    assert r.history.get(entry.id).timings[STREAMED_KEY] == 1.0  # a second re-transcription trims alike
+    assert r.history.get(entry.id).streamed  # a second re-transcription trims alike
 
 
 def test_chunks_that_queue_up_while_the_engine_is_busy_are_fed_together_with_one_preview(qtbot, ckpt_untied):

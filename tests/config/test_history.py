@@ -266,7 +266,7 @@ def test_migrations_run_in_order_and_keep_rows(db_path, monkeypatch):
         assert _texts(h.recent()) == ["from version 1"]
         h.add("from version 2")
     with sqlite3.connect(db_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(history_module.MIGRATIONS)  # the new one ran
         assert conn.execute("SELECT text, starred FROM dictations ORDER BY id").fetchall() == [
             ("from version 1", 0),
             ("from version 2", 0),
@@ -286,7 +286,7 @@ def test_a_failed_migration_rolls_back_and_leaves_the_old_schema(db_path, monkey
         History(db_path)
     monkeypatch.undo()
     with sqlite3.connect(db_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(history_module.MIGRATIONS)  # not the broken one
         assert "half_done" not in {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}
     with History(db_path) as h:
         assert _texts(h.recent()) == ["kept"]
@@ -390,3 +390,63 @@ def test_a_short_busy_timeout_gives_up_on_another_programs_lock_quickly(db_path)
     writer.add("after")
     assert writer.count() == 1
     writer.close()
+
+
+# --- whether a take was streamed: a column since version 2, a timings key before -----------------
+
+
+def _version_1_database(path: Path, rows: list[tuple[str, str | None]]) -> None:
+    """A history as version 1 wrote it: the streamed flag was ``"streamed": 1.0`` in the timings."""
+    with sqlite3.connect(path) as conn:
+        history_module._create_v1(conn)
+        for text, timings in rows:
+            conn.execute(
+                "INSERT INTO dictations (created, text, outcome, timings) VALUES (?, ?, 'pasted', ?)",
+                ("2026-01-01T00:00:00.000+00:00", text, timings),
+            )
+        conn.execute("PRAGMA user_version = 1")
+
+
+def test_a_version_1_history_loads_with_its_streamed_takes_moved_to_the_column(db_path):
+    _version_1_database(
+        db_path,
+        [
+            ("streamed", '{"total": 0.5, "streamed": 1.0}'),
+            ("whole", '{"total": 0.7}'),
+            ("no timings", None),
+            ("damaged timings", '{"streamed": '),
+        ],
+    )
+    with History(db_path) as h:
+        entries = {e.text: e for e in h.recent()}
+    assert {text: e.streamed for text, e in entries.items()} == {
+        "streamed": True,
+        "whole": False,
+        "no timings": False,
+        "damaged timings": False,
+    }
+    assert entries["streamed"].timings == {"total": 0.5}  # the flag is no timing any more
+    assert entries["whole"].timings == {"total": 0.7}
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(history_module.MIGRATIONS)
+        assert conn.execute("SELECT text, streamed FROM dictations ORDER BY id").fetchall() == [
+            ("streamed", 1),
+            ("whole", 0),
+            ("no timings", 0),
+            ("damaged timings", 0),
+        ]
+
+
+def test_streamed_is_a_field_and_old_shaped_writes_are_read_alike(history, db_path):
+    first = history.add("a", timings={"total": 0.5}, streamed=True)
+    second = history.add("b", timings={"total": 0.5})
+    assert (history.get(first).streamed, history.get(second).streamed) == (True, False)
+    assert history.update(second, streamed=True) and history.get(second).streamed
+    # a journal record kept by version 1 and replayed now: the flag inside the timings
+    third = history.restore(None, datetime.now(timezone.utc), text="c", timings={"total": 0.2, "streamed": 1.0})
+    assert history.get(third).streamed and history.get(third).timings == {"total": 0.2}
+    # a row an older version wrote into this database (it knows no column, so it keeps the key)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE dictations SET timings = ? WHERE id = ?", ('{"total": 0.1, "streamed": 1.0}', first))
+        conn.execute("UPDATE dictations SET streamed = 0 WHERE id = ?", (first,))
+    assert history.get(first).streamed and history.get(first).timings == {"total": 0.1}

@@ -1,0 +1,495 @@
+"""One dictation in the app, from the press to its text: `Takes`, the one owner of every take. Qt-free.
+
+A *take* is one recording the user made (a press and its release, or a tray / IPC start and stop)
+with everything that follows from it: its file, its history entry, its transcription, its text.
+(The recorder, the take file and the history worker already call it that; `dictation.session`
+calls a take's place in its delivery queue a "job", under the same id.)
+
+`DictationSession` decides *what* happens (the lifecycle rules); `Takes` keeps what the app knows of
+each take meanwhile and decides the app's part: when a take may be transcribed (the session asked
+for it and its history entry exists), what goes into the history and when, what is typed, what the
+user is told. The controller (`dictation.app.controller`) only wires: it hands the session's actions
+and the workers' signals to `Takes`, and `Takes` asks for work through `TakesPort` (the controller's
+queued signals to the worker threads). The workers keep only their thread's resources, by take id:
+the audio worker its recorder and the take being recorded, the engine worker a take's stream and
+its saved samples (they come straight from the audio worker) until it transcribes or drops them.
+
+One take: `begin` (StartCapture) -> `started` (the audio worker writes its file; the history worker
+makes its entry) -> `entry_ready` -> `want_transcription` (Transcribe) -> the engine worker
+transcribes the saved take -> `transcribed` (or `no_speech`, `transcribe_failed`) -> `deliver`
+(DeliverText: the text is stored first) -> `stored` -> typed -> `delivered` (the outcome). Or it
+ends early: `discard` (DiscardCapture) or `skip` (SkipTranscription: the entry keeps the audio,
+untranscribed, to be transcribed again from the history).
+
+Engine requests that are not takes are `Retranscription`s (a history entry transcribed again, or a
+take a crash interrupted, recovered at the next start and never typed); deliveries that are not
+takes are `Retype`s (the history window's "type again"). The types say which; no id range does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from dictation import session as S
+from dictation.audio.trim import find_speech, transcribed_part
+from dictation.config.history import Outcome
+
+log = logging.getLogger(__name__)
+
+# A take that begins this much after its press has lost words; the user (and a `dictation start`) is told.
+LATE_START_S = 0.05
+
+
+@dataclass(frozen=True)
+class SavedTake:
+    """A finished recording, on disk (unless ``save_error``), and which part of it to transcribe."""
+
+    path: Path | None  # None: the audio could not be written (``save_error`` says why)
+    samples: np.ndarray  # the whole take, 16 kHz float32 (as saved, before rounding to 16 bits)
+    start: int  # samples[start:end] is transcribed: silence trimmed when asked; empty = no speech
+    end: int
+    duration_s: float  # of the saved recording
+    silence_reason: str | None  # the microphone delivered nothing (muted?)
+    error: str | None  # the device failed during the take
+    streamed: bool = False  # fed to the engine while recording: only its trailing silence is trimmed
+    save_error: str | None = None  # why the audio could not be kept (the samples are still transcribed)
+    start_gap_s: float | None = None  # Take.start_gap_s: > 0 when audio after the press is missing
+
+    @property
+    def speech(self) -> np.ndarray:
+        """What the engine transcribes."""
+        return self.samples[self.start : self.end]
+
+    @property
+    def has_speech(self) -> bool:
+        """False: nothing to transcribe (the microphone delivered nothing, or trimming found no speech)."""
+        return self.silence_reason is None and self.end > self.start
+
+
+@dataclass
+class Take:
+    """What the app knows of one take while it is under way."""
+
+    id: int
+    streaming: bool = False  # transcribed while it records (the engine worker was told at the press)
+    started: bool = False  # the audio worker started it, so the history worker makes its entry
+    entry_ready: bool = False  # its history entry (or journal record) exists: it may be transcribed
+    transcribe_wanted: bool = False  # the session asked for its transcription, not sent yet
+    skip_reason: str | None = None  # the session said it is not transcribed, and why
+    saved: SavedTake | None = None
+    transcript: Any = None  # the engine's Transcript
+    text: str | None = None  # the text to type (text options applied), once asked to store it
+    # the `dictation start` (or toggle) that began it, waiting to hear that the microphone records:
+    # its answer callback and when it is answered at the latest (monotonic seconds)
+    start_reply: tuple[Callable[[dict], None], float] | None = None
+
+
+@dataclass(frozen=True)
+class Retranscription:
+    """An engine request for a history entry, not for a take under way."""
+
+    entry_id: int
+    streamed: bool = False  # the entry's take was transcribed while recorded: trimmed at its end only
+    recovered: bool = False  # a take a crash interrupted: its text goes into the history, never typed
+
+
+@dataclass(frozen=True)
+class Retype:
+    """A delivery of a history entry's text (typed again from the history window), not of a take."""
+
+    entry_id: int
+
+
+class TakesPort(Protocol):
+    """What `Takes` needs from the app (the controller): settings, state, and work for the workers."""
+
+    @property
+    def settings(self) -> Any: ...  # dictation.config.Settings
+    @property
+    def model_label(self) -> str: ...
+    @property
+    def model_ready(self) -> bool: ...
+    @property
+    def running(self) -> bool: ...  # False once quitting began: the output worker has stopped
+
+    def dispatch(self, event: Any) -> None: ...  # a session event
+    def notify(self, level: str, message: str, *, log_as: str | None = None) -> None: ...
+    def transcribe_take(self, take_id: int, language: str | None, context: str) -> None: ...
+    def drop_take(self, take_id: int) -> None: ...  # the engine worker forgets the take's stream and samples
+    def transcribe_entry(
+        self, request: Retranscription, samples: np.ndarray, language: str | None, context: str
+    ) -> None: ...
+    def history_entry(self, entry_id: int) -> Any: ...  # a HistoryEntry, or None
+    def history_begin(self, take_id: int, audio_path: Any) -> None: ...
+    def history_store(self, take_id: int, fields: dict) -> None: ...
+    def history_finish(self, take_id: int, fields: dict, delete_audio: bool, keep: int) -> None: ...
+    def history_discard(self, take_id: int, delete_audio: bool, keep: int) -> None: ...
+    def history_update(self, entry_id: int, fields: dict) -> None: ...
+    def retranscribed(self, entry_id: int, problem: str) -> None: ...  # "" when the text was replaced
+    def deliver(self, key: int | Retype, text: str) -> None: ...
+
+
+class Takes:
+    """The owner of every take under way and of the history's re-transcriptions; see the module docstring."""
+
+    def __init__(self, port: TakesPort) -> None:
+        self._port = port
+        self._takes: dict[int, Take] = {}
+        self._recovery: list[Any] = []  # history_worker.RecoveredTakes waiting for the model
+        self._recover_counts = [0, 0, 0]  # recovered takes: found, transcribed so far, with text
+
+    def get(self, take_id: int) -> Take | None:
+        return self._takes.get(take_id)
+
+    def __contains__(self, take_id: int) -> bool:
+        return take_id in self._takes
+
+    def __len__(self) -> int:
+        return len(self._takes)
+
+    def _take(self, take_id: int) -> Take:
+        take = self._takes.get(take_id)
+        if take is None:
+            take = self._takes[take_id] = Take(take_id)
+        return take
+
+    def _keep(self) -> int:
+        return self._port.settings.general.keep_recordings
+
+    def language_context(self) -> tuple[str | None, str]:
+        t = self._port.settings.transcription
+        return (None if t.language == "auto" else t.language), t.context
+
+    # ---- the session's actions ----------------------------------------------------------------------
+
+    def begin(self, take_id: int) -> Take:
+        """StartCapture: a new take; ``streaming`` when it is transcribed while it records (the model
+        is loaded and the settings ask for it)."""
+        streaming = self._port.settings.engine.stream_while_recording and self._port.model_ready
+        take = self._takes[take_id] = Take(take_id, streaming=streaming)
+        return take
+
+    def discard(self, take_id: int) -> None:
+        """DiscardCapture (cancelled, too short, nothing recorded): no entry is kept, no audio."""
+        take = self._takes.pop(take_id, None)
+        if take is not None and take.streaming:
+            self._port.drop_take(take_id)
+        if take is not None and take.started:
+            self._port.history_discard(take_id, False, self._keep())
+
+    def want_transcription(self, take_id: int) -> None:
+        """Transcribe: asked of the engine worker as soon as the take's history entry exists."""
+        take = self._take(take_id)
+        take.transcribe_wanted = True
+        self._maybe_transcribe(take)
+
+    def skip(self, take_id: int, reason: str) -> None:
+        """SkipTranscription: the model is unavailable; the entry keeps the audio, untranscribed."""
+        self._take(take_id).skip_reason = reason
+        self._maybe_record_skip(take_id)
+
+    # ---- the workers' answers ---------------------------------------------------------------------
+
+    def started(self, take_id: int, audio_path: Any) -> bool:
+        """The microphone records the take, into ``audio_path``: its history entry is made. False for
+        a take that is no longer wanted (discarded before it even started)."""
+        take = self._takes.get(take_id)
+        if take is None:
+            return False
+        if not take.started:
+            take.started = True
+            self._port.history_begin(take_id, audio_path)
+        return True
+
+    def entry_ready(self, take_id: int) -> None:
+        take = self._takes.get(take_id)
+        if take is not None:
+            take.entry_ready = True
+            self._maybe_transcribe(take)
+
+    def saved(self, take_id: int, saved: SavedTake) -> None:
+        """The audio worker saved the take (the engine worker got it too, straight from that thread)."""
+        take = self._take(take_id)
+        take.saved = saved
+        if saved.path is not None:
+            gap = saved.start_gap_s
+            late = f"; it began {gap:.2f} s after the press" if gap is not None and gap > LATE_START_S else ""
+            log.info("recording %d saved: %s (%.1f s%s)", take_id, saved.path, saved.duration_s, late)
+        if saved.error:
+            self._port.notify("warning", saved.error)
+        if saved.save_error is not None and take.skip_reason is None:
+            self._port.notify(
+                "warning",
+                f"The recording could not be saved ({saved.save_error}). It is transcribed from memory and "
+                "typed as usual, and its text is kept in the history, but the audio is not kept.",
+            )
+        self._maybe_record_skip(take_id)
+
+    def no_speech(self, take_id: int) -> None:
+        """The engine worker found nothing to transcribe in the saved take (muted, or only silence)."""
+        take = self._takes.get(take_id)
+        if take is not None and take.saved is not None and take.saved.silence_reason is not None:
+            self._port.notify("warning", take.saved.silence_reason)
+        self._no_text(take_id)
+        self._port.dispatch(S.TranscriptionDone(take_id, ""))
+
+    def transcribed(self, key: int | Retranscription, transcript: Any) -> None:
+        if isinstance(key, Retranscription):
+            self._retranscribed(key, transcript)
+            return
+        take = self._takes.get(key)
+        if take is not None:
+            take.transcript = transcript
+        language = transcript.language or "not named by the model"
+        log.info("transcribed job %d: %d characters, language %s", key, len(transcript.text), language)
+        if not transcript.text.strip():
+            self._no_text(key)
+        self._port.dispatch(S.TranscriptionDone(key, transcript.text, transcript.language or None))
+
+    def transcribe_failed(self, key: int | Retranscription, message: str) -> None:
+        if isinstance(key, Retranscription):
+            if key.recovered:
+                outcome = Outcome.failed(f"interrupted by a crash; transcribing it at the next start failed: {message}")
+                self._port.history_update(key.entry_id, {"outcome": outcome})
+                self._count_recovered()
+            else:
+                self._port.notify("error", f"Re-transcription failed: {message}")
+                self._port.retranscribed(key.entry_id, f"Re-transcription failed: {message}")
+            return
+        take = self._takes.get(key)
+        audio_saved = take is None or take.saved is None or take.saved.path is not None
+        self._port.dispatch(S.TranscriptionFailed(key, message, audio_saved=audio_saved))
+        if take is not None and take.saved is not None:
+            self._record_untranscribed(key, f"transcription failed: {message}")
+
+    def deliver(self, action: S.DeliverText) -> None:
+        """DeliverText: history first: the text is stored (database or journal), then typed (`stored`)."""
+        take = self._take(action.job_id)
+        text = apply_text_options(action.text, self._port.settings)
+        transcript, saved = take.transcript, take.saved
+        take.text = text
+        fields = {
+            "text": text,
+            "language": action.language,
+            "duration_s": saved.duration_s if saved else None,
+            "model_label": self._port.model_label or None,
+            "audio_path": saved.path if saved else None,
+            "timings": dict(transcript.timings) if transcript is not None else None,
+            "streamed": saved is not None and saved.streamed,
+        }
+        self._port.history_store(action.job_id, fields)
+
+    def stored(self, take_id: int) -> None:
+        """The take's text is in the history (or its journal): now it is typed."""
+        take = self._takes.get(take_id)
+        if take is None or take.text is None:
+            return
+        if not self._port.running:  # quitting: the output worker has stopped; the text stays in history
+            self._takes.pop(take_id, None)
+            fields = {"outcome": Outcome.failed("the app quit before the text could be typed")}
+            self._port.history_finish(take_id, fields, False, self._keep())
+            return
+        self._port.deliver(take_id, take.text)
+
+    def delivered(self, key: int | Retype, result: Any) -> None:
+        if isinstance(key, Retype):
+            if not result.ok:
+                held_back = getattr(result, "held_back", None)
+                self._port.notify("warning", delivery_message(result) if held_back else result.message)
+            return
+        take = self._takes.pop(key, None)
+        if not result.ok:
+            self._port.notify("warning", delivery_message(result))
+        # keep == 0: the text is safely in history, the recording is no longer needed
+        keep = self._keep()
+        self._port.history_finish(key, {"outcome": outcome_of(result)}, keep == 0 and take is not None, keep)
+
+    # ---- a command waiting for its take's microphone -------------------------------------------------
+
+    def await_start(self, take_id: int, answer: Callable[[dict], None], due: float) -> None:
+        """The command that began take ``take_id`` is answered once its microphone records, or at ``due``."""
+        self._take(take_id).start_reply = (answer, due)
+
+    def answer_start(self, take_id: int, reply: dict) -> None:
+        """Answer the command that began take ``take_id``, if one still waits."""
+        take = self._takes.get(take_id)
+        if take is not None and take.start_reply is not None:
+            answer, take.start_reply = take.start_reply[0], None
+            answer(reply)
+
+    def start_replies(self) -> dict[int, float]:
+        """Take id -> when its waiting command is answered at the latest."""
+        return {take.id: take.start_reply[1] for take in self._takes.values() if take.start_reply is not None}
+
+    # ---- a take's way to the engine, or to the history untranscribed ----------------------------------
+
+    def _maybe_transcribe(self, take: Take) -> None:
+        if not take.transcribe_wanted or not take.entry_ready:
+            return
+        take.transcribe_wanted = False
+        language, context = self.language_context()
+        self._port.transcribe_take(take.id, language, context)  # the engine worker has, or gets, the samples
+
+    def _maybe_record_skip(self, take_id: int) -> None:
+        """A skipped take's audio stays findable: its entry, untranscribed, points at it."""
+        take = self._takes.get(take_id)
+        if take is None or take.skip_reason is None or take.saved is None:
+            return
+        self._port.drop_take(take_id)  # after the saved take reached the engine worker: it is dropped too
+        self._record_untranscribed(take_id, f"not transcribed: {take.skip_reason}")
+
+    def _record_untranscribed(self, take_id: int, reason: str) -> None:
+        """The take's entry keeps no text, an outcome saying why, and the saved audio, so it can be
+        re-transcribed later; without audio there is nothing to keep, and the user is told."""
+        take = self._takes.pop(take_id, None)
+        if take is None or not take.started:
+            return
+        saved = take.saved
+        keep = self._keep()
+        if saved is None or saved.path is None:
+            self._port.history_discard(take_id, False, keep)
+            why = saved.save_error if saved is not None else "it was not saved"
+            self._port.notify("error", f"The recording could not be saved either ({why}), so this dictation is lost.")
+            return
+        fields = {"outcome": Outcome.failed(reason), "duration_s": saved.duration_s, "audio_path": saved.path}
+        self._port.history_finish(take_id, fields, False, keep)
+
+    def _no_text(self, take_id: int) -> None:
+        """A take without speech: no history entry (as before), its recording pruned as usual."""
+        take = self._takes.pop(take_id, None)
+        if take is not None and take.started:
+            keep = self._keep()
+            self._port.history_discard(take_id, keep == 0, keep)
+
+    # ---- history entries transcribed again ------------------------------------------------------------
+
+    def retranscribe(self, entry_id: int) -> None:
+        """Transcribe an entry's saved recording again (the history window), trimmed as the first time."""
+        from dictation.audio.wav import load_audio_16k
+
+        entry = self._port.history_entry(entry_id)
+        if entry is None or entry.audio_path is None:
+            self._refuse(entry_id, "warning", "This dictation has no saved recording to transcribe again.")
+            return
+        if not self._port.model_ready:
+            self._refuse(entry_id, "warning", "The speech model is not loaded; try again once it is ready.")
+            return
+        try:
+            samples = load_audio_16k(entry.audio_path)
+        except Exception as exc:  # a missing or damaged file: say which
+            self._refuse(entry_id, "error", f"Cannot read {entry.audio_path}: {exc}")
+            return
+        request = Retranscription(entry_id, streamed=entry.streamed)
+        self._transcribe_entry(request, samples)
+
+    def _refuse(self, entry_id: int, level: str, message: str) -> None:
+        self._port.notify(level, message)
+        self._port.retranscribed(entry_id, message)
+
+    def _transcribe_entry(self, request: Retranscription, samples: np.ndarray) -> None:
+        if self._port.settings.recording.trim_silence:  # as the first time, so the results compare
+            start, end = transcribed_part(find_speech(samples), streamed=request.streamed)
+            samples = samples[start:end]  # without speech: the whole recording
+        language, context = self.language_context()
+        self._port.transcribe_entry(request, samples, language, context)
+
+    def _retranscribed(self, request: Retranscription, transcript: Any) -> None:
+        settings = self._port.settings
+        text = apply_text_options(transcript.text, settings) if transcript.text.strip() else ""
+        fields = {
+            "text": text,
+            "language": transcript.language or None,
+            "model_label": self._port.model_label,
+            "timings": dict(transcript.timings),
+            "streamed": request.streamed,
+        }
+        entry_id = request.entry_id
+        if request.recovered:  # into the history only: old text is never typed into whatever has the focus now
+            fields["outcome"] = Outcome.RECOVERED
+            if settings.general.keep_recordings == 0:  # its text is safe: the recording goes
+                fields["audio_path"] = None
+            self._port.history_update(entry_id, fields)
+            self._count_recovered(bool(text))
+            return
+        self._port.history_update(entry_id, fields)
+        self._port.retranscribed(entry_id, "")
+        self._port.notify(
+            "info",
+            f"Transcribed again: {text.strip()[:80] or '(no speech)'}",
+            log_as=f"history entry {entry_id} transcribed again: {len(text)} characters",
+        )
+
+    # ---- takes a crash interrupted ------------------------------------------------------------------
+
+    def recovered(self, takes: list[Any]) -> None:
+        """Takes the last run left untranscribed (killed while recording or transcribing): they are
+        transcribed into the history once the model is ready, each as "recovered", never typed."""
+        self._recovery.extend(takes)
+        self._recover_counts[0] += len(takes)
+        self.transcribe_recovered()
+
+    def transcribe_recovered(self) -> None:
+        if not self._port.model_ready:
+            return  # they wait (and stay pending in the history) until a model works
+        while self._recovery:
+            take = self._recovery.pop(0)
+            self._transcribe_entry(Retranscription(take.entry_id, recovered=True), take.samples)
+
+    def _count_recovered(self, with_text: bool = False) -> None:
+        counts = self._recover_counts
+        counts[1] += 1
+        counts[2] += int(with_text)
+        if counts[1] < counts[0]:
+            return
+        kept = counts[2]
+        self._recover_counts = [0, 0, 0]
+        if kept:
+            self._port.notify(
+                "info",
+                f"Recovered {kept} dictation(s) interrupted when the app last stopped. Their text is in the "
+                "History, marked Recovered; nothing was typed.",
+            )
+
+
+def apply_text_options(text: str, settings: Any) -> str:
+    from dictation.output.textops import TextOptions, apply
+
+    return apply(text, TextOptions.from_settings(settings.output))
+
+
+def outcome_of(result: Any) -> str:
+    """History outcome for a DeliveryResult: what really happened to the text.
+
+    Held back (our own window or no window had the focus): "clipboard_only: <why>", or failed when
+    even the clipboard could not take it. The clipboard-only backend sent nothing to any window, so
+    its success is "clipboard_only", never "pasted"."""
+    held_back = getattr(result, "held_back", None)
+    if held_back:
+        if result.on_clipboard:
+            return Outcome.kept(f"not delivered: {held_back}")
+        return Outcome.failed(result.message)
+    if result.ok:
+        if result.method == "clipboard":
+            return Outcome.CLIPBOARD_ONLY
+        return Outcome.TYPED if str(result.method).endswith("-type") else Outcome.PASTED
+    if result.on_clipboard:
+        return Outcome.CLIPBOARD_ONLY
+    return Outcome.failed(result.message)
+
+
+def delivery_message(result: Any) -> str:
+    """What the user is told about text that was not typed."""
+    held_back = getattr(result, "held_back", None)
+    if held_back:  # "a Dictation window had the keyboard focus", "no window had the keyboard focus"
+        if result.on_clipboard:
+            return f"Not typed: {held_back}. The text is on the clipboard: click where it belongs and paste it."
+        return f"Not typed: {held_back}. The text is in the history. ({result.message})"
+    if result.on_clipboard:
+        return f"The text could not be typed; it is on the clipboard, paste it yourself. ({result.message})"
+    return f"The text could not be typed; it is in the history. ({result.message})"

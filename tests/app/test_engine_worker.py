@@ -1,0 +1,138 @@
+"""`EngineWorker`'s takes: the saved take comes from the audio worker, the go from the controller;
+whichever comes second starts the transcription (a fake engine, the slots called on this thread)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import threading
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dictation.app.engine_worker import EngineWorker
+from dictation.session import Status
+from dictation.takes import Retranscription, SavedTake
+from tests.app.rig import speech
+
+SR = 16_000
+
+
+@dataclass(frozen=True)
+class Options:
+    model: str = "fake"
+    device: str = "cpu"
+    adapters: tuple = ()
+
+
+class FakeEngine:
+    def __init__(self, options) -> None:
+        self.options = options
+        self.is_loaded = False
+        self.model_label = "fake · cpu"
+        self.calls: list[tuple[np.ndarray, str | None, str]] = []
+
+    def prepare(self) -> None:
+        self.is_loaded = True
+
+    def unload(self) -> None:
+        self.is_loaded = False
+
+    def transcribe(self, samples, language=None, context=""):
+        self.calls.append((samples, language, context))
+        return SimpleNamespace(text=f"{len(samples)} samples", language="English", timings={})
+
+
+@pytest.fixture
+def worker(qapp):
+    engines: list[FakeEngine] = []
+    worker = EngineWorker(lambda options: engines.append(FakeEngine(options)) or engines[-1])
+    worker.load(Options())
+    worker.engine = engines[0]
+    worker.answers = []
+    worker.transcribed.connect(lambda key, result: worker.answers.append(("transcribed", key, result.text)))
+    worker.transcribe_failed.connect(lambda key, message: worker.answers.append(("failed", key, message)))
+    worker.no_speech.connect(lambda take_id: worker.answers.append(("no_speech", take_id)))
+    return worker
+
+
+def saved(start: int = 100, end: int = 900, silence: str | None = None) -> SavedTake:
+    samples = np.linspace(-0.5, 0.5, 1000, dtype=np.float32)
+    return SavedTake(None, samples, start, end, 1000 / SR, silence, None)
+
+
+@pytest.mark.parametrize("saved_first", [True, False])
+def test_a_take_is_transcribed_when_both_its_samples_and_the_go_are_there(worker, saved_first):
+    take = saved()
+    steps = [lambda: worker.take_saved(1, take), lambda: worker.transcribe_take(1, "German", "names")]
+    steps[0 if saved_first else 1]()
+    assert worker.answers == []
+    steps[1 if saved_first else 0]()
+    assert worker.answers == [("transcribed", 1, "800 samples")]
+    [(samples, language, context)] = worker.engine.calls
+    np.testing.assert_array_equal(samples, take.speech)  # trimmed as the audio worker said
+    assert (language, context) == ("German", "names")
+    worker.transcribe_take(1, "German", "names")  # once only: the take is gone from the worker
+    assert len(worker.engine.calls) == 1
+
+
+@pytest.mark.parametrize("take", [saved(0, 0), saved(silence="the microphone delivered only zeros")])
+def test_a_take_without_speech_is_answered_without_the_engine(worker, take):
+    worker.take_saved(3, take)
+    worker.transcribe_take(3, None, "")
+    assert worker.answers == [("no_speech", 3)] and worker.engine.calls == []
+
+
+def test_a_dropped_take_is_forgotten(worker):
+    worker.take_saved(2, saved())
+    worker.cancel_take(2)  # skipped: the model failed while it was recorded
+    worker.transcribe_take(2, None, "")
+    assert worker.answers == [] and worker.engine.calls == []
+
+
+def test_a_history_request_is_answered_with_the_request_itself(worker):
+    request = Retranscription(5, streamed=True)
+    worker.transcribe(request, np.zeros(10, np.float32), None, "")
+    assert worker.answers == [("transcribed", request, "10 samples")]
+
+
+def test_the_saved_take_reaches_the_engine_while_the_gui_thread_is_busy(rig, ckpt_untied):
+    """One hop: the audio worker hands the saved take to the engine worker itself; the GUI thread
+    (blocked here after the release) is not on the way."""
+    from dictation.asr import AsrEngine
+    from dictation.config import Settings
+
+    reached = threading.Event()
+
+    class Watched(AsrEngine):
+        def transcribe(self, samples, *args, **kwargs):
+            reached.set()
+            return super().transcribe(samples, *args, **kwargs)
+
+    settings = Settings()
+    settings = settings.replace(  # not streamed: the saved take is transcribed whole
+        engine=settings.engine.replace(model=str(ckpt_untied), device="cpu", stream_while_recording=False)
+    )
+    r = rig(settings, engine_factory=Watched)
+    r.start()
+    r.wait_status(Status.IDLE)
+    audio = speech()
+    r.hold(audio)
+    r.qtbot.waitUntil(lambda: r.c.takes.get(1) is not None and r.c.takes.get(1).entry_ready, timeout=5000)
+    blocked: list[bool] = []
+
+    def block_the_gui_thread(status: Status) -> None:
+        # The release's actions ran (the audio worker was told to stop, the engine worker to
+        # transcribe the take): now the GUI thread handles nothing until the engine has the take.
+        if status is not Status.RECORDING and not blocked:
+            blocked.append(reached.wait(15))
+
+    r.c.status_changed.connect(block_the_gui_thread)
+    r.release(audio)
+    r.qtbot.waitUntil(lambda: bool(blocked), timeout=20_000)
+    assert blocked == [True]
+    r.qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)

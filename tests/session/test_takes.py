@@ -1,0 +1,289 @@
+"""`dictation.takes.Takes`, the owner of every take, without Qt: a fake port records what it asks of the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dictation import session as S
+from dictation.audio.trim import find_speech, transcribed_part
+from dictation.audio.wav import write_wav
+from dictation.config import Outcome, Settings
+from dictation.output import DeliveryResult
+from dictation.takes import Retranscription, Retype, SavedTake, Takes, apply_text_options
+
+SR = 16_000
+
+
+@dataclass
+class FakePort:
+    """The app, as `Takes` sees it: settings and state to read, and a log of everything asked of it."""
+
+    settings: Settings = field(default_factory=Settings)
+    model_label: str = "tiny · cpu"
+    model_ready: bool = True
+    running: bool = True
+    entries: dict[int, Any] = field(default_factory=dict)
+    calls: list[tuple] = field(default_factory=list)
+
+    def __getattr__(self, name: str):  # every other TakesPort method: recorded
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.calls.append((name, *args, *kwargs.values()))
+
+    def history_entry(self, entry_id: int) -> Any:
+        return self.entries.get(entry_id)
+
+    def named(self, *names: str) -> list[tuple]:
+        return [c for c in self.calls if c[0] in names]
+
+
+def saved_take(path: Path | None = Path("/rec/1.wav"), *, speech: bool = True, streamed: bool = False, **kw):
+    samples = np.ones(SR, np.float32) * 0.1
+    end = SR if speech else 0
+    return SavedTake(path, samples, 0, end, 1.0, kw.pop("silence_reason", None), None, streamed, **kw)
+
+
+def transcript(text: str = "hello world", language: str = "English") -> Any:
+    return SimpleNamespace(text=text, language=language, timings={"total": 0.25})
+
+
+@pytest.fixture
+def port() -> FakePort:
+    return FakePort()
+
+
+@pytest.fixture
+def takes(port) -> Takes:
+    return Takes(port)
+
+
+def started(takes: Takes, take_id: int = 1) -> None:
+    takes.begin(take_id)
+    assert takes.started(take_id, Path(f"/rec/{take_id}.wav"))
+
+
+@pytest.mark.parametrize("entry_first", [True, False])
+def test_a_take_goes_to_the_engine_once_it_is_wanted_and_its_entry_exists(takes, port, entry_first):
+    port.settings = port.settings.replace(transcription=port.settings.transcription.replace(language="German"))
+    started(takes)
+    assert port.named("history_begin") == [("history_begin", 1, Path("/rec/1.wav"))]
+    first, second = (
+        (takes.entry_ready, takes.want_transcription) if entry_first else (takes.want_transcription, takes.entry_ready)
+    )
+    first(1)
+    assert port.named("transcribe_take") == []  # not before both: the entry exists before transcription
+    second(1)
+    assert port.named("transcribe_take") == [("transcribe_take", 1, "German", "")]
+    takes.saved(1, saved_take())  # the samples went to the engine worker directly: nothing more to send
+    assert len(port.named("transcribe_take")) == 1
+
+
+def test_a_take_discarded_before_it_started_makes_no_entry(takes, port):
+    port.settings = port.settings.replace(engine=port.settings.engine.replace(stream_while_recording=False))
+    takes.begin(1)
+    takes.discard(1)
+    assert not takes.started(1, Path("/rec/1.wav"))
+    assert port.calls == [] and 1 not in takes
+
+
+def test_a_streamed_take_discarded_drops_its_stream_and_its_entry(takes, port):
+    port.settings = port.settings.replace(engine=port.settings.engine.replace(stream_while_recording=True))
+    assert takes.begin(1).streaming
+    takes.started(1, Path("/rec/1.wav"))
+    takes.discard(1)
+    keep = port.settings.general.keep_recordings
+    assert port.named("drop_take", "history_discard") == [("drop_take", 1), ("history_discard", 1, False, keep)]
+    port.model_ready = False
+    assert not takes.begin(2).streaming  # no model loaded: nothing to stream into
+
+
+def test_a_silent_take_says_why_keeps_no_entry_and_is_done_without_text(takes, port):
+    port.settings = port.settings.replace(general=port.settings.general.replace(keep_recordings=0))
+    started(takes)
+    takes.saved(1, saved_take(speech=False, silence_reason="The microphone delivered only silence (muted?)"))
+    takes.no_speech(1)
+    assert port.named("notify", "history_discard", "dispatch") == [
+        ("notify", "warning", "The microphone delivered only silence (muted?)"),
+        ("history_discard", 1, True, 0),  # keep 0: the recording goes too
+        ("dispatch", S.TranscriptionDone(1, "")),
+    ]
+    assert 1 not in takes
+
+
+def test_a_skipped_take_waits_for_its_audio_then_keeps_it_untranscribed(takes, port):
+    started(takes)
+    takes.skip(1, "Speech model unavailable: broken")
+    assert port.named("drop_take", "history_finish") == []  # its audio is not saved yet
+    takes.saved(1, saved_take())
+    keep = port.settings.general.keep_recordings
+    fields = {
+        "outcome": Outcome.failed("not transcribed: Speech model unavailable: broken"),
+        "duration_s": 1.0,
+        "audio_path": Path("/rec/1.wav"),
+    }
+    # the engine worker got the saved take too: it is dropped, after it arrived
+    assert port.named("drop_take", "history_finish") == [("drop_take", 1), ("history_finish", 1, fields, False, keep)]
+
+
+def test_a_skipped_take_whose_audio_could_not_be_saved_is_lost_and_the_user_told(takes, port):
+    started(takes)
+    takes.skip(1, "no model")
+    takes.saved(1, saved_take(None, save_error="disk full"))
+    assert ("history_discard", 1, False, port.settings.general.keep_recordings) in port.calls
+    assert (
+        "notify",
+        "error",
+        "The recording could not be saved either (disk full), so this dictation is lost.",
+    ) in port.calls
+
+
+def test_a_failed_transcription_says_whether_the_audio_was_saved(takes, port):
+    started(takes)
+    takes.saved(1, saved_take(None, save_error="read-only"))
+    takes.transcribe_failed(1, "boom")
+    assert ("dispatch", S.TranscriptionFailed(1, "boom", audio_saved=False)) in port.calls
+
+
+def test_text_is_stored_before_it_is_typed_and_the_outcome_recorded_after(takes, port):
+    port.settings = port.settings.replace(general=port.settings.general.replace(keep_recordings=0))
+    started(takes)
+    takes.saved(1, saved_take(streamed=True))
+    takes.transcribed(1, transcript())
+    assert port.named("dispatch") == [("dispatch", S.TranscriptionDone(1, "hello world", "English"))]
+    takes.deliver(S.DeliverText(1, "hello world", "English"))
+    text = apply_text_options("hello world", port.settings)
+    assert port.named("history_store") == [
+        (
+            "history_store",
+            1,
+            {
+                "text": text,
+                "language": "English",
+                "duration_s": 1.0,
+                "model_label": "tiny · cpu",
+                "audio_path": Path("/rec/1.wav"),
+                "timings": {"total": 0.25},  # timings only: whether it was streamed is a field of its own
+                "streamed": True,
+            },
+        )
+    ]
+    assert port.named("deliver") == []  # not before the history has it
+    takes.stored(1)
+    assert port.named("deliver") == [("deliver", 1, text)]
+    takes.delivered(1, DeliveryResult("xdotool-paste", True, "ok"))
+    assert port.named("history_finish") == [("history_finish", 1, {"outcome": Outcome.PASTED}, True, 0)]
+    assert len(takes) == 0
+
+
+def test_text_stored_while_quitting_is_kept_in_the_history_not_typed(takes, port):
+    started(takes)
+    takes.saved(1, saved_take())
+    takes.transcribed(1, transcript())
+    takes.deliver(S.DeliverText(1, "hello world"))
+    port.running = False
+    takes.stored(1)
+    assert port.named("deliver") == []
+    outcome = Outcome.failed("the app quit before the text could be typed")
+    assert port.named("history_finish")[0][2] == {"outcome": outcome}
+
+
+def test_a_retype_is_not_a_take(takes, port):
+    started(takes)
+    failed = DeliveryResult("xdotool-paste", False, "no paste tool")
+    takes.delivered(Retype(1), failed)  # entry 1 typed again, not take 1
+    assert port.named("history_finish") == [] and 1 in takes
+    assert port.named("notify") == [("notify", "warning", "no paste tool")]
+
+
+def recording(tmp_path: Path, streamed: bool) -> tuple[Any, np.ndarray]:
+    """A history entry with a saved recording: silence, a tone, silence."""
+    rng = np.random.default_rng(3)
+    audio = (rng.standard_normal(3 * SR) * 0.001).astype(np.float32)
+    t = np.arange(SR) / SR
+    audio[SR : 2 * SR] += (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    path = tmp_path / "rec.wav"
+    write_wav(path, audio, SR)
+    entry = SimpleNamespace(id=7, audio_path=path, streamed=streamed, text="old")
+    return entry, audio
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_history_entry_is_transcribed_again_trimmed_as_the_first_time(takes, port, tmp_path, streamed):
+    from dictation.audio.wav import load_audio_16k
+
+    entry, _ = recording(tmp_path, streamed)
+    port.entries[entry.id] = entry
+    takes.retranscribe(entry.id)
+    [(_, request, samples, language, context)] = port.named("transcribe_entry")
+    assert request == Retranscription(7, streamed=streamed) and language is None
+    saved = load_audio_16k(entry.audio_path)
+    start, end = transcribed_part(find_speech(saved), streamed=streamed)
+    assert (start == 0) == streamed and end < len(saved)  # a streamed take keeps its start
+    np.testing.assert_array_equal(samples, saved[start:end])
+
+    takes.transcribed(request, transcript("again"))
+    [(_, entry_id, fields)] = port.named("history_update")
+    assert (
+        entry_id == 7
+        and fields["streamed"] is streamed
+        and fields["text"] == apply_text_options("again", port.settings)
+    )
+    assert ("retranscribed", 7, "") in port.calls
+    assert port.named("dispatch", "deliver") == []  # the session and the output never hear of it
+
+
+def test_a_retranscription_and_a_take_with_the_same_number_do_not_mix(takes, port):
+    started(takes, 7)
+    takes.transcribe_failed(Retranscription(7), "boom")
+    assert 7 in takes and port.named("dispatch") == []
+    assert ("retranscribed", 7, "Re-transcription failed: boom") in port.calls
+
+
+def test_retranscription_is_refused_without_a_recording_or_a_model(takes, port, tmp_path):
+    port.entries[1] = SimpleNamespace(id=1, audio_path=None, streamed=False)
+    takes.retranscribe(1)
+    port.model_ready = False
+    port.entries[2], _ = recording(tmp_path, False)
+    takes.retranscribe(2)
+    assert port.named("transcribe_entry") == []
+    assert [c[1:3] for c in port.named("retranscribed")] == [
+        (1, "This dictation has no saved recording to transcribe again."),
+        (2, "The speech model is not loaded; try again once it is ready."),
+    ]
+
+
+def test_takes_a_crash_interrupted_wait_for_the_model_and_go_to_the_history_only(takes, port):
+    port.model_ready = False
+    audio = np.zeros(SR, np.float32)
+    takes.recovered([SimpleNamespace(entry_id=3, samples=audio), SimpleNamespace(entry_id=4, samples=audio)])
+    assert port.named("transcribe_entry") == []
+    port.model_ready = True
+    takes.transcribe_recovered()
+    requests = [c[1] for c in port.named("transcribe_entry")]
+    assert requests == [Retranscription(3, recovered=True), Retranscription(4, recovered=True)]
+    takes.transcribed(requests[0], transcript("found"))
+    takes.transcribe_failed(requests[1], "boom")
+    updates = port.named("history_update")
+    assert updates[0][1] == 3 and updates[0][2]["outcome"] == Outcome.RECOVERED
+    assert updates[1][1:] == (
+        4,
+        {"outcome": Outcome.failed("interrupted by a crash; transcribing it at the next start failed: boom")},
+    )
+    assert port.named("deliver", "dispatch", "retranscribed") == []  # never typed
+    assert [c[2] for c in port.named("notify")][-1].startswith("Recovered 1 dictation(s)")
+
+
+def test_a_start_command_waits_with_its_take_until_answered_once(takes, port):
+    started(takes)
+    answers: list[dict] = []
+    takes.await_start(1, answers.append, due=12.5)
+    assert takes.start_replies() == {1: 12.5}
+    takes.answer_start(1, {"ok": True})
+    takes.answer_start(1, {"ok": False})
+    assert answers == [{"ok": True}] and takes.start_replies() == {}
