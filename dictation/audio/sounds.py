@@ -39,7 +39,7 @@ from typing import Protocol
 import numpy as np
 
 from dictation import resources
-from dictation.asr.errors import AudioError
+from dictation.asr import AudioError
 from dictation.audio.resample import resample
 from dictation.audio.wav import read_wav
 

@@ -29,8 +29,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from dictation.asr import SAMPLE_RATE
-from dictation.asr.errors import AudioError
+from dictation.asr import SAMPLE_RATE, AudioError
 from dictation.audio.resample import resample
 from dictation.files import NotRegularFile, open_regular
 
