@@ -79,7 +79,7 @@ def bf16_step(value: float) -> float:
 
 def plain_logits_along(engine: AsrEngine, embeds: torch.Tensor, ids: list[int]) -> list[torch.Tensor]:
     model = engine.model
-    engine._kv_owner = None
+    engine.pipeline.cache_owner = None
     rows = []
     with torch.inference_mode():
         logits = model.prefill(embeds, len(ids))
@@ -156,7 +156,7 @@ def streams_and_kernels(engine: AsrEngine) -> None:
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
     say("== one static step on the default stream and on the capture stream (bitwise), and the kernels")
     with torch.inference_mode():
-        engine._kv_owner = None
+        engine.pipeline.cache_owner = None
         logits = model.prefill(embeds, TOKENS)
         token = logits.argmax().view(1)
         position = torch.tensor([embeds.shape[1]], device=model.device)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,15 +24,16 @@ from dictation.asr.checkpoints.hub import is_gguf_path
 from dictation.asr.checkpoints.locate import check_sizes, locate
 from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import SAMPLE_RATE, AsrConfig
-from dictation.asr.decode.greedy import Generation, greedy, sync_device
-from dictation.asr.decode.longform import MAX_PASS_SECONDS, join_texts, merge_languages, split_long_audio
+from dictation.asr.decode import longform
+from dictation.asr.decode.greedy import sync_device
+from dictation.asr.decode.longform import join_texts, merge_languages, split_long_audio
+from dictation.asr.decode.pipeline import PassResult, Pipeline, Progress, Transcript
 from dictation.asr.device import resolve_device, resolve_dtype
 from dictation.asr.errors import AdapterError, AsrError, AudioError
-from dictation.asr.nn.features import MIN_SAMPLES, LogMel, n_audio_tokens
+from dictation.asr.nn.features import MIN_SAMPLES, LogMel
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE, QUANTIZED, VARIANTS
 from dictation.asr.nn.quantized import QUANT_MODULES, cpu_computes_in_bf16, quantizable_linears
-from dictation.asr.text.parse import parse_output
 from dictation.asr.text.prompt import PromptBuilder, normalize_language
 from dictation.asr.tune.quantize import format_bytes, quantize_model, replace_linear, weight_bytes
 
@@ -43,11 +44,6 @@ if TYPE_CHECKING:
 FLOAT_VARIANTS = ("bf16", "fp16", "fp32")
 
 log = logging.getLogger(__name__)
-
-# Without an explicit budget, allow generously more tokens than anyone speaks (fast speech is
-# about 5 tokens/s) so a long clip is never cut short, while a looping model still stops.
-AUTO_TOKENS_BASE = 64
-AUTO_TOKENS_PER_SECOND = 10
 
 
 @dataclass(frozen=True)
@@ -64,85 +60,11 @@ class EngineOptions:
     skip_bad_adapters: bool = False
 
 
-@dataclass
-class Transcript:
-    text: str
-    language: str
-    token_ids: list[int]  # generated ids, prompt and EOS excluded (all chunks, in order)
-    audio_seconds: float
-    timings: dict[str, float] = field(default_factory=dict)
-    raw: str = ""  # decoded model output before parsing (last chunk joined)
-    chunks: int = 1
-    truncated: bool = False  # the token budget ran out before the model ended the text
-
-
-@dataclass(frozen=True)
-class Progress:
-    done_seconds: float
-    total_seconds: float
-    chunk: int
-    n_chunks: int
-    text_so_far: str
-
-    @property
-    def fraction(self) -> float:
-        return self.done_seconds / self.total_seconds if self.total_seconds else 1.0
-
-
-@dataclass
-class _Pass:
-    ids: list[int]
-    raw: str
-    language: str
-    text: str
-    truncated: bool
-    timings: dict[str, float]
-    first_logits: torch.Tensor | None = None
-
-
-def finish_pass(
-    gen: Generation,
-    prompt: PromptBuilder,
-    forced: str | None,
-    budget: int,
-    draft_ids: Sequence[int] | None,
-    t0: float,
-    stage_timings: dict[str, float],
-    *,
-    n_prompt: int,
-    quiet: bool = False,
-) -> _Pass:
-    """Decode and parse a pass's generated ids and gather its timings (``t0``: when the pass began;
-    ``stage_timings``: what came before decoding, e.g. mel and encoder seconds)."""
-    raw = prompt.decode(gen.token_ids)
-    language, text = parse_output(raw, forced)
-    timings = {
-        **stage_timings,
-        "prefill_s": gen.prefill_s,
-        "decode_s": gen.decode_s,
-        "generated_tokens": float(len(gen.token_ids)),
-        "prompt_tokens": float(n_prompt),
-        "pass_s": time.perf_counter() - t0,
-    }
-    if draft_ids is not None:
-        timings["draft_tokens"] = float(len(draft_ids))
-        timings["draft_accepted"] = float(gen.draft_accepted)
-        timings["draft_passes"] = float(gen.draft_passes)
-    truncated = not gen.stopped_on_eos and len(gen.token_ids) >= budget
-    if truncated and not quiet:
-        log.warning("transcription hit the %d-token budget before the model finished", budget)
-    return _Pass(gen.token_ids, raw, language, text, truncated, timings, gen.first_logits)
-
-
 # The pass AsrEngine.warm_up runs after loading: this much quiet noise and this many generated
 # tokens, with a KV cache of this many positions (the prompt and token budget of ~40 s of audio).
 WARM_UP_SECONDS = 1.0
 WARM_UP_TOKENS = 2  # the prefill gives the first, one decode step (captured on CUDA) the second
 WARM_UP_CACHE = 1024
-
-
-def _auto_budget(seconds: float) -> int:
-    return int(AUTO_TOKENS_BASE + AUTO_TOKENS_PER_SECOND * seconds)
 
 
 class AsrEngine:
@@ -159,10 +81,9 @@ class AsrEngine:
         self.skipped_adapters: tuple[tuple[str, str], ...] = ()
         self.folder: Path | None = None
         self.load_seconds = 0.0
-        # Streaming (dictation.asr.decode.streaming): which stream's prompt the shared KV cache holds (any
-        # other use of the cache clears it), and a counter of weight changes (adapters, reloads).
-        self._kv_owner: object | None = None
-        self._weights_version = 0
+        # The pass pipeline of the loaded state of the weights: a new one after every change (adapters,
+        # reloads), so a stream holding an older one knows its work is stale (decode/streaming.py).
+        self._pipeline: Pipeline | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -192,7 +113,7 @@ class AsrEngine:
         self.skipped_adapters = tuple(skipped)
         model.sync_weights()  # fused q/k/v and gate/up planned now, not at the first dictation
         self._model, self._prompt, self._mel = model, prompt, LogMel(model.cfg.audio.num_mel_bins, model.device)
-        self._weights_version += 1
+        self._renew_pipeline()
         self._adapters = state
         self.folder = folder
         self._variant = variant
@@ -338,7 +259,7 @@ class AsrEngine:
                 self._adapters.apply(previous)
                 raise
             finally:
-                self._weights_version += 1
+                self._renew_pipeline()
             self.options = replace(self.options, adapters=adapters)
             self._label = self._make_label()
             log.info("adapters now: %s", ", ".join(self._adapters.labels) or "none")
@@ -372,7 +293,7 @@ class AsrEngine:
             self._model.ensure_capacity(WARM_UP_CACHE)
             rng = np.random.default_rng(0)
             noise = (1e-3 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(np.float32)
-            self._run_pass(noise, None, "", WARM_UP_TOKENS, quiet=True)  # greedy syncs at its end
+            self._pipeline.run(noise, None, "", WARM_UP_TOKENS, quiet=True)  # greedy syncs at its end
             self._model.prepare_graphs()  # CUDA: the encoder and prefill graphs of every bucket
             sync_device(self._model.device)
             return time.perf_counter() - t0
@@ -382,8 +303,7 @@ class AsrEngine:
         with self._lock:
             device = self._model.device if self._model is not None else None
             self._model = self._prompt = self._mel = self._adapters = None
-            self._kv_owner = None
-            self._weights_version += 1
+            self._pipeline = None
             gc.collect()
             if device is not None and device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -404,6 +324,26 @@ class AsrEngine:
         self.prepare()
         assert self._prompt is not None
         return self._prompt
+
+    def _renew_pipeline(self) -> None:
+        self._pipeline = Pipeline(
+            self._model, self._prompt, self._mel, lock=self._lock, max_new_tokens=self.options.max_new_tokens
+        )
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The pass pipeline of the model as it is now (loaded first if needed): the stages of one
+        pass, what ``transcribe``, streaming and the bench all run (decode/pipeline.py)."""
+        with self._lock:
+            self.prepare()
+            assert self._pipeline is not None
+            return self._pipeline
+
+    @property
+    def current_pipeline(self) -> Pipeline | None:
+        """The same without loading: None while no model is loaded. A stream compares it with the
+        pipeline it started on to know whether the weights changed under it."""
+        return self._pipeline
 
     # --- transcription -----------------------------------------------------------------------
 
@@ -451,16 +391,16 @@ class AsrEngine:
         forced = normalize_language(language)
         audio = prepare_samples(samples)
         total = len(audio) / SAMPLE_RATE
-        pieces = split_long_audio(audio, SAMPLE_RATE, MAX_PASS_SECONDS)
+        pieces = split_long_audio(audio, SAMPLE_RATE, longform.MAX_PASS_SECONDS)
         self.prepare()
         t0 = time.perf_counter()
-        passes: list[_Pass] = []
+        passes: list[PassResult] = []
         done = 0.0
         if on_progress:
             on_progress(Progress(0.0, total, 0, len(pieces), ""))
         for i, (piece, _offset) in enumerate(pieces):
             draft = draft_ids if i == 0 else None
-            passes.append(self._run_pass(piece, forced, context, max_new_tokens, draft_ids=draft))
+            passes.append(self.pipeline.run(piece, forced, context, max_new_tokens, draft_ids=draft))
             done = min(total, done + len(piece) / SAMPLE_RATE)
             if on_progress:
                 on_progress(Progress(done, total, i + 1, len(pieces), join_texts([p.text for p in passes])))
@@ -477,57 +417,6 @@ class AsrEngine:
             chunks=len(passes),
             truncated=any(p.truncated for p in passes),
         )
-
-    def _run_pass(
-        self,
-        audio: np.ndarray,
-        forced: str | None,
-        context: str,
-        max_new_tokens: int | None,
-        keep_first_logits: bool = False,
-        draft_ids: Sequence[int] | None = None,
-        quiet: bool = False,
-    ) -> _Pass:
-        """One model pass over at most 20 minutes of audio (``quiet``: no warning at the budget)."""
-        with self._lock, torch.inference_mode():
-            self.prepare()
-            model, prompt, mel = self._model, self._prompt, self._mel
-            assert model is not None and prompt is not None and mel is not None
-            self._kv_owner = None  # this pass overwrites the cache
-            budget = self._budget(len(audio), max_new_tokens)
-            t0 = time.perf_counter()
-            features = mel(audio)
-            sync_device(model.device)
-            t1 = time.perf_counter()
-            audio_embeds = model.audio_tower(features)
-            sync_device(model.device)
-            t2 = time.perf_counter()
-            n_tokens = n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames)
-            ids = prompt.prompt_ids(n_tokens, context=context, language=forced)
-            embeds = model.embed_prompt(torch.tensor(ids, device=model.device), audio_embeds)
-            gen = greedy(
-                model,
-                embeds,
-                max_new_tokens=budget,
-                eos_ids=prompt.special.eos,
-                keep_first_logits=keep_first_logits,
-                draft=draft_ids,
-            )
-            return finish_pass(
-                gen,
-                prompt,
-                forced,
-                budget,
-                draft_ids,
-                t0,
-                {"mel_s": t1 - t0, "encoder_s": t2 - t1},
-                n_prompt=len(ids),
-                quiet=quiet,
-            )
-
-    def _budget(self, n_samples: int, max_new_tokens: int | None) -> int:
-        budget = max_new_tokens if max_new_tokens is not None else self.options.max_new_tokens
-        return _auto_budget(n_samples / SAMPLE_RATE) if budget is None else budget
 
 
 @contextmanager

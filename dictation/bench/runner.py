@@ -296,7 +296,7 @@ class OursBench:
 
         engine = self.engine
         model = engine.model
-        features = engine._mel(audio)
+        features = engine.pipeline.mel(audio)
         audio_embeds = model.audio_tower(features)
         ids = engine.prompt.prompt_ids(
             n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames), context="", language=None
@@ -320,7 +320,7 @@ class OursBench:
         with torch.inference_mode():
             sync(device)
             t0 = time.perf_counter()
-            features = engine._mel(audio)
+            features = engine.pipeline.mel(audio)
             sync(device)
             t1 = time.perf_counter()
             audio_embeds = model.audio_tower(features)
@@ -455,7 +455,7 @@ class OursBench:
         """``engine.warm_up()`` (what the app runs after loading: kernel set-up and compiles, the CUDA
         graph capture); returns its seconds."""
         seconds = self.engine.warm_up()
-        self.engine._kv_owner = None
+        self.engine.pipeline.cache_owner = None
         return seconds
 
     def decode_kernels(self) -> dict[str, Any]:
@@ -463,7 +463,7 @@ class OursBench:
         on the step decoding uses here."""
         from dictation.bench.kernel_count import decode_step
 
-        self.engine._kv_owner = None  # the count writes a cache position
+        self.engine.pipeline.cache_owner = None  # the count writes a cache position
         count = decode_step(self.engine.model, 1)
         return {
             "path": count.path,

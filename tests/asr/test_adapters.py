@@ -73,7 +73,7 @@ def engine_with(checkpoint, adapters, **options):
 
 
 def first_logits_and_ids(engine):
-    result = engine._run_pass(AUDIO, None, "", MAX_NEW, keep_first_logits=True)
+    result = engine.pipeline.run(AUDIO, None, "", MAX_NEW, keep_first_logits=True)
     return result.first_logits, result.ids
 
 

@@ -37,7 +37,7 @@ def padded(features: torch.Tensor, windows: int) -> torch.Tensor:
 def test_the_bucketed_encoder_gives_the_unpadded_rows_bit_for_bit(engine, seconds):
     encoder = engine.model.audio_tower
     with torch.inference_mode():
-        features = engine._mel(synth_audio(seconds, seed=3))
+        features = engine.pipeline.mel(synth_audio(seconds, seed=3))
         frames = features.shape[-1]
         n = n_audio_tokens(frames)
         want = encoder(features)  # unpadded on the CPU
@@ -55,7 +55,7 @@ def test_a_part_from_a_window_boundary_is_bucketed_like_the_clip(engine, monkeyp
     """Streaming encodes a clip's windows and its tail apart (clip_frames)."""
     encoder = engine.model.audio_tower
     with torch.inference_mode():
-        features = engine._mel(synth_audio(19.5, seed=4))
+        features = engine.pipeline.mel(synth_audio(19.5, seed=4))
         total = features.shape[-1]
         want = [encoder(features[:, :800], clip_frames=total), encoder(features[:, 1600:], clip_frames=total)]
         monkeypatch.setattr(encoder_mod, "BUCKETED", True)
@@ -73,7 +73,7 @@ def test_one_static_call_per_bucket_reused_and_dropped_with_a_move(engine, monke
     monkeypatch.setattr(StaticCall, "__init__", lambda self, *a, **k: made.append(a[1][0].shape) or real(self, *a, **k))
     with torch.inference_mode():
         for seconds in (2.5, 4.3, 9.7, 12.0, 0.5, 40.0):  # buckets 1, 1, 2, 2; under a chunk: unpadded; past them
-            features = engine._mel(synth_audio(seconds, seed=5))
+            features = engine.pipeline.mel(synth_audio(seconds, seed=5))
             out = encoder(features)
             monkeypatch.setattr(encoder_mod, "BUCKETED", False)
             assert torch.equal(out, encoder(features))
@@ -87,9 +87,9 @@ def test_one_static_call_per_bucket_reused_and_dropped_with_a_move(engine, monke
 
 def test_bucketing_leaves_the_transcript_as_it_was(engine, monkeypatch):
     audio = synth_audio(9.7, seed=6)
-    want = engine._run_pass(audio, None, "", 8, keep_first_logits=True)
+    want = engine.pipeline.run(audio, None, "", 8, keep_first_logits=True)
     monkeypatch.setattr(encoder_mod, "BUCKETED", True)
-    got = engine._run_pass(audio, None, "", 8, keep_first_logits=True)
+    got = engine.pipeline.run(audio, None, "", 8, keep_first_logits=True)
     assert got.ids == want.ids and torch.equal(got.first_logits, want.first_logits)
 
 
@@ -102,7 +102,7 @@ def test_a_tail_window_attends_only_to_itself(engine):
     empty = encoder_mod.window_key_mask(torch.tensor(130), 312, 104, torch.device("cpu"))
     assert empty[2].all()  # a window with no row of the clip sees itself (finite, dropped)
     with torch.inference_mode():
-        features = engine._mel(synth_audio(10.0, seed=7))
+        features = engine.pipeline.mel(synth_audio(10.0, seed=7))
         whole = encoder(features)
         tail = encoder(features[:, 800:], clip_frames=features.shape[-1])
     torch.testing.assert_close(whole[104:], tail, rtol=0, atol=1e-5 * float(tail.abs().max()))
@@ -136,10 +136,10 @@ def test_the_bucketed_prefill_gives_the_unpadded_logits_and_cache(engine, monkey
 
 def test_bucketed_prefills_leave_the_transcripts_as_they_were(engine, monkeypatch):
     audio = [synth_audio(s, seed=r) for s, r in ((2.5, 1), (4.3, 12), (6.5, 3))]
-    want = [engine._run_pass(a, None, "", 12) for a in audio]
+    want = [engine.pipeline.run(a, None, "", 12) for a in audio]
     monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
     monkeypatch.setattr(encoder_mod, "BUCKETED", True)
-    got = [engine._run_pass(a, None, "", 12) for a in audio]
+    got = [engine.pipeline.run(a, None, "", 12) for a in audio]
     assert [g.ids for g in got] == [w.ids for w in want]
 
 
@@ -150,19 +150,19 @@ def test_one_prefill_per_bucket_dropped_when_the_cache_or_the_weights_change(ckp
     made = []
     real = StaticCall.__init__
     monkeypatch.setattr(StaticCall, "__init__", lambda self, *a, **k: made.append(k["name"]) or real(self, *a, **k))
-    first = [engine._run_pass(synth_audio(s, seed=2), None, "", 4).ids for s in (2.5, 3.0, 6.5)]
+    first = [engine.pipeline.run(synth_audio(s, seed=2), None, "", 4).ids for s in (2.5, 3.0, 6.5)]
     assert made == ["prefill", "prefill"] and sorted(model._prefills) == [64, 128]  # 48, 54 and 100 positions
     calls = dict(model._prefills)
     model.ensure_capacity(model.cache.max_len + 1)  # a new cache: the old one's addresses are gone
     assert model._prefills == {}
-    assert [engine._run_pass(synth_audio(s, seed=2), None, "", 4).ids for s in (2.5, 3.0, 6.5)] == first
+    assert [engine.pipeline.run(synth_audio(s, seed=2), None, "", 4).ids for s in (2.5, 3.0, 6.5)] == first
     assert model._prefills[64] is not calls[64]
     calls = dict(model._prefills)
     engine.set_adapters([str(write_adapter(tmp_path / "a", seed=1))])  # int8 layers quantized again: new addresses
-    changed = engine._run_pass(synth_audio(2.5, seed=2), None, "", 4).ids
+    changed = engine.pipeline.run(synth_audio(2.5, seed=2), None, "", 4).ids
     assert model._prefills[64] is not calls[64] and list(model._prefills) == [64]
     engine.set_adapters([])
-    assert engine._run_pass(synth_audio(2.5, seed=2), None, "", 4).ids == first[0] != changed
+    assert engine.pipeline.run(synth_audio(2.5, seed=2), None, "", 4).ids == first[0] != changed
 
 
 def test_the_warm_up_builds_every_bucket_so_that_no_dictation_builds_one(ckpt_untied, monkeypatch):

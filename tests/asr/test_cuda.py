@@ -63,7 +63,7 @@ def test_fp32_cuda_matches_official_cpu(ckpt_root, seconds, seed, tied):
     folder = cached_checkpoint(ckpt_root, tie_word_embeddings=tied)
     engine = AsrEngine(EngineOptions(model=str(folder), device="cuda", dtype="fp32"))
     audio = synth_audio(seconds, seed)
-    result = engine._run_pass(audio, None, "", 24, keep_first_logits=True)
+    result = engine.pipeline.run(audio, None, "", 24, keep_first_logits=True)
     oracle = oracle_for(folder)
     ref_logits = oracle.first_step_logits(audio)
     torch.testing.assert_close(result.first_logits.cpu(), ref_logits, atol=1e-3 * float(ref_logits.abs().max()), rtol=0)
@@ -75,7 +75,7 @@ def test_bf16_cuda_agrees_with_official_bf16_cuda(ckpt_untied):
     oracle = OfficialOracle(ckpt_untied, device="cuda", dtype=torch.bfloat16)
     for seconds, seed in CLIPS:
         audio = synth_audio(seconds, seed)
-        result = engine._run_pass(audio, None, "", 16, keep_first_logits=True)
+        result = engine.pipeline.run(audio, None, "", 16, keep_first_logits=True)
         ref_logits = oracle.first_step_logits(audio).float().cpu()
         ours = result.first_logits.cpu()
         assert torch.corrcoef(torch.stack([ours, ref_logits]))[0, 1] > 0.999

@@ -28,7 +28,7 @@ def prompt_embeds(engine, audio: np.ndarray) -> torch.Tensor:
     """The prompt ``_run_pass`` builds for ``audio``."""
     model, prompt = engine.model, engine.prompt
     with torch.inference_mode():
-        features = engine._mel(audio)
+        features = engine.pipeline.mel(audio)
         audio_embeds = model.audio_tower(features)
         n = n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames)
         ids = prompt.prompt_ids(n)
@@ -36,7 +36,7 @@ def prompt_embeds(engine, audio: np.ndarray) -> torch.Tensor:
 
 
 def run(engine, embeds, draft=None, max_new_tokens=MAX_NEW, **kw):
-    engine._kv_owner = None  # the cache is overwritten
+    engine.pipeline.cache_owner = None  # the cache is overwritten
     eos = engine.prompt.special.eos
     return greedy(engine.model, embeds, max_new_tokens=max_new_tokens, eos_ids=eos, draft=draft, **kw)
 

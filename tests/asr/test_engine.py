@@ -9,6 +9,8 @@ import pytest
 
 import dictation.asr.engine as engine_mod
 from dictation.asr import AsrEngine, AudioError, EngineOptions, LanguageError
+from dictation.asr.decode import longform
+from dictation.asr.decode.pipeline import auto_budget
 from tests.oracle import synth_audio
 
 
@@ -84,7 +86,7 @@ def test_loud_input_is_peak_normalised(ckpt_untied, engine_factory):
 
 
 def test_long_audio_is_split_and_progress_reported(ckpt_untied, engine_factory, monkeypatch):
-    monkeypatch.setattr(engine_mod, "MAX_PASS_SECONDS", 5.0)
+    monkeypatch.setattr(longform, "MAX_PASS_SECONDS", 5.0)
     engine = engine_factory(ckpt_untied)
     audio = synth_audio(13.0, seed=21)
     seen = []
@@ -93,14 +95,14 @@ def test_long_audio_is_split_and_progress_reported(ckpt_untied, engine_factory, 
     assert result.chunks == len(pieces) >= 3
     assert [p.chunk for p in seen] == list(range(len(pieces) + 1))
     assert seen[-1].fraction == pytest.approx(1.0) and seen[0].fraction == 0.0
-    expected = [engine._run_pass(p, None, "", 6).ids for p, _ in pieces]
+    expected = [engine.pipeline.run(p, None, "", 6).ids for p, _ in pieces]
     assert result.token_ids == [t for ids in expected for t in ids]
     assert seen[-1].text_so_far == result.text
 
 
 def test_auto_budget_scales_with_length():
-    assert engine_mod._auto_budget(1.0) < engine_mod._auto_budget(60.0)
-    assert engine_mod._auto_budget(1200.0) >= 1200 * 5
+    assert auto_budget(1.0) < auto_budget(60.0)
+    assert auto_budget(1200.0) >= 1200 * 5
 
 
 def test_kv_cache_grows_during_long_outputs_without_changing_ids(ckpt_untied, monkeypatch):

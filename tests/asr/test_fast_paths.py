@@ -48,14 +48,14 @@ def fresh(folder, **options) -> AsrEngine:
 def prompt_embeds(engine: AsrEngine, audio) -> torch.Tensor:
     model = engine.model
     with torch.inference_mode():
-        features = engine._mel(audio)
+        features = engine.pipeline.mel(audio)
         audio_embeds = model.audio_tower(features)
         ids = engine.prompt.prompt_ids(n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames))
         return model.embed_prompt(torch.tensor(ids, device=model.device), audio_embeds)
 
 
 def decode(engine: AsrEngine, embeds: torch.Tensor, max_new_tokens: int = MAX_NEW, **kw):
-    engine._kv_owner = None  # the cache is overwritten
+    engine.pipeline.cache_owner = None  # the cache is overwritten
     eos = kw.pop("eos_ids", engine.prompt.special.eos)
     return greedy(engine.model, embeds, max_new_tokens=max_new_tokens, eos_ids=eos, keep_first_logits=True, **kw)
 
@@ -96,7 +96,7 @@ def pick_gaps(engine: AsrEngine, embeds: torch.Tensor, ids: list[int]) -> list[f
     that step's largest |logit|: 0 where it is the step's argmax. What shows that two ways of computing
     the same steps in bf16 (static or plain step, fused or not) part only at near ties."""
     model = engine.model
-    engine._kv_owner = None  # the cache is overwritten
+    engine.pipeline.cache_owner = None  # the cache is overwritten
     gaps = []
     with torch.inference_mode():
         logits = model.prefill(embeds, len(ids))
@@ -853,7 +853,7 @@ def test_masked_attention_with_gqa_folded_into_rows_equals_enable_gqa(ckpt_stops
     for fold in (False, True):
         monkeypatch.setattr(decoder_mod, "FOLD_MASKED_GQA", fold)
         used.clear()
-        engine._kv_owner = None
+        engine.pipeline.cache_owner = None
         logits = model.prefill(embeds, MAX_NEW)
         drafted = decode(engine, embeds, draft=ref.token_ids[:3] + [5, 6, 7])
         checked = model.forward_tokens(torch.tensor(ref.token_ids[:6]), embeds.shape[1])

@@ -204,7 +204,7 @@ def test_moving_the_model_to_the_cpu_drops_the_graph_and_its_memory(ckpt_untied)
     graph = model.decode_graph
     model.to("cpu")  # what a GPU failure does
     assert model.decode_graph is None and model.cache is None and graph.graph is None
-    engine._mel = LogMel(model.cfg.audio.num_mel_bins, torch.device("cpu"))
+    engine.pipeline.mel = LogMel(model.cfg.audio.num_mel_bins, torch.device("cpu"))
     on_cpu = run(engine, prompt_embeds(engine, audio), "graph")  # no graph on the CPU: the plain step
     assert on_cpu.token_ids == on_gpu and model.decode_graph is None
     del graph
@@ -313,7 +313,7 @@ def test_folded_masked_attention_on_cuda_equals_enable_gqa(ckpt_untied, monkeypa
     got = {}
     for fold in (False, True):
         monkeypatch.setattr(decoder_mod, "FOLD_MASKED_GQA", fold)
-        engine._kv_owner = None
+        engine.pipeline.cache_owner = None
         got[fold] = model.prefill(embeds, 8).float().cpu(), run(engine, embeds, "static").token_ids
     torch.testing.assert_close(got[True][0], got[False][0], atol=1e-4 * float(got[False][0].abs().max()), rtol=0)
     assert got[True][1] == got[False][1]
@@ -328,7 +328,7 @@ def test_the_encoder_is_captured_per_bucket_and_gives_the_uncaptured_rows(ckpt_u
     encoder = engine.model.audio_tower
     clips = [(2.5, 1), (4.3, 2), (9.7, 3), (30.0, 4), (40.0, 5)]  # buckets 1, 1, 2, 4; 5 windows uncaptured
     with torch.inference_mode():
-        features = [engine._mel(synth_audio(seconds, seed=seed)) for seconds, seed in clips]
+        features = [engine.pipeline.mel(synth_audio(seconds, seed=seed)) for seconds, seed in clips]
         monkeypatch.setattr(encoder_mod, "USE_ENCODER_GRAPH", False)
         encoder.release_graphs()
         uncaptured = [encoder(f) for f in features]

@@ -91,7 +91,7 @@ def test_transcribe_with_progress_inside_inference_mode(ckpt_untied, reference, 
 def test_run_pass_inside_inference_mode(ckpt_untied, reference, prepared):
     engine = make(ckpt_untied, prepared)
     with torch.inference_mode():
-        assert engine._run_pass(AUDIO, None, "", MAX_NEW).ids == reference["ids"]
+        assert engine.pipeline.run(AUDIO, None, "", MAX_NEW).ids == reference["ids"]
     assert no_inference_weights(engine)
 
 

@@ -59,7 +59,7 @@ def test_encoder_output(ckpt_untied, engine_factory, name):
     audio = clip(name)
     engine = engine_factory(ckpt_untied)
     with torch.inference_mode():
-        ours = engine.model.audio_tower(engine._mel(audio))
+        ours = engine.model.audio_tower(engine.pipeline.mel(audio))
     ref = oracle_for(ckpt_untied).encoder_output(audio)
     assert ours.shape == ref.shape == (n_audio_tokens(len(audio) // 160), ref.shape[1])
     assert_close_scaled(ours, ref)
@@ -70,7 +70,7 @@ def test_long_clip_uses_windowed_attention(ckpt_untied, engine_factory):
     audio = clip("long")
     engine = engine_factory(ckpt_untied)
     with torch.inference_mode():
-        ours = engine.model.audio_tower(engine._mel(audio))
+        ours = engine.model.audio_tower(engine.pipeline.mel(audio))
     global_ref = oracle_for(ckpt_untied).encoder_output(audio, windowed=False)
     assert float((ours - global_ref).abs().max()) > 1e-2
 
@@ -112,7 +112,7 @@ def test_first_logits_and_greedy_ids(ckpt_root, engine_factory, kind, name, cont
     oracle = oracle_for(twin)
     audio = clip(name)
     language = normalize_language(language)  # the official API takes names only, not ISO codes
-    result = engine._run_pass(audio, language, context, MAX_NEW, keep_first_logits=True)
+    result = engine.pipeline.run(audio, language, context, MAX_NEW, keep_first_logits=True)
     ref_logits = oracle.first_step_logits(audio, context, language)
     assert_close_scaled(result.first_logits, ref_logits)
     ref_ids, margins = oracle.greedy_margins(audio, context, language, MAX_NEW)
@@ -123,8 +123,8 @@ def test_first_logits_and_greedy_ids(ckpt_root, engine_factory, kind, name, cont
 
 def test_greedy_ids_depend_on_audio(ckpt_untied, engine_factory):
     engine = engine_factory(ckpt_untied)
-    a = engine._run_pass(clip("medium"), None, "", MAX_NEW).ids
-    b = engine._run_pass(synth_audio(4.3, seed=99), None, "", MAX_NEW).ids
+    a = engine.pipeline.run(clip("medium"), None, "", MAX_NEW).ids
+    b = engine.pipeline.run(synth_audio(4.3, seed=99), None, "", MAX_NEW).ids
     assert a != b
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-import dictation.asr.engine as engine_mod
 from dictation.asr import AsrEngine, AudioError, EngineOptions
+from dictation.asr.decode import longform
 from dictation.asr.nn.features import HOP_LENGTH, LogMel, n_frames
 from tests.oracle import synth_audio
 
@@ -137,7 +137,7 @@ def test_loudest_part_last_reencodes_the_early_windows(engine):
     feed_randomly(stream, audio, seed=1)
     assert stream.windows_done == 3
     # the running max grew at the end: the windows' features under it are not the final ones
-    final = engine._mel(audio)
+    final = engine.pipeline.mel(audio)
     first = stream._mel.floor(stream._raw[0], stream._floors[0] + 8.0)
     assert not torch.equal(first, final[:, :800])
     got = stream.finish()
@@ -185,7 +185,7 @@ def test_only_the_last_window_is_encoded_at_finish(engine, monkeypatch):
 
 def test_first_logits_close_to_the_whole_clip(engine):
     audio = synth_audio(25.0, seed=8)
-    ref = engine._run_pass(audio, None, "", MAX_NEW, keep_first_logits=True)
+    ref = engine.pipeline.run(audio, None, "", MAX_NEW, keep_first_logits=True)
     stream = engine.stream(max_new_tokens=MAX_NEW)
     feed_randomly(stream, audio, seed=4)
     got = stream._finish_streamed(stream._buf[: stream._n], keep_first_logits=True)
@@ -241,7 +241,7 @@ def test_feed_from_a_worker_thread(engine):
 
 
 def test_over_the_single_pass_limit_falls_back_to_split_transcription(engine, monkeypatch):
-    monkeypatch.setattr(engine_mod, "MAX_PASS_SECONDS", 10.0)
+    monkeypatch.setattr(longform, "MAX_PASS_SECONDS", 10.0)
     audio = synth_audio(25.0, seed=13)
     whole = engine.transcribe(audio, max_new_tokens=MAX_NEW)
     assert whole.chunks == 3

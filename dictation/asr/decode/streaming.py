@@ -49,14 +49,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 
-from dictation.asr import engine as engine_module
 from dictation.asr.config import SAMPLE_RATE
+from dictation.asr.decode import longform
 from dictation.asr.decode.greedy import greedy, sync_device
-from dictation.asr.engine import AsrEngine, Transcript, _Pass, finish_pass
+from dictation.asr.decode.pipeline import PassResult, Pipeline, Transcript
 from dictation.asr.errors import AudioError
 from dictation.asr.nn.features import HOP_LENGTH, N_FFT, n_audio_tokens, n_frames
 from dictation.asr.text.parse import parse_output
@@ -71,7 +72,26 @@ MAX_HEADROOM = 2048
 
 def _pass_limit_samples() -> int:
     """Longest clip transcribed in one pass; read at call time so it follows the engine's limit."""
-    return int(engine_module.MAX_PASS_SECONDS * SAMPLE_RATE)
+    return int(longform.MAX_PASS_SECONDS * SAMPLE_RATE)
+
+
+class PipelineSource(Protocol):
+    """What a stream needs of the engine (``AsrEngine``): its public pass API, nothing private."""
+
+    def prepare(self) -> None: ...
+
+    @property
+    def current_pipeline(self) -> Pipeline | None: ...
+
+    def transcribe(
+        self,
+        samples: np.ndarray,
+        *,
+        language: str | None = None,
+        context: str = "",
+        max_new_tokens: int | None = None,
+        draft_ids: Sequence[int] | None = None,
+    ) -> Transcript: ...
 
 
 def _as_chunk(samples: np.ndarray) -> np.ndarray:
@@ -108,7 +128,12 @@ class StreamingTranscription:
     """
 
     def __init__(
-        self, engine: AsrEngine, *, language: str | None = None, context: str = "", max_new_tokens: int | None = None
+        self,
+        engine: PipelineSource,
+        *,
+        language: str | None = None,
+        context: str = "",
+        max_new_tokens: int | None = None,
     ) -> None:
         self._forced = normalize_language(language)  # an unknown language fails before any work
         self._engine = engine
@@ -133,10 +158,11 @@ class StreamingTranscription:
         self._filled = 0
 
         engine.prepare()
-        with engine._lock:
-            self._model, self._mel, self._prompt = engine._model, engine._mel, engine._prompt
-            self._version = engine._weights_version
-        assert self._model is not None and self._mel is not None and self._prompt is not None
+        pipe = engine.current_pipeline
+        assert pipe is not None
+        # The pipeline of the weights as they are now; the engine makes a new one when they change.
+        self._pipe = pipe
+        self._model, self._mel, self._prompt = pipe.model, pipe.mel, pipe.prompt
         ids = self._prompt.prompt_ids(0, context=self._context, language=self._forced)
         at = ids.index(self._prompt.special.audio_start) + 1
         self._head_ids, self._tail_ids = ids[:at], ids[at:]  # around the audio pads
@@ -260,7 +286,7 @@ class StreamingTranscription:
         self, draft_ids: Sequence[int] | None, should_stop: Callable[[], bool] | None, *, windows_only: bool
     ) -> Preview | None:
         """:meth:`preview`; ``windows_only``: of the completed windows alone (:meth:`partial`)."""
-        engine = self._engine
+        pipe = self._pipe
         t0 = time.perf_counter()
 
         def stop() -> bool:
@@ -274,7 +300,7 @@ class StreamingTranscription:
             total = tail_start if windows_only else n_frames(n)
             if total <= tail_start and not self._raw:
                 return None
-            with engine._lock, torch.inference_mode():
+            with pipe.lock, torch.inference_mode():
                 if not self._model_current():
                     return None
                 model, mel, prompt = self._model, self._mel, self._prompt
@@ -289,7 +315,7 @@ class StreamingTranscription:
                     fresh = model.audio_tower(mel.floor(tail, clip_max), clip_frames=total)
                     pieces.append(fresh.to(model.dtype).unsqueeze(0))
                 tail_ids = torch.tensor(self._tail_ids, device=model.device)
-                budget = engine._budget(n, self._max_new_tokens)
+                budget = pipe.budget(n, self._max_new_tokens)
                 pieces.append(model.decoder.embed_tokens(tail_ids).unsqueeze(0))
                 # Everything written here lies after the streamed prompt; the next window overwrites
                 # those positions before anything attends to them, so the cache stays this stream's.
@@ -354,8 +380,7 @@ class StreamingTranscription:
         self._n = need
 
     def _model_current(self) -> bool:
-        engine = self._engine
-        return engine._model is self._model and engine._weights_version == self._version
+        return self._engine.current_pipeline is self._pipe
 
     def _stop_streaming(self, why: str) -> None:
         log.debug("streaming off (%s): finish will transcribe the whole clip", why)
@@ -366,8 +391,8 @@ class StreamingTranscription:
         self._raw, self._floors, self._mins, self._segments = [], [], [], []
         self._running_max = None
         self._filled = 0
-        if self._engine._kv_owner is self:  # only ever cleared: at worst someone refills
-            self._engine._kv_owner = None
+        if self._pipe.cache_owner is self:  # only ever cleared: at worst someone refills
+            self._pipe.cache_owner = None
 
     def _close(self, state: str) -> None:
         self._state = state
@@ -376,10 +401,9 @@ class StreamingTranscription:
 
     def _encode_window(self) -> None:
         """Encode the next complete window with the running floor and prefill it (and the prompt head)."""
-        engine = self._engine
         t0 = time.perf_counter()
         try:
-            with engine._lock, torch.inference_mode():
+            with self._pipe.lock, torch.inference_mode():
                 if not self._model_current():
                     self._stop_streaming("the model changed")
                     return
@@ -405,13 +429,13 @@ class StreamingTranscription:
 
     def _cached_positions(self, upto: int) -> int:
         """Prompt positions of segments ``[:upto]`` that the cache holds now."""
-        filled = min(self._filled, upto) if self._engine._kv_owner is self else 0
+        filled = min(self._filled, upto) if self._pipe.cache_owner is self else 0
         return sum(s.shape[1] for s in self._segments[:filled])
 
     def _fill_cache(self, upto: int | None = None) -> int:
         """Make the cache hold segments ``[:upto]`` (default all); returns the positions they take."""
         upto = len(self._segments) if upto is None else upto
-        if self._engine._kv_owner is not self:
+        if self._pipe.cache_owner is not self:
             self._filled = 0
         self._filled = min(self._filled, upto)
         start = sum(s.shape[1] for s in self._segments[: self._filled])
@@ -420,15 +444,15 @@ class StreamingTranscription:
             self._model.extend(embeds, start, headroom=min(start, MAX_HEADROOM))
             start += embeds.shape[1]
             self._filled = upto
-            self._engine._kv_owner = self
+            self._pipe.cache_owner = self
         return start
 
     def _finish_streamed(
         self, audio: np.ndarray, keep_first_logits: bool = False, draft_ids: Sequence[int] | None = None
-    ) -> _Pass | None:
+    ) -> PassResult | None:
         """The last window, re-encoding of windows whose floor changed, the prompt tail, decoding."""
-        engine = self._engine
-        with engine._lock, torch.inference_mode():
+        pipe = self._pipe
+        with pipe.lock, torch.inference_mode():
             if not self._model_current():
                 return None
             model, mel, prompt = self._model, self._mel, self._prompt
@@ -459,8 +483,8 @@ class StreamingTranscription:
             pieces.append(model.decoder.embed_tokens(torch.tensor(self._tail_ids, device=model.device)).unsqueeze(0))
             embeds = torch.cat(pieces, dim=1)
             assert start + embeds.shape[1] == len(ids), "streamed prompt length differs from the whole clip's"
-            engine._kv_owner = None  # decoding writes past the prompt; the stream is done with it
-            budget = engine._budget(len(audio), self._max_new_tokens)
+            pipe.cache_owner = None  # decoding writes past the prompt; the stream is done with it
+            budget = pipe.budget(len(audio), self._max_new_tokens)
             gen = greedy(
                 model,
                 embeds,
@@ -479,4 +503,4 @@ class StreamingTranscription:
                 "reencoded_windows": float(done - first),
                 "feed_s": self._feed_s,
             }
-            return finish_pass(gen, prompt, self._forced, budget, draft_ids, t0, stages, n_prompt=len(ids))
+            return pipe.finish(gen, self._forced, budget, draft_ids, t0, stages, n_prompt=len(ids))
