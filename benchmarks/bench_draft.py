@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dictation.asr import AsrEngine, EngineOptions  # noqa: E402
-from dictation.bench.runner import synth_audio  # noqa: E402
+from dictation.bench.measure import synth_audio  # noqa: E402
 
 SR = 16000
 

@@ -39,7 +39,7 @@ import torch.nn.functional as F  # noqa: E402
 from dictation.asr.nn import graphs, quant_format, quantized  # noqa: E402
 from dictation.asr.nn.kernels import triton_gemv  # noqa: E402
 from dictation.bench.checkpoints import SIZES, TEXT_COMMON  # noqa: E402
-from dictation.bench.runner import gpu_bandwidth  # noqa: E402
+from dictation.bench.measure import gpu_bandwidth  # noqa: E402
 
 PATHS = ("triton", "torch", "dequantize")
 H100_BANDWIDTH = 3.35e12  # bytes/s, H100 SXM (HBM3): the reference where the GPU is not known

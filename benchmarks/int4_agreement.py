@@ -43,7 +43,8 @@ from dictation.asr.checkpoints.locate import checkpoint_name  # noqa: E402
 from dictation.asr.nn import quant_format, quantized  # noqa: E402
 from dictation.asr.tune import quantize  # noqa: E402
 from dictation.bench.checkpoints import SIZES, build_checkpoint, prequantized_folder  # noqa: E402
-from dictation.bench.runner import OursBench, synth_audio  # noqa: E402
+from dictation.bench.measure import synth_audio  # noqa: E402
+from dictation.bench.ours import OursBench  # noqa: E402
 
 
 def numpy_int4_folder(folder: Path, names: list[str], layout: str):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dictation.bench.runner import Run, sync
+from dictation.bench.measure import Run, sync
 
 INSTALL_HINT = "pip install 'dictation[reference]' && pip install --no-deps qwen-asr==0.0.6"
 

@@ -31,11 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from dictation.asr import AsrEngine, EngineOptions  # noqa: E402
-from dictation.asr.decode import greedy as generate_mod
-from dictation.asr.nn import graphs
-from dictation.asr.nn.kernels import fused
+from dictation.asr.decode import greedy as generate_mod  # noqa: E402
+from dictation.asr.nn import graphs  # noqa: E402
+from dictation.asr.nn.kernels import fused  # noqa: E402
 from dictation.bench import checkpoints  # noqa: E402
-from dictation.bench.runner import decode_weight_bytes, gpu_bandwidth, kv_cache_bytes  # noqa: E402
+from dictation.bench.measure import gpu_bandwidth, kv_cache_bytes  # noqa: E402
+from dictation.bench.ours import decode_weight_bytes  # noqa: E402
 
 STEPS = ("unfused", "fused", "gemv", "compiled")
 

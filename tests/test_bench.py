@@ -256,7 +256,7 @@ def test_kernel_layouts_include_the_fused_projections(variants_run, workdir):
     import torch
 
     from dictation.asr.nn import quantized
-    from dictation.bench.runner import OursBench
+    from dictation.bench.ours import OursBench
 
     (folder,) = [p for p in workdir.iterdir() if p.is_dir() and p.name.endswith("tiny-random")]
     bench = OursBench(folder, torch.device("cpu"), "int4", "fp32", 128)
@@ -325,7 +325,7 @@ def test_loads_are_timed_from_a_warm_page_cache(tmp_path, monkeypatch):
 )
 def test_the_bandwidth_floor_knows_the_gpu_by_its_reported_name(name, label):
     """The more specific names must win (GH200 is not an H200, an A100 not an A10, an L40S not an L4)."""
-    from dictation.bench.runner import gpu_bandwidth
+    from dictation.bench.measure import gpu_bandwidth
 
     found = gpu_bandwidth(name)
     assert (found[0] if found else None) == label
@@ -430,3 +430,22 @@ def test_profile_decode_repeats_a_step_per_attention_split_and_restores_the_defa
     assert seen == [None, 4] and fused.ATTENTION_SPLITS is None
     heads = [line for line in capsys.readouterr().out.splitlines() if "ms/token" in line]
     assert [h.split("]")[0] for h in heads] == ["[tiny splits=auto fp32 unfused", "[tiny splits=4 fp32 unfused"]
+
+
+def test_the_bench_times_the_engines_own_pass(variants_run, workdir):
+    """The bench runs the stages of the engine's pass pipeline, not a copy of them: its forced tokens
+    begin with the ids a transcription of the same clip produces (fp32, bit for bit)."""
+    import numpy as np
+    import torch
+
+    from dictation.bench.ours import OursBench
+
+    (folder,) = [p for p in workdir.iterdir() if p.is_dir() and p.name.endswith("tiny-random")]
+    bench = OursBench(folder, torch.device("cpu"), "fp32", "fp32", 128)
+    bench.load()
+    audio = np.random.default_rng(5).standard_normal(24000).astype(np.float32) * 0.1
+    run = bench.run(audio, 6)
+    want = bench.engine.pipeline.run(audio, None, "", 6)
+    assert len(run.tokens) == 6 and want.ids and run.tokens[: len(want.ids)] == want.ids
+    assert run.mel_ms > 0 and run.encoder_ms > 0 and run.prefill_ms > 0
+    bench.unload()

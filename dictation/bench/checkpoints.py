@@ -27,10 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dictation.asr import SAMPLE_RATE
+
 SEED = 1234
 WEIGHT_STD = 0.02
 CHECKPOINT_FORMAT = 2  # bump when the generated checkpoint changes (invalidates --workdir caches)
-SAMPLE_RATE = 16000
+
 
 # Real dimensions (spec §2.1); "tiny" is for smoke tests (the real vocabulary, a few MB of layers).
 SIZES: dict[str, dict[str, dict[str, int]]] = {

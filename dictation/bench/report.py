@@ -6,6 +6,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+RANDOM_AGREEMENT_NOTE = (
+    "agreement: random weights give near-uniform logits, so on these checkpoints the agreement figures are only "
+    "a sanity check (the reference must agree with itself: 1.00); use --model with a real model for meaningful ones"
+)
+
 STAGE_LABELS = {
     "mel_ms": "mel (ms)",
     "encoder_ms": "encoder (ms)",
@@ -165,7 +170,6 @@ def print_size_table(res: dict[str, Any], meta: dict[str, Any], out: Callable[[s
 
 def print_summary(results: list[dict[str, Any]], meta: dict[str, Any], out: Callable[[str], None] = print) -> None:
     """The notes after all tables: machine load, bandwidth floor, how to read the figures."""
-    from dictation.bench.runner import RANDOM_AGREEMENT_NOTE
 
     loadavg = meta.get("loadavg_end")
     cpus = meta.get("cpu_count") or os.cpu_count() or 1

@@ -10,6 +10,7 @@ import torch
 
 from dictation.asr import AsrEngine, AudioError, EngineOptions
 from dictation.asr.decode import longform
+from dictation.asr.decode.streaming import StreamingTranscription
 from dictation.asr.nn.features import HOP_LENGTH, LogMel, n_frames
 from tests.oracle import synth_audio
 
@@ -409,3 +410,45 @@ def test_preview_is_none_when_there_is_nothing_to_preview(engine):
     assert stream.preview() is None
     stream.cancel()
     assert stream.preview() is None
+
+
+class _OnlyThePublicFace:
+    """An engine reduced to what a stream may use: prepare, current_pipeline, transcribe."""
+
+    def __init__(self, engine) -> None:
+        self._engine = engine
+
+    def prepare(self) -> None:
+        self._engine.prepare()
+
+    @property
+    def current_pipeline(self):
+        return self._engine.current_pipeline
+
+    def transcribe(self, samples, **kwargs):
+        return self._engine.transcribe(samples, **kwargs)
+
+
+def test_a_stream_needs_only_the_engines_public_pass_api(engine):
+    """Streaming runs on the pass pipeline the engine hands out (decode/pipeline.py), not on its
+    private fields: through a facade with only the public surface it gives the whole clip's ids."""
+    audio = synth_audio(19.0, seed=21)
+    want = engine.transcribe(audio, max_new_tokens=12).token_ids
+    stream = StreamingTranscription(_OnlyThePublicFace(engine), max_new_tokens=12)
+    feed_randomly(stream, audio, seed=3)
+    assert stream.windows_done == 2
+    assert stream.finish().token_ids == want
+
+
+def test_new_weights_give_a_new_pipeline_and_stale_streams_fall_back(engine):
+    """The engine makes a new pipeline whenever the weights change; a stream started on the old one
+    does not use its early work (it transcribes the whole clip, with the new weights)."""
+    audio = synth_audio(17.0, seed=22)
+    stream = engine.stream(max_new_tokens=8)
+    stream.feed(audio)
+    before = engine.current_pipeline
+    engine.unload()
+    assert engine.current_pipeline is None
+    result = stream.finish()
+    assert engine.current_pipeline is not before and result.timings["stream_windows"] == 0.0
+    assert result.token_ids == engine.transcribe(audio, max_new_tokens=8).token_ids
