@@ -8,7 +8,8 @@ existing destination is refused (never overwritten), also when it appears while 
 names, dtypes and shapes), so a conversion holds one tensor in memory, not the model. Its bytes are
 those the ``safetensors`` package writes for the same tensors and metadata: tensors ordered by dtype as
 the library orders them (wider and floating first), then by name, the header as compact JSON padded
-with spaces to a multiple of 8. So a file converted to another layout and back is the file it was.
+with spaces to a multiple of 8, the metadata keys in the order given (the library's order of several keys
+varies from run to run). So a file converted to another layout and back is the file it was.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def atomic_outputs(
 def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     """The tensor's bytes in memory order (little-endian), without a copy when it is contiguous."""
     t = tensor.detach().contiguous().cpu()
-    return memoryview(t.view(torch.uint8).reshape(-1).numpy()) if t.numel() else memoryview(b"")
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
 
 
 def write_safetensors(

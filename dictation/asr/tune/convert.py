@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -202,9 +203,10 @@ def _source_metadata(files) -> dict[str, str] | None:
     """The ``__metadata__`` of a single-file source (kept, so a round trip gives back the same file)."""
     if len(files.files) != 1:
         return None
-    with safe_open(str(files.files[0]), framework="pt", device="cpu") as f:
-        meta = f.metadata()
-    return dict(meta) if meta else None
+    with open(files.files[0], "rb") as f:  # the header's own key order (safe_open's is arbitrary)
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    meta = header.get("__metadata__")
+    return {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) and meta else None
 
 
 def _write_gguf(
