@@ -28,7 +28,7 @@ import torch
 from safetensors import safe_open
 
 from dictation.asr.checkpoints.gguf import export
-from dictation.asr.checkpoints.gguf.quantize import WRITABLE, encode
+from dictation.asr.checkpoints.gguf.quantize import WRITABLE, encode_chunks
 from dictation.asr.checkpoints.gguf.writer import PlannedTensor, write_gguf
 from dictation.asr.checkpoints.hub import resolve_model
 from dictation.asr.checkpoints.layouts import OWN_FILES, layout_files
@@ -227,7 +227,7 @@ def _write_gguf(
         if t.source == export.POSITION_TABLE:
             return export.position_table(*t.shape)
         tensor = source.read(t.source)
-        return encode(tensor.reshape(t.shape), t.type_name)
+        return encode_chunks(tensor.reshape(t.shape), t.type_name)
 
     def tick(t: PlannedTensor) -> None:
         nonlocal done

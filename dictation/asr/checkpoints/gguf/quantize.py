@@ -14,6 +14,8 @@ gguf-py reproduces bit for bit; ours give the same bytes (tests/asr/test_convert
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -51,6 +53,15 @@ def encode(tensor: torch.Tensor, type_name: str) -> np.ndarray:
     n_rows, n_cols = x.shape
     blocks = x.reshape(-1, 32)
     return _BLOCK_ENCODERS[type_name](blocks).reshape(n_rows, -1)
+
+
+def encode_chunks(tensor: torch.Tensor, type_name: str, chunk_values: int = 1 << 22) -> Iterator[np.ndarray]:
+    """``encode`` in slices of whole rows of about ``chunk_values`` values, so the float32 temporaries of
+    a large matrix (the embeddings: 311M values in the 1.7B model) never exist at full size."""
+    rows = tensor.reshape(-1, tensor.shape[-1]) if tensor.dim() else tensor.reshape(1, 1)
+    step = max(1, chunk_values // max(1, rows.shape[1]))
+    for start in range(0, rows.shape[0], step):
+        yield encode(rows[start : start + step], type_name)
 
 
 def _inverse(d: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ token types), or a ``(type id, value)`` pair for an explicit GGUF value type.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -104,16 +104,21 @@ def write_gguf(
     f: BinaryIO,
     metadata: dict[str, Any],
     tensors: Sequence[PlannedTensor],
-    produce: Callable[[PlannedTensor], np.ndarray],
+    produce: Callable[[PlannedTensor], np.ndarray | Iterable[np.ndarray]],
     on_tensor: Callable[[PlannedTensor], None] | None = None,
 ) -> None:
-    """Write a GGUF file to ``f``; ``produce(t)`` gives each tensor's bytes (uint8), in the order given."""
+    """Write a GGUF file to ``f``; ``produce(t)`` gives each tensor's bytes, in the order given: an array,
+    or arrays written one after the other (a large tensor in slices)."""
     f.write(header_bytes(metadata, tensors))
     for t in tensors:
-        data = np.ascontiguousarray(produce(t)).view(np.uint8).reshape(-1)
-        if data.size != t.n_bytes:
-            raise ValueError(f"{t.name}: {data.size} bytes produced, {t.n_bytes} planned")
-        f.write(memoryview(data))
-        f.write(b"\0" * (-data.size % ALIGNMENT))
+        parts = produce(t)
+        written = 0
+        for part in [parts] if isinstance(parts, np.ndarray) else parts:
+            data = np.ascontiguousarray(part).view(np.uint8).reshape(-1)
+            f.write(memoryview(data))
+            written += data.size
+        if written != t.n_bytes:
+            raise ValueError(f"{t.name}: {written} bytes produced, {t.n_bytes} planned")
+        f.write(b"\0" * (-written % ALIGNMENT))
         if on_tensor is not None:
             on_tensor(t)
