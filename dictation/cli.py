@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--to", required=True, choices=["gguf", "hf", "original"], help="what to write")
     c.add_argument("--out", required=True, help="new file (gguf) or folder (hf, original); never overwritten")
     c.add_argument(
-        "--type", help="gguf: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (default F16); hf/original: F32 F16 BF16"
+        "--type", help="gguf: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K (default F16); else F32 F16 BF16"
     )
     c.add_argument(
         "--gguf-layout",

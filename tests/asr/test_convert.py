@@ -4,6 +4,7 @@ first, and the outputs that appear whole or not at all. On the tiny random check
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from dictation.asr.checkpoints import output as output_module
 from dictation.asr.checkpoints.gguf.build import read_gguf
+from dictation.asr.checkpoints.gguf.dequant import dequantize_blocks
 from dictation.asr.checkpoints.gguf.export import gguf_name, tensor_type
 from dictation.asr.checkpoints.gguf.quantize import encode
 from dictation.asr.checkpoints.gguf.reader import SUPPORTED_TYPES, read_gguf_file
@@ -82,6 +84,47 @@ def test_block_encoders_give_gguf_py_bytes(kind):
     ours = encode(torch.from_numpy(x), kind).reshape(-1)
     theirs = gguf.quants.quantize(x, QT[kind]).view(np.uint8).reshape(-1)
     assert np.array_equal(ours, theirs)
+
+
+# sha256 of what ggml's quantize_row_q{4,5,6}_K_ref (llama.cpp ggml/src/ggml-quants.c, commit 01243c5) write for
+# k_quant_input(), built with gcc -O2 -ffp-contract=off (C's own float rounding, no fused multiply-adds);
+# a -march=native build fuses some, and then differs in a few percent of the blocks either way.
+GGML_K_DIGESTS = {
+    "Q4_K": "57dcd9e4530dcb585b1000a3dade386bb9fd6f1260a5879d6c86494656631e53",
+    "Q5_K": "265fa63499d4353f52a675b58a01441ddf5f5ce96ee0c5167727f82c4dccc01d",
+    "Q6_K": "d346f4d536deea0c64a35233508d086eee1798f56f8d285385c6d37126708ee3",
+}
+
+
+def k_quant_input() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((16, 512)).astype(np.float32)
+    x[0, :256] = 0
+    x[1, :256] = 0.25
+    x[2, :256] *= 1e-6
+    x[3, :256] = np.abs(x[3, :256])
+    x[4] = rng.standard_t(3, 512).astype(np.float32) * 0.02
+    return x
+
+
+@pytest.mark.parametrize("kind", list(GGML_K_DIGESTS))
+def test_k_quants_give_ggml_reference_bytes(kind):
+    x = k_quant_input()
+    raw = encode(torch.from_numpy(x), kind)
+    assert hashlib.sha256(raw.tobytes()).hexdigest() == GGML_K_DIGESTS[kind]
+    back = gguf.quants.dequantize(raw, QT[kind]).reshape(x.shape)  # gguf-py decodes them (independently of ours)
+    assert np.array_equal(back, dequantize_blocks_np(raw, kind).reshape(x.shape))
+    error = np.sqrt(((back[5:] - x[5:]) ** 2).mean() / (x[5:] ** 2).mean())
+    legacy = {"Q4_K": "Q4_0", "Q5_K": "Q5_0", "Q6_K": "Q8_0"}[kind]
+    base = gguf.quants.dequantize(gguf.quants.quantize(x, QT[legacy]), QT[legacy]).reshape(x.shape)
+    assert error < np.sqrt(((base[5:] - x[5:]) ** 2).mean() / (x[5:] ** 2).mean()) or kind == "Q6_K"
+    assert error < {"Q4_K": 0.075, "Q5_K": 0.038, "Q6_K": 0.019}[kind]  # ggml's: 0.0715, 0.0362, 0.0178 (Gaussian)
+    assert np.array_equal(back[0, :256], np.zeros(256, np.float32))
+
+
+def dequantize_blocks_np(raw: np.ndarray, kind: str) -> np.ndarray:
+    size = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}[kind]
+    return dequantize_blocks(torch.from_numpy(np.ascontiguousarray(raw).reshape(-1, size)), kind).numpy()
 
 
 def test_safetensors_writer_writes_the_library_bytes(tmp_path):
@@ -191,7 +234,7 @@ def test_f32_gguf_transcribes_to_the_source_ids(ckpt_untied, engine_factory, tmp
     assert reader.fields["tokenizer.ggml.tokens"].contents()[151676] == "<|audio_pad|>"
 
 
-@pytest.mark.parametrize("kind", ["F16", "BF16", *QUANTS])
+@pytest.mark.parametrize("kind", ["F16", "BF16", *QUANTS, "Q4_K", "Q6_K"])
 def test_every_type_holds_gguf_py_bytes_and_reads_back(ckpt_tied, tmp_path, kind):
     """(gguf-py's reader opens our files: test_f32_gguf_transcribes_to_the_source_ids; it takes ~7 s per file to
     index the vocabulary, so the other files are checked with our parser against gguf-py's (de)quantizers.)"""
@@ -206,10 +249,16 @@ def test_every_type_holds_gguf_py_bytes_and_reads_back(ckpt_tied, tmp_path, kind
         stored = tensor_type(ours, tuple(tensor.shape), kind)
         assert t.type_name == stored, ours
         data = np.asarray(raw.raw(t, SUPPORTED_TYPES[t.ggml_type]))
-        want = gguf.quants.quantize(source[ours].numpy(), QT[stored])
+        if stored in GGML_K_DIGESTS:  # gguf-py has no K-quant quantizer: ours (test_k_quants_give_ggml_reference_bytes)
+            want = encode(source[ours], stored).reshape(-1)
+        else:
+            want = gguf.quants.quantize(source[ours].numpy(), QT[stored])
         assert np.array_equal(data, want.view(np.uint8).reshape(-1)), ours
         expected = gguf.quants.dequantize(want, QT[stored]).reshape(tensor.shape)
         assert np.array_equal(tensor.numpy(), expected), ours
+    if kind == "Q4_K":  # rows of 256: Q4_K; the other decoder matrices what llama.cpp stores instead
+        assert raw.tensors["blk.0.attn_output.weight"].type_name == "Q4_K"
+        assert raw.tensors["blk.0.ffn_up.weight"].type_name == "Q5_0"
     if kind in ("Q4_0", "Q4_1", "Q5_0", "Q5_1"):  # >= 8 bits outside the decoder's layers
         assert raw.tensors["token_embd.weight"].type_name == "Q8_0"
         assert raw.tensors["audio.blk.0.attn_q.weight"].type_name == "Q8_0"

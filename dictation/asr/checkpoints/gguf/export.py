@@ -12,7 +12,8 @@ here), in the two layouts ``gguf/__init__`` describes:
 Types: 1-D tensors (norms, biases) stay F32 and the conv kernels F16 (F32 when F32 is asked for), as both
 converters store them. The decoder's matrices get the requested type. The audio tower's matrices, the
 embeddings and the output head keep at least 8 bits (Q8_0 where a lower type is asked for) unless
-``quantize_all``. A matrix whose rows are not a whole number of the type's blocks falls back to Q8_0, or F16.
+``quantize_all``. A matrix whose rows are not a whole number of the type's blocks gets what llama.cpp's
+quantizer stores instead (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), else Q8_0, else F16.
 A tied head is not stored (``read_gguf`` ties a model without ``output.weight``).
 """
 
@@ -35,7 +36,7 @@ from dictation.asr.checkpoints.gguf.names import (
     SINGLE_KEYS,
     TEXT_KEYS,
 )
-from dictation.asr.checkpoints.gguf.quantize import BITS, fits
+from dictation.asr.checkpoints.gguf.quantize import BITS, K_FALLBACK, fits
 from dictation.asr.checkpoints.gguf.reader import MMPROJ_ARCH, MMPROJ_PROJECTOR, SINGLE_ARCH
 from dictation.asr.checkpoints.gguf.vocab import TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_UNUSED, TOKEN_USER_DEFINED
 from dictation.asr.checkpoints.gguf.writer import PlannedTensor
@@ -78,6 +79,9 @@ def tensor_type(ours: str, shape: tuple[int, ...], requested: str, *, quantize_a
     keep_8 = not ours.startswith("decoder.layers.")
     if keep_8 and BITS[requested] < 8 and not quantize_all:
         wanted = "Q8_0"
+    if fits(wanted, shape):
+        return wanted
+    wanted = K_FALLBACK.get(wanted, wanted)
     if fits(wanted, shape):
         return wanted
     return "Q8_0" if BITS[wanted] <= 8 and fits("Q8_0", shape) else "F16"

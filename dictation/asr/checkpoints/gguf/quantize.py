@@ -9,7 +9,7 @@ gguf-py reproduces bit for bit; ours give the same bytes (tests/asr/test_convert
   ``q = trunc(x / d + 8.5)`` (``16.5``) clipped to 0..15 (0..31);
 * Q4_1 / Q5_1: ``d = (max - min) / 15`` (``31``), ``q = trunc((x - min) / d + 0.5)`` clipped, ``min`` stored.
 
-``1 / d`` is taken as 0 where ``d`` is 0. Scales are stored as float16.
+``1 / d`` is taken as 0 where ``d`` is 0. Scales are stored as float16. Q4_K, Q5_K and Q6_K: ``kquants.py``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from dictation.asr.checkpoints.gguf import kquants
 from dictation.asr.checkpoints.gguf.reader import SUPPORTED_TYPES, TensorType
 
 TYPE_IDS = {kind.name: type_id for type_id, kind in SUPPORTED_TYPES.items()}
-WRITABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+WRITABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+# What llama.cpp's quantizer stores instead of a K-quant for rows that are not a multiple of 256.
+K_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 BITS = {"F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8, "Q6_K": 6, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5}
 BITS |= {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4}
 
@@ -47,12 +50,11 @@ def encode(tensor: torch.Tensor, type_name: str) -> np.ndarray:
         return rows.half().numpy().view(np.uint8)
     if type_name == "BF16":
         return rows.bfloat16().view(torch.int16).numpy().view(np.uint8)
-    if type_name not in _BLOCK_ENCODERS:
+    encoder = _BLOCK_ENCODERS.get(type_name) or kquants.ENCODERS.get(type_name)
+    if encoder is None:
         raise ValueError(f"cannot write {type_name}")
     x = rows.float().numpy()
-    n_rows, n_cols = x.shape
-    blocks = x.reshape(-1, 32)
-    return _BLOCK_ENCODERS[type_name](blocks).reshape(n_rows, -1)
+    return encoder(x.reshape(-1, kind(type_name).block_size)).reshape(x.shape[0], -1)
 
 
 def encode_chunks(tensor: torch.Tensor, type_name: str, chunk_values: int = 1 << 22) -> Iterator[np.ndarray]:
