@@ -176,6 +176,25 @@ def cmd_merge_lora(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from dictation.asr import AsrError
+    from dictation.asr.tune.convert import convert
+
+    bar = _CountBar(f"converting to {args.to}") if sys.stderr.isatty() else None
+    try:
+        paths = convert(
+            args.model, args.to, Path(args.out), adapters=args.adapter or (), type_name=args.type,
+            gguf_layout=args.gguf_layout, quantize_all=args.quantize_all, on_progress=bar and bar.update,
+        )  # fmt: skip
+    except AsrError as exc:
+        return _fail(str(exc))
+    finally:
+        if bar is not None:
+            bar.close()
+    print("\n".join(str(p) for p in paths))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from dictation.bench import check_args, run
 
@@ -373,6 +392,27 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--adapter", action="append", required=True, metavar="DIR[:WEIGHT]", help="adapter (repeatable)")
     m.add_argument("--out", required=True, help="new folder to write (must not exist or be empty)")
     m.set_defaults(func=cmd_merge_lora)
+
+    c = sub.add_parser("convert", help="write a model as GGUF or in the other checkpoint layout (hf / original)")
+    c.add_argument("--model", required=True, help="source model folder or cached repo id (bf16/fp16/fp32)")
+    c.add_argument("--adapter", action="append", metavar="DIR[:WEIGHT]", help="adapter merged first (repeatable)")
+    c.add_argument("--to", required=True, choices=["gguf", "hf", "original"], help="what to write")
+    c.add_argument("--out", required=True, help="new file (gguf) or folder (hf, original); never overwritten")
+    c.add_argument(
+        "--type", help="gguf: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K (default F16); else F32 F16 BF16"
+    )
+    c.add_argument(
+        "--gguf-layout",
+        choices=["single", "pair"],
+        default="single",
+        help="one qwen3asr file, or llama.cpp's text model + mmproj-<name>",
+    )
+    c.add_argument(
+        "--quantize-all",
+        action="store_true",
+        help="gguf: give the audio tower, embeddings and head the --type too (default: >= 8 bits)",
+    )
+    c.set_defaults(func=cmd_convert)
 
     from dictation.bench import options as bench_options
 

@@ -1,0 +1,131 @@
+"""Encoding float tensors as GGUF tensor types (the inverse of ``dequant.py``), in numpy, one tensor at a time.
+
+The legacy block types follow ggml's reference quantizers (``quantize_row_*_ref`` in ggml-quants.c), which
+gguf-py reproduces bit for bit; ours give the same bytes (tests/asr/test_convert.py checks it against
+``gguf.quants.quantize``). All arithmetic is float32, as theirs is. Per block of 32 values:
+
+* Q8_0: ``d = max|x| / 127``, ``q = round(x / d)`` (halves away from zero);
+* Q4_0 / Q5_0: ``d = m / -8`` (``-16``) where ``m`` is the value of largest magnitude, sign kept, and
+  ``q = trunc(x / d + 8.5)`` (``16.5``) clipped to 0..15 (0..31);
+* Q4_1 / Q5_1: ``d = (max - min) / 15`` (``31``), ``q = trunc((x - min) / d + 0.5)`` clipped, ``min`` stored.
+
+``1 / d`` is taken as 0 where ``d`` is 0. Scales are stored as float16. Q4_K, Q5_K and Q6_K: ``kquants.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from dictation.asr.checkpoints.gguf import kquants
+from dictation.asr.checkpoints.gguf.reader import SUPPORTED_TYPES, TensorType
+
+TYPE_IDS = {kind.name: type_id for type_id, kind in SUPPORTED_TYPES.items()}
+WRITABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+# What llama.cpp's quantizer stores instead of a K-quant for rows that are not a multiple of 256.
+K_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+BITS = {"F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8, "Q6_K": 6, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5}
+BITS |= {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4}
+
+
+def kind(name: str) -> TensorType:
+    return SUPPORTED_TYPES[TYPE_IDS[name]]
+
+
+def fits(type_name: str, shape: tuple[int, ...]) -> bool:
+    """Whether a tensor of ``shape`` can be stored as ``type_name`` (its rows a whole number of blocks)."""
+    block = kind(type_name).block_size
+    return bool(shape) and shape[-1] % block == 0
+
+
+def encode(tensor: torch.Tensor, type_name: str) -> np.ndarray:
+    """``tensor`` (any float dtype) as the bytes of ``type_name``: uint8, ``[rows, bytes per row]``."""
+    t = tensor.detach().cpu()
+    rows = t.reshape(-1, t.shape[-1]) if t.dim() else t.reshape(1, 1)
+    if type_name == "F32":
+        return rows.float().numpy().view(np.uint8)
+    if type_name == "F16":
+        return rows.half().numpy().view(np.uint8)
+    if type_name == "BF16":
+        return rows.bfloat16().view(torch.int16).numpy().view(np.uint8)
+    encoder = _BLOCK_ENCODERS.get(type_name) or kquants.ENCODERS.get(type_name)
+    if encoder is None:
+        raise ValueError(f"cannot write {type_name}")
+    x = rows.float().numpy()
+    return encoder(x.reshape(-1, kind(type_name).block_size)).reshape(x.shape[0], -1)
+
+
+def encode_chunks(tensor: torch.Tensor, type_name: str, chunk_values: int = 1 << 22) -> Iterator[np.ndarray]:
+    """``encode`` in slices of whole rows of about ``chunk_values`` values, so the float32 temporaries of
+    a large matrix (the embeddings: 311M values in the 1.7B model) never exist at full size."""
+    rows = tensor.reshape(-1, tensor.shape[-1]) if tensor.dim() else tensor.reshape(1, 1)
+    step = max(1, chunk_values // max(1, rows.shape[1]))
+    for start in range(0, rows.shape[0], step):
+        yield encode(rows[start : start + step], type_name)
+
+
+def _inverse(d: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+
+
+def _half(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.float16).view(np.uint8)
+
+
+def _nibbles(q: np.ndarray) -> np.ndarray:
+    """32 codes per block -> 16 bytes: codes 0-15 in the low nibbles, 16-31 in the high ones."""
+    return (q[:, :16] & np.uint8(0x0F)) | (q[:, 16:] << np.uint8(4))
+
+
+def _high_bits(q: np.ndarray) -> np.ndarray:
+    """Bit 4 of each of 32 codes as a little-endian u32 (bit i = code i)."""
+    return np.packbits((q >> np.uint8(4)) & np.uint8(1), axis=-1, bitorder="little")
+
+
+def _q8_0(x: np.ndarray) -> np.ndarray:
+    d = (np.abs(x).max(axis=1, keepdims=True) / np.float32(127)).astype(np.float32)
+    v = x * _inverse(d)
+    a = np.abs(v)
+    whole = np.floor(a)
+    q = np.sign(v) * (whole + np.floor(2 * (a - whole)))  # round half away from zero
+    return np.concatenate([_half(d), q.astype(np.int8).view(np.uint8)], axis=1)
+
+
+def _symmetric(x: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    biggest = np.take_along_axis(x, np.abs(x).argmax(axis=1)[:, None], axis=1)
+    d = (biggest / np.float32(-levels)).astype(np.float32)
+    q = np.trunc(x * _inverse(d) + np.float32(levels + 0.5)).astype(np.float32)
+    return d, q.astype(np.uint8).clip(0, 2 * levels - 1)
+
+
+def _affine(x: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    low, high = x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
+    d = ((high - low) / np.float32(top)).astype(np.float32)
+    q = np.trunc((x - low) * _inverse(d) + np.float32(0.5)).astype(np.float32)
+    return d, low, q.astype(np.uint8).clip(0, top)
+
+
+def _q4_0(x: np.ndarray) -> np.ndarray:
+    d, q = _symmetric(x, 8)
+    return np.concatenate([_half(d), _nibbles(q)], axis=1)
+
+
+def _q5_0(x: np.ndarray) -> np.ndarray:
+    d, q = _symmetric(x, 16)
+    return np.concatenate([_half(d), _high_bits(q), _nibbles(q)], axis=1)
+
+
+def _q4_1(x: np.ndarray) -> np.ndarray:
+    d, low, q = _affine(x, 15)
+    return np.concatenate([_half(d), _half(low), _nibbles(q)], axis=1)
+
+
+def _q5_1(x: np.ndarray) -> np.ndarray:
+    d, low, q = _affine(x, 31)
+    return np.concatenate([_half(d), _half(low), _high_bits(q), _nibbles(q)], axis=1)
+
+
+_BLOCK_ENCODERS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1}
