@@ -51,7 +51,7 @@ def tensors_by_our_name(folder: Path, layout: str) -> dict[str, torch.Tensor]:
 
 
 def first_logits_and_ids(engine):
-    result = engine._run_pass(AUDIO, None, "", MAX_NEW, keep_first_logits=True)
+    result = engine.pipeline.run(AUDIO, None, "", MAX_NEW, keep_first_logits=True)
     return result.first_logits, result.ids
 
 
