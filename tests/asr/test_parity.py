@@ -48,7 +48,7 @@ def assert_close_scaled(ours, ref, rel=1e-4):
 @pytest.mark.parametrize("name", list(CLIPS))
 def test_features(ckpt_untied, engine_factory, name):
     audio = clip(name)
-    ours = engine_factory(ckpt_untied)._mel(audio)
+    ours = engine_factory(ckpt_untied).pipeline.mel(audio)
     ref = oracle_for(ckpt_untied).features(audio)
     assert ours.shape == ref.shape
     torch.testing.assert_close(ours, ref, atol=2e-5, rtol=0)

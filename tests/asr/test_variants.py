@@ -31,7 +31,7 @@ def engine(model, **options):
 
 
 def run(e):
-    result = e._run_pass(AUDIO, None, "", MAX_NEW, keep_first_logits=True)
+    result = e.pipeline.run(AUDIO, None, "", MAX_NEW, keep_first_logits=True)
     return result.first_logits, result.ids
 
 
