@@ -369,7 +369,9 @@ def train_adapter(
     if cfg.quantization:
         raise ModelError(f"{folder}: a pre-quantized model; train on the floating-point model it was made from")
     loaded = load_model(folder, cfg, torch.device("cpu"), torch.float32)
-    prompt = PromptBuilder.from_folder(folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size)
+    prompt = PromptBuilder.from_folder(
+        folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
+    )
     result = train_lora(loaded, prompt, examples, options, progress=progress, cancel=cancel)
     write_adapter(out, result.lora, options, layout=cfg.layout, base_model=str(model))
     return result
