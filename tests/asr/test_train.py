@@ -26,7 +26,7 @@ from dictation.asr.tune.train import (
     train_adapter,
     train_lora,
 )
-from dictation.audio.wav import write_wav
+from dictation.audio.wav import load_audio_16k, write_wav
 from tests.oracle import synth_audio
 
 TEXTS = ("language English<asr_text>Hello world.", "language English<asr_text>Kubernetes pods.")
@@ -69,7 +69,7 @@ def test_read_examples_formats_and_errors(tmp_path):
         {"audio": "sub/b.wav", "text": "No language."},
     ]
     good.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n", encoding="utf-8")
-    got = read_examples(good)
+    got = read_examples(good, load_audio_16k)
     assert [e.target for e in got] == [
         "language English<asr_text>The transcript.",
         "language German<asr_text>Plain text.",
@@ -89,12 +89,12 @@ def test_read_examples_formats_and_errors(tmp_path):
         path = tmp_path / "bad.jsonl"
         path.write_text(json.dumps(lines[0]) + "\n" + line + "\n", encoding="utf-8")
         with pytest.raises(AdapterError, match=message) as info:
-            read_examples(path)
+            read_examples(path, load_audio_16k)
         assert f"{path}:2:" in str(info.value)
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps(lines[0]) + "\n", encoding="utf-8")
     with pytest.raises(AdapterError, match=rf"{path}:1: audio .* 0.5 s long, more than 0.25 s"):
-        read_examples(path, max_seconds=0.25)
+        read_examples(path, load_audio_16k, max_seconds=0.25)
 
 
 def _lora_tensors(result):

@@ -13,12 +13,16 @@ skipped.
 A bad entry (not JSON, no audio or text, a missing or unreadable audio file, empty text, audio
 longer than ``max_seconds``, an unknown language) raises one AdapterError naming the file, the
 line and the problem; nothing is trained on a partly valid file.
+
+The engine imports nothing outside ``dictation.asr`` (but ``dictation.files``): the caller passes the
+audio reader (the command line: ``dictation.audio.wav.load_audio_16k``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,10 +57,11 @@ def target_text(text: str, language: str | None = None) -> str:
     return f"language {name or 'None'}{ASR_TEXT}{text}"
 
 
-def read_examples(path: str | os.PathLike, max_seconds: float = MAX_SECONDS) -> list[Example]:
-    """Every example of a JSON-lines file (see the module docstring); AdapterError on the first bad one."""
-    from dictation.audio.wav import load_audio_16k
-
+def read_examples(
+    path: str | os.PathLike, load_audio: Callable[[Path], np.ndarray], max_seconds: float = MAX_SECONDS
+) -> list[Example]:
+    """Every example of a JSON-lines file (see the module docstring); AdapterError on the first bad one.
+    ``load_audio(path)``: mono 16-kHz float32 samples, or AsrError / OSError / ValueError."""
     path = Path(path).expanduser()
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -102,7 +107,7 @@ def read_examples(path: str | os.PathLike, max_seconds: float = MAX_SECONDS) -> 
         if not audio_path.is_file():
             raise AdapterError(f"{where}: audio file {audio_path} does not exist")
         try:
-            audio = load_audio_16k(audio_path)
+            audio = load_audio(audio_path)
         except (AsrError, OSError, ValueError) as exc:
             raise AdapterError(f"{where}: audio file {audio_path} is unreadable ({exc})") from None
         seconds = len(audio) / SAMPLE_RATE
