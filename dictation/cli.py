@@ -176,6 +176,39 @@ def cmd_merge_lora(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_adapter(args: argparse.Namespace) -> int:
+    from dictation.asr import AsrError
+    from dictation.asr.tune.data import read_examples
+    from dictation.asr.tune.nf4 import bits_per_parameter
+    from dictation.asr.tune.train import TrainOptions, train_adapter
+    from dictation.audio.wav import load_audio_16k
+
+    options = TrainOptions(
+        steps=args.steps, rank=args.rank, alpha=args.alpha if args.alpha is not None else 2.0 * args.rank,
+        lr=args.lr, bits=args.bits, double_quant=not args.no_double_quant, seed=args.seed, batch_size=args.batch_size,
+        targets=tuple(args.targets.split(",")) if args.targets else TrainOptions.targets,
+    )  # fmt: skip
+
+    def progress(p) -> None:
+        if p.step == 1 or p.step == p.steps or p.step % max(1, p.steps // 20) == 0:
+            print(f"step {p.step}/{p.steps}  loss {p.loss:.4f}  {p.seconds_left:.0f} s left", file=sys.stderr)
+
+    try:
+        examples = read_examples(args.data, load_audio_16k)
+        result = train_adapter(args.model, examples, Path(args.out), options, progress=progress)
+    except AsrError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return _fail("training interrupted; nothing was written")
+    if args.bits == 4:
+        bits = bits_per_parameter(options.double_quant)
+        print(f"NF4 base: {bits:.3f} bits/parameter ({result.base_bytes_per_parameter:.4f} bytes measured)")
+    print(f"{len(result.losses)} steps in {result.seconds:.1f} s ({result.tokens_per_s:.0f} tokens/s), "
+          f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")  # fmt: skip
+    print(f"Wrote the adapter to {args.out}")
+    return 0
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from dictation.asr import AsrError
     from dictation.asr.tune.convert import convert
@@ -392,6 +425,21 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--adapter", action="append", required=True, metavar="DIR[:WEIGHT]", help="adapter (repeatable)")
     m.add_argument("--out", required=True, help="new folder to write (must not exist or be empty)")
     m.set_defaults(func=cmd_merge_lora)
+
+    ta = sub.add_parser("train-adapter", help="train a LoRA adapter (QLoRA) on your own recordings")
+    ta.add_argument("--model", required=True, help="base model folder or cached repo id (floating point)")
+    ta.add_argument("--data", required=True, help='JSON lines: {"audio": "a.wav", "text": "language X<asr_text>..."}')
+    ta.add_argument("--out", required=True, help="new adapter folder (never overwritten)")
+    ta.add_argument("--steps", type=int, default=200, help="optimizer steps (default 200)")
+    ta.add_argument("--rank", type=int, default=16, help="LoRA rank (default 16)")
+    ta.add_argument("--alpha", type=float, default=None, help="LoRA alpha (default 2 x rank)")
+    ta.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    ta.add_argument("--targets", default=None, help="comma-separated layers (default: q,k,v,o,gate,up,down _proj)")
+    ta.add_argument("--bits", type=int, choices=[4, 16], default=4, help="base in NF4 (4, default) or float (16)")
+    ta.add_argument("--no-double-quant", action="store_true", help="NF4 with fp32 block scales (debugging)")
+    ta.add_argument("--batch-size", type=int, default=1, help="examples per step (default 1)")
+    ta.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    ta.set_defaults(func=cmd_train_adapter)
 
     c = sub.add_parser("convert", help="write a model as GGUF or in the other checkpoint layout (hf / original)")
     c.add_argument("--model", required=True, help="source model folder or cached repo id (bf16/fp16/fp32)")

@@ -1,0 +1,121 @@
+"""Training examples for an adapter: a JSON-lines file in the official Qwen3-ASR fine-tuning format.
+
+One object a line::
+
+    {"audio": "clip.wav", "text": "language English<asr_text>The transcript."}
+
+``language None<asr_text>...`` is allowed (no language named). A plain ``"text"`` (without
+``<asr_text>``) with an optional ``"language"`` key (a name or ISO code) is accepted too and becomes
+``language X<asr_text>text``. Audio paths are relative to the JSON-lines file unless absolute; the
+audio is read as the engine reads it (``load_audio_16k``: mono 16 kHz float32). Blank lines are
+skipped.
+
+A bad entry (not JSON, no audio or text, a missing or unreadable audio file, empty text, audio
+longer than ``max_seconds``, an unknown language) raises one AdapterError naming the file, the
+line and the problem; nothing is trained on a partly valid file.
+
+The engine imports nothing outside ``dictation.asr`` (but ``dictation.files``): the caller passes the
+audio reader (the command line: ``dictation.audio.wav.load_audio_16k``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dictation.asr.config import SAMPLE_RATE
+from dictation.asr.errors import AdapterError, AsrError
+from dictation.asr.text.prompt import normalize_language
+from dictation.asr.text.tokenizer import ASR_TEXT
+
+MAX_SECONDS = 30.0  # per training clip: dictations are seconds long; attention memory grows as its square
+MAX_LINE_CHARS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Example:
+    audio: np.ndarray  # 16 kHz mono float32
+    target: str  # "language X<asr_text>text" (the assistant turn, without <|im_end|>)
+    source: str  # "file:line", for messages
+
+    @property
+    def text(self) -> str:
+        return self.target.split(ASR_TEXT, 1)[1]
+
+
+def target_text(text: str, language: str | None = None) -> str:
+    """The assistant turn the model is taught: ``text`` if it already has ``<asr_text>``, else
+    ``language X<asr_text>text`` (X a canonical name, or None). LanguageError for an unknown one."""
+    if ASR_TEXT in text:
+        return text
+    name = normalize_language(language)
+    return f"language {name or 'None'}{ASR_TEXT}{text}"
+
+
+def read_examples(
+    path: str | os.PathLike, load_audio: Callable[[Path], np.ndarray], max_seconds: float = MAX_SECONDS
+) -> list[Example]:
+    """Every example of a JSON-lines file (see the module docstring); AdapterError on the first bad one.
+    ``load_audio(path)``: mono 16-kHz float32 samples, or AsrError / OSError / ValueError."""
+    path = Path(path).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise AdapterError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise AdapterError(f"{path}: not UTF-8 text (expected JSON lines)") from None
+    except OSError as exc:
+        raise AdapterError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    examples = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        if len(line) > MAX_LINE_CHARS:
+            raise AdapterError(f"{where}: line longer than {MAX_LINE_CHARS} characters")
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise AdapterError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(entry, dict):
+            raise AdapterError(f'{where}: expected an object like {{"audio": "clip.wav", "text": "..."}}')
+        audio_name, text = entry.get("audio"), entry.get("text")
+        if not isinstance(audio_name, str) or not audio_name:
+            raise AdapterError(f'{where}: no "audio" path')
+        if not isinstance(text, str):
+            raise AdapterError(f'{where}: no "text"')
+        language = entry.get("language")
+        if language is not None and not isinstance(language, str):
+            raise AdapterError(f'{where}: "language" must be a name or code')
+        try:
+            target = target_text(text, language)
+        except AsrError as exc:
+            raise AdapterError(f"{where}: {exc}") from None
+        head, _, spoken = target.partition(ASR_TEXT)
+        if not spoken.strip():
+            raise AdapterError(f"{where}: empty text")
+        if not head.startswith("language ") or ASR_TEXT in spoken:
+            raise AdapterError(f"{where}: text must be 'language X{ASR_TEXT}the transcript'")
+        audio_path = Path(audio_name).expanduser()
+        if not audio_path.is_absolute():
+            audio_path = path.parent / audio_path
+        if not audio_path.is_file():
+            raise AdapterError(f"{where}: audio file {audio_path} does not exist")
+        try:
+            audio = load_audio(audio_path)
+        except (AsrError, OSError, ValueError) as exc:
+            raise AdapterError(f"{where}: audio file {audio_path} is unreadable ({exc})") from None
+        seconds = len(audio) / SAMPLE_RATE
+        if seconds > max_seconds:
+            raise AdapterError(f"{where}: audio {audio_path} is {seconds:.1f} s long, more than {max_seconds:g} s")
+        if len(audio) == 0:
+            raise AdapterError(f"{where}: audio {audio_path} holds no samples")
+        examples.append(Example(audio, target, where))
+    if not examples:
+        raise AdapterError(f"{path}: no examples in this file")
+    return examples

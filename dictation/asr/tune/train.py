@@ -1,0 +1,392 @@
+"""Training a LoRA adapter on a loaded model (issue 18): LoRA on a float or NF4 base, then a PEFT folder.
+
+The recipe is QLoRA's: the base model is frozen, either in its floating dtype (``bits=16``) or with
+the decoder's linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices
+``A [r, in]`` (Kaiming-uniform, as PEFT initialises them) and ``B [out, r]`` (zeros) beside the chosen
+decoder layers (by default every attention and MLP projection; the encoder stays frozen) are the only
+trained parameters, in float32, with AdamW.
+
+One example is the official fine-tuning format: the prompt of a transcription without a forced
+language (system turn, the audio, ``<|im_start|>assistant\\n``) followed by the target
+``language X<asr_text>text<|im_end|>``. The loss is the cross-entropy of the target tokens only (the
+prompt is masked), teacher-forced. The encoder and the embeddings are frozen, so each example's
+decoder input is computed once, before the first step. Each step averages the loss over
+``batch_size`` examples (gradient accumulation: the forward runs one sequence at a time, as
+inference does), taken in a seeded shuffled order, epoch after epoch. With the same seed, data and
+machine, training gives the same adapter.
+
+The forward for training (:func:`decoder_logits`) runs the decoder's own layers over the whole sequence
+with causal attention and no KV cache; a test checks it against the inference path's logits.
+
+The adapter is written as PEFT writes one (``adapter_config.json`` + ``adapter_model.safetensors``,
+tensors ``base_model.model.<module>.lora_A.weight``), in the checkpoint's own module names (the
+official ``thinker.model.layers...`` or the ``-hf`` layout's ``model.language_model.layers...``),
+with ``target_modules`` a regular expression that selects the decoder's layers only. The folder is
+written under a temporary name and renamed, so it appears whole or not at all; an existing
+destination is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dictation.asr.checkpoints.locate import checkpoint_name
+from dictation.asr.checkpoints.output import atomic_outputs
+from dictation.asr.errors import AdapterError, AsrError, ModelError
+from dictation.asr.nn.features import LogMel, n_audio_tokens
+from dictation.asr.nn.model import AsrModel
+from dictation.asr.nn.rope import rope_tables
+from dictation.asr.text.prompt import PromptBuilder
+from dictation.asr.tune.adapter_files import CONFIG_FILE, WEIGHTS_FILE
+from dictation.asr.tune.data import Example
+from dictation.asr.tune.nf4 import NF4Linear, nf4_decoder
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_GROUPS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn"}
+_GROUPS |= {"gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+HEAD = "lm_head"  # also a possible target (not a default): the output head, untied first if tied
+
+
+class TrainingCancelled(AsrError):
+    """The cancel check asked training to stop; nothing was written."""
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    steps: int = 200
+    rank: int = 16
+    alpha: float = 32.0
+    lr: float = 1e-3
+    targets: tuple[str, ...] = DEFAULT_TARGETS
+    bits: int = 4  # 4: NF4 base (QLoRA); 16: the float base
+    double_quant: bool = True
+    seed: int = 0
+    batch_size: int = 1
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+    def check(self) -> None:
+        if self.bits not in (4, 16):
+            raise AdapterError(f"bits must be 4 (NF4 base) or 16 (float base), not {self.bits}")
+        if self.steps < 1 or self.rank < 1 or self.batch_size < 1:
+            raise AdapterError("steps, rank and batch size must be positive")
+        if not (math.isfinite(self.lr) and self.lr > 0 and math.isfinite(self.alpha) and self.alpha > 0):
+            raise AdapterError("the learning rate and alpha must be positive numbers")
+        unknown = sorted(set(self.targets) - {*DEFAULT_TARGETS, HEAD})
+        if unknown or not self.targets:
+            raise AdapterError(
+                f"unknown LoRA targets {', '.join(unknown) or '(none)'}; "
+                f"choose from {', '.join((*DEFAULT_TARGETS, HEAD))}"
+            )
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int
+    steps: int
+    loss: float
+    seconds_left: float
+
+
+@dataclass
+class TrainResult:
+    losses: list[float]
+    seconds: float
+    tokens: int  # decoder positions processed (prompt and target, every step)
+    target_tokens: int  # of those, the positions the loss covers
+    base_bytes_per_parameter: float | None = None  # the NF4 base's decoder linears (bits=4)
+    lora: dict[str, LoraTrainLinear] = field(default_factory=dict)
+
+    @property
+    def steps_per_s(self) -> float:
+        return len(self.losses) / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+class LoraTrainLinear(nn.Module):
+    """``base(x) + scaling * B (A x)`` with trainable float32 ``A``/``B`` beside a frozen base."""
+
+    def __init__(self, base: nn.Module, rank: int, alpha: float, generator: torch.Generator) -> None:
+        super().__init__()
+        self.base = base
+        self.in_features, self.out_features = base.in_features, base.out_features
+        device = next(iter([*base.parameters(), *base.buffers()])).device
+        a = torch.empty(rank, self.in_features)
+        # PEFT's init: A as nn.Linear's default (Kaiming uniform, a = sqrt(5)), B zeros.
+        bound = 1.0 / math.sqrt(self.in_features)
+        a.uniform_(-bound, bound, generator=generator)
+        self.lora_A = nn.Parameter(a.to(device))
+        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, device=device))
+        self.scaling = alpha / rank
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + F.linear(F.linear(x, self.lora_A.to(x.dtype)), self.lora_B.to(x.dtype)) * self.scaling
+
+
+def add_lora(model: AsrModel, options: TrainOptions) -> dict[str, LoraTrainLinear]:
+    """Freeze ``model`` and wrap the target layers of every decoder layer; returns them by our module name."""
+    model.requires_grad_(False)
+    generator = torch.Generator().manual_seed(options.seed)
+    out = {}
+    for i, layer in enumerate(model.decoder.layers):
+        for target in DEFAULT_TARGETS:  # a fixed order, whatever the option's: the same init for a seed
+            if target not in options.targets:
+                continue
+            parent = getattr(layer, _GROUPS[target])
+            wrapped = LoraTrainLinear(getattr(parent, target), options.rank, options.alpha, generator)
+            setattr(parent, target, wrapped)
+            out[f"decoder.layers.{i}.{_GROUPS[target]}.{target}"] = wrapped
+    if HEAD in options.targets:
+        head = model.lm_head
+        if head is None:  # tied: PEFT adapts the head alone, so the adapted head is a copy of the embeddings
+            embed = model.decoder.embed_tokens.weight
+            head = nn.Linear(embed.shape[1], embed.shape[0], bias=False, device=embed.device, dtype=embed.dtype)
+            with torch.no_grad():
+                head.weight.copy_(embed)
+            head.requires_grad_(False)
+        model.lm_head = out[HEAD] = LoraTrainLinear(head, options.rank, options.alpha, generator)
+    return out
+
+
+def decoder_logits(model: AsrModel, embeds: torch.Tensor, first: int) -> torch.Tensor:
+    """The next-token logits ``[S - first, vocab]`` at positions ``first .. S-1`` of the sequence
+    ``embeds [1, S, hidden]``: the decoder's layers with causal attention over the whole sequence
+    and no cache (differentiable), the final norm and the head."""
+    s = embeds.shape[1]
+    t = model.cfg.text
+    cos, sin = rope_tables(torch.arange(s, device=embeds.device), t.head_dim, t.rope_theta)
+    cos, sin = cos.to(embeds.dtype), sin.to(embeds.dtype)
+    h = embeds
+    for layer in model.decoder.layers:
+        attn = layer.self_attn
+        q, k, v = attn._qkv(layer.input_layernorm(h), cos, sin)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        h = h + attn.o_proj(o.transpose(1, 2).reshape(1, s, attn.n_heads * attn.head_dim))
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+    h = model.decoder.norm(h[:, first:])
+    logits = h @ model.decoder.embed_tokens.weight.T if model.lm_head is None else model.lm_head(h)
+    return logits.reshape(s - first, -1)
+
+
+@dataclass
+class Prepared:
+    embeds: torch.Tensor  # [1, S, hidden]: prompt (audio in place of the pads) and target
+    labels: torch.Tensor  # [T]: the target ids (last T positions)
+
+    @property
+    def first(self) -> int:
+        """The position whose logits predict the first target token."""
+        return self.embeds.shape[1] - self.labels.shape[0] - 1
+
+
+@torch.no_grad()
+def prepare(model: AsrModel, prompt: PromptBuilder, mel: LogMel, example: Example) -> Prepared:
+    """An example's decoder input (frozen encoder and embeddings: computed once) and its labels."""
+    features = mel(example.audio)
+    audio_embeds = model.audio_tower(features)
+    n = n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames)
+    ids = prompt.prompt_ids(n)
+    target = prompt.encode(example.target) + [prompt.special.im_end]
+    all_ids = torch.tensor(ids + target, device=model.device)
+    embeds = model.embed_prompt(all_ids, audio_embeds).detach()
+    return Prepared(embeds, torch.tensor(target, device=model.device))
+
+
+def example_loss(model: AsrModel, item: Prepared) -> torch.Tensor:
+    logits = decoder_logits(model, item.embeds, item.first)[:-1]  # the last position predicts nothing
+    return F.cross_entropy(logits.float(), item.labels)
+
+
+def train_lora(
+    model: AsrModel,
+    prompt: PromptBuilder,
+    examples: Sequence[Example],
+    options: TrainOptions,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> TrainResult:
+    """Train LoRA matrices on ``model`` (changed in place: its decoder layers are wrapped, and with
+    ``bits=4`` quantized to NF4) for ``options.steps`` steps. ``cancel()`` is asked before every
+    step: True raises TrainingCancelled."""
+    options.check()
+    if not examples:
+        raise AdapterError("no training examples")
+    torch.manual_seed(options.seed)
+    bytes_per_param = None
+    if options.bits == 4:
+        names = nf4_decoder(model, options.double_quant)
+        layers = [model.get_submodule(n) for n in names]
+        bytes_per_param = sum(m.nbytes for m in layers) / sum(m.in_features * m.out_features for m in layers)
+    lora = add_lora(model, options)
+    mel = LogMel(model.cfg.audio.num_mel_bins, model.device)
+    items = [prepare(model, prompt, mel, e) for e in examples]
+    params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
+    optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
+    order: list[int] = []
+    rng = random.Random(options.seed)
+    losses: list[float] = []
+    tokens = target_tokens = 0
+    start = time.perf_counter()
+    for step in range(1, options.steps + 1):
+        if cancel is not None and cancel():
+            raise TrainingCancelled(f"training cancelled at step {step} of {options.steps}; nothing was written")
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for _ in range(options.batch_size):
+            if not order:
+                order = list(range(len(items)))
+                rng.shuffle(order)
+            item = items[order.pop()]
+            loss = example_loss(model, item) / options.batch_size
+            loss.backward()
+            total += float(loss.detach())
+            tokens += item.embeds.shape[1]
+            target_tokens += item.labels.shape[0]
+        if not math.isfinite(total):
+            raise AdapterError(f"training diverged at step {step} (loss {total}); try a lower learning rate")
+        if options.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
+        optimizer.step()
+        losses.append(total)
+        if progress is not None:
+            elapsed = time.perf_counter() - start
+            progress(Progress(step, options.steps, total, elapsed / step * (options.steps - step)))
+    seconds = time.perf_counter() - start
+    return TrainResult(losses, seconds, tokens, target_tokens, bytes_per_param, lora)
+
+
+# --- the PEFT folder --------------------------------------------------------------------------------
+
+
+def peft_module(ours: str, layout: str) -> str:
+    """The checkpoint's name of our module ``ours`` in ``layout`` (what PEFT calls it)."""
+    return checkpoint_name(f"{ours}.weight", layout).removesuffix(".weight")
+
+
+def target_pattern(targets: Sequence[str], layout: str) -> str:
+    """A ``target_modules`` regular expression selecting ``targets`` in the decoder's layers only (the
+    encoder has layers named like them too)."""
+    prefix = re.escape(checkpoint_name("decoder.layers.0.weight", layout).removesuffix(".0.weight"))
+    attn = [t for t in DEFAULT_TARGETS if t in targets and _GROUPS[t] == "self_attn"]
+    mlp = [t for t in DEFAULT_TARGETS if t in targets and _GROUPS[t] == "mlp"]
+    parts = [f"self_attn\\.(?:{'|'.join(attn)})"] if attn else []
+    parts += [f"mlp\\.(?:{'|'.join(mlp)})"] if mlp else []
+    pattern = f"{prefix}\\.\\d+\\.(?:{'|'.join(parts)})" if parts else ""
+    if HEAD in targets:
+        head = re.escape(peft_module(HEAD, layout))
+        pattern = f"(?:{pattern}|{head})" if pattern else head
+    return pattern
+
+
+def write_adapter(
+    out: str | os.PathLike,
+    lora: dict[str, LoraTrainLinear],
+    options: TrainOptions,
+    *,
+    layout: str,
+    base_model: str | None = None,
+) -> Path:
+    """Write ``lora`` as a PEFT adapter folder at ``out`` (refused if it exists; see the module docstring)."""
+    from safetensors.torch import save_file
+
+    out = Path(out).expanduser().absolute()
+    tensors = {}
+    for ours, module in lora.items():
+        name = f"base_model.model.{peft_module(ours, layout)}"
+        tensors[f"{name}.lora_A.weight"] = module.lora_A.detach().float().cpu().contiguous()
+        tensors[f"{name}.lora_B.weight"] = module.lora_B.detach().float().cpu().contiguous()
+    config = {
+        "peft_type": "LORA",
+        "task_type": None,
+        "base_model_name_or_path": base_model,
+        "r": options.rank,
+        "lora_alpha": options.alpha,
+        "lora_dropout": 0.0,
+        "target_modules": target_pattern(options.targets, layout),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "use_dora": False,
+        "init_lora_weights": True,
+        "modules_to_save": None,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "inference_mode": True,
+    }
+    with atomic_outputs([out], folders=True, error=AdapterError) as (tmp,):
+        os.chmod(tmp, 0o700)  # trained on the user's dictations
+        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        for name in (WEIGHTS_FILE, CONFIG_FILE):
+            os.chmod(tmp / name, 0o600)
+    return out
+
+
+# --- from files to a folder ---------------------------------------------------------------------------
+
+
+def train_adapter(
+    model: str | os.PathLike,
+    examples: Sequence[Example],
+    out: str | os.PathLike,
+    options: TrainOptions | None = None,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> TrainResult:
+    """Load ``model`` (a folder or cached repo id) in float32 on the CPU, train on ``examples`` and
+    write the adapter to ``out``. AdapterError / ModelError name the problem; nothing is written
+    unless training finishes."""
+    from dictation.asr.checkpoints.hub import resolve_model
+    from dictation.asr.checkpoints.safetensors import load_model
+    from dictation.asr.config import AsrConfig
+
+    options = options or TrainOptions()
+    options.check()
+    if os.path.lexists(Path(out).expanduser()):
+        raise AdapterError(f"{out}: already exists; choose a new output path (nothing is overwritten)")
+    folder = resolve_model(model)
+    cfg = AsrConfig.from_file(folder / "config.json")
+    if cfg.quantization:
+        raise ModelError(f"{folder}: a pre-quantized model; train on the floating-point model it was made from")
+    loaded = load_model(folder, cfg, torch.device("cpu"), torch.float32)
+    prompt = PromptBuilder.from_folder(
+        folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
+    )
+    result = train_lora(loaded, prompt, examples, options, progress=progress, cancel=cancel)
+    write_adapter(out, result.lora, options, layout=cfg.layout, base_model=str(model))
+    return result
+
+
+__all__ = [
+    "DEFAULT_TARGETS",
+    "LoraTrainLinear",
+    "NF4Linear",
+    "Progress",
+    "TrainOptions",
+    "TrainResult",
+    "TrainingCancelled",
+    "decoder_logits",
+    "train_adapter",
+    "train_lora",
+    "write_adapter",
+]

@@ -1,0 +1,178 @@
+"""LoRA training (tune/train.py, tune/data.py): the training forward, the data file, the exported PEFT
+folder as the engine loads it, determinism, cancel, and the NF4 base."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from dictation.asr.checkpoints.safetensors import load_model
+from dictation.asr.config import AsrConfig
+from dictation.asr.errors import AdapterError
+from dictation.asr.nn.features import LogMel
+from dictation.asr.text.prompt import PromptBuilder
+from dictation.asr.tune.adapter_files import read_adapter
+from dictation.asr.tune.data import Example, read_examples
+from dictation.asr.tune.nf4 import bits_per_parameter
+from dictation.asr.tune.train import (
+    TrainingCancelled,
+    TrainOptions,
+    decoder_logits,
+    prepare,
+    train_adapter,
+    train_lora,
+)
+from dictation.audio.wav import load_audio_16k, write_wav
+from tests.oracle import synth_audio
+
+TEXTS = ("language English<asr_text>Hello world.", "language English<asr_text>Kubernetes pods.")
+
+
+def _examples():
+    return [Example(synth_audio(1.0, seed=i), t, f"x:{i}") for i, t in enumerate(TEXTS)]
+
+
+def _load(folder):
+    cfg = AsrConfig.from_file(folder / "config.json")
+    model = load_model(folder, cfg, torch.device("cpu"), torch.float32)
+    prompt = PromptBuilder.from_folder(folder, audio_token_id=cfg.special.audio_token_id)
+    return model, prompt
+
+
+def test_training_forward_matches_inference(ckpt_untied):
+    model, prompt = _load(ckpt_untied)
+    item = prepare(model, prompt, LogMel(model.cfg.audio.num_mel_bins), _examples()[0])
+    s = item.embeds.shape[1]
+    with torch.no_grad():
+        ours = decoder_logits(model, item.embeds, 0)
+    with torch.inference_mode():
+        model.ensure_capacity(s)
+        cos, sin = model._rope
+        h = model.decoder(item.embeds, cos[:s], sin[:s], model.cache, 0, last_only=False)
+        ref = (h @ model.output_weight.T).reshape(s, -1)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+    assert item.labels[-1] == prompt.special.im_end and item.labels[2] == prompt.special.asr_text
+
+
+def test_read_examples_formats_and_errors(tmp_path):
+    write_wav(tmp_path / "a.wav", synth_audio(0.5, seed=1), 16000)
+    (tmp_path / "sub").mkdir()
+    write_wav(tmp_path / "sub" / "b.wav", synth_audio(0.5, seed=2), 16000)
+    good = tmp_path / "train.jsonl"
+    lines = [
+        {"audio": "a.wav", "text": "language English<asr_text>The transcript."},
+        {"audio": str(tmp_path / "sub" / "b.wav"), "text": "Plain text.", "language": "de"},
+        {"audio": "sub/b.wav", "text": "No language."},
+    ]
+    good.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n", encoding="utf-8")
+    got = read_examples(good, load_audio_16k)
+    assert [e.target for e in got] == [
+        "language English<asr_text>The transcript.",
+        "language German<asr_text>Plain text.",
+        "language None<asr_text>No language.",
+    ]
+    assert got[0].text == "The transcript." and got[0].audio.dtype == np.float32 and len(got[0].audio) == 8000
+    bad_cases = {
+        '{"audio": "missing.wav", "text": "x"}': "missing.wav does not exist",
+        '{"audio": "a.wav", "text": "language English<asr_text>  "}': "empty text",
+        '{"audio": "a.wav", "text": ""}': "empty text",
+        '{"audio": "a.wav"}': 'no "text"',
+        '{"text": "x"}': 'no "audio"',
+        "not json": "not JSON",
+        '{"audio": "a.wav", "text": "x", "language": "Klingon"}': "unsupported language",
+    }
+    for line, message in bad_cases.items():
+        path = tmp_path / "bad.jsonl"
+        path.write_text(json.dumps(lines[0]) + "\n" + line + "\n", encoding="utf-8")
+        with pytest.raises(AdapterError, match=message) as info:
+            read_examples(path, load_audio_16k)
+        assert f"{path}:2:" in str(info.value)
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps(lines[0]) + "\n", encoding="utf-8")
+    with pytest.raises(AdapterError, match=rf"{path}:1: audio .* 0.5 s long, more than 0.25 s"):
+        read_examples(path, load_audio_16k, max_seconds=0.25)
+
+
+def _lora_tensors(result):
+    return {k: (m.lora_A.detach().clone(), m.lora_B.detach().clone()) for k, m in result.lora.items()}
+
+
+def test_deterministic_with_seed(ckpt_untied):
+    runs = []
+    for seed in (3, 3, 4):
+        model, prompt = _load(ckpt_untied)
+        runs.append(
+            _lora_tensors(train_lora(model, prompt, _examples(), TrainOptions(steps=3, bits=16, rank=2, seed=seed)))
+        )
+    for key, (a, b) in runs[0].items():
+        assert torch.equal(a, runs[1][key][0]) and torch.equal(b, runs[1][key][1])
+        assert b.abs().sum() > 0  # trained
+    assert any(not torch.equal(a, runs[2][k][0]) for k, (a, _) in runs[0].items())
+
+
+def test_exported_adapter_loads_in_engine_and_gives_the_trained_logits(ckpt_untied, tmp_path):
+    from dictation.asr import AsrEngine, EngineOptions
+
+    out = tmp_path / "adapter"
+    seen = []
+    options = TrainOptions(steps=6, bits=16, rank=4, alpha=8, lr=1e-2)
+    result = train_adapter(ckpt_untied, _examples(), out, options, progress=seen.append)
+    assert [p.step for p in seen] == list(range(1, 7)) and seen[-1].seconds_left == 0
+    assert all(np.isfinite(p.loss) for p in seen)
+    info = read_adapter(out)
+    assert info.rank == 4 and info.alpha == 8 and len(info.layers) == 7 * 2
+    assert set(info.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    with safe_open(str(out / "adapter_model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert "base_model.model.thinker.model.layers.0.self_attn.q_proj.lora_A.weight" in keys
+    assert "base_model.model.thinker.model.layers.1.mlp.down_proj.lora_B.weight" in keys
+    assert (out.stat().st_mode & 0o777) == 0o700
+    assert all((p.stat().st_mode & 0o777) == 0o600 for p in out.iterdir())
+    # what the engine computes with the adapter is what training ended with
+    model = result.lora  # the trained modules live in the training model; recompute its logits
+    clip = _examples()[0]
+    trained_model, prompt = _load(ckpt_untied)
+    from dictation.asr.tune.train import add_lora
+
+    wrapped = add_lora(trained_model, options)
+    with torch.no_grad():
+        for name, module in wrapped.items():
+            module.lora_A.copy_(model[name].lora_A)
+            module.lora_B.copy_(model[name].lora_B)
+    item = prepare(trained_model, prompt, LogMel(trained_model.cfg.audio.num_mel_bins), clip)
+    with torch.no_grad():
+        expected = decoder_logits(trained_model, item.embeds, item.first)[0]
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32", adapters=[str(out)]))
+    first = engine.pipeline.run(clip.audio, None, "", 2, keep_first_logits=True).first_logits.float()
+    base = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
+    before = base.pipeline.run(clip.audio, None, "", 2, keep_first_logits=True).first_logits.float()
+    torch.testing.assert_close(first, expected, rtol=1e-4, atol=1e-3)
+    assert (first - before).abs().max() > 1e-2  # the adapter changed something
+    with pytest.raises(AdapterError, match="already exists"):
+        train_adapter(ckpt_untied, _examples(), out, options)
+
+
+def test_cancel_writes_nothing(ckpt_untied, tmp_path):
+    out = tmp_path / "adapter"
+    calls = []
+
+    def cancel():
+        calls.append(1)
+        return len(calls) > 2
+
+    with pytest.raises(TrainingCancelled, match="step 3 of 50"):
+        train_adapter(ckpt_untied, _examples(), out, TrainOptions(steps=50, bits=16, rank=2), cancel=cancel)
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_nf4_base_trains(ckpt_untied, tmp_path):
+    model, prompt = _load(ckpt_untied)
+    result = train_lora(model, prompt, _examples(), TrainOptions(steps=8, bits=4, rank=4, lr=1e-2, batch_size=2))
+    assert result.losses[-1] < result.losses[0]
+    # the tiny model's decoder linears are whole 64-blocks; the per-tensor mean adds a few bytes
+    assert bits_per_parameter() / 8 <= result.base_bytes_per_parameter < bits_per_parameter() / 8 * 1.01
+    assert type(model.decoder.layers[0].self_attn.q_proj.base).__name__ == "NF4Linear"
