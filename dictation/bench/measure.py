@@ -4,7 +4,6 @@ the GPU bandwidth table, one run's stage times (Run), and the agreement figures 
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import platform
 import statistics
@@ -16,8 +15,6 @@ import numpy as np
 import torch
 
 from dictation.asr import SAMPLE_RATE
-
-log = logging.getLogger(__name__)
 
 AUDIO_SEED = 1234
 

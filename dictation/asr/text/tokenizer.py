@@ -7,15 +7,12 @@ former.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from dictation.asr.errors import ModelError
 from dictation.files import is_regular, read_json
-
-log = logging.getLogger(__name__)
 
 QWEN_SPLIT_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

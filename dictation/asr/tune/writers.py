@@ -6,7 +6,6 @@ the end, so an interrupted run leaves nothing at the destination.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,8 +26,6 @@ from dictation.asr.nn.quant_format import (
 from dictation.asr.nn.quantized import quantizable_linears, quantizable_names
 from dictation.asr.tune.adapters import AdapterState, _param, changed_params, load_adapters
 from dictation.asr.tune.quantize import quantization_config
-
-log = logging.getLogger(__name__)
 
 
 def write_quantized_folder(

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
 import numpy as np
 import torch
 
 from dictation.asr.checkpoints.gguf.reader import _FLOAT_DTYPES, SUPPORTED_TYPES, TensorType
-
-log = logging.getLogger(__name__)
 
 
 def _f16_column(blocks: torch.Tensor, start: int) -> torch.Tensor:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
-log = logging.getLogger(__name__)
-
 # --- tensor names -------------------------------------------------------------------------------------
 # (GGUF module name, our module name); "{i}" is a layer index. A GGUF tensor is "<module>.weight" or
 # "<module>.bias" and maps to the same suffix on our side.

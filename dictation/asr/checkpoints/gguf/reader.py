@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,8 +11,6 @@ import numpy as np
 import torch
 
 from dictation.asr.errors import WeightsError
-
-log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 SINGLE_ARCH = "qwen3asr"
