@@ -381,7 +381,7 @@ class HistoryWorker(QObject):
         return True
 
     def _prune(self, audio: Any, keep: int) -> None:
-        """Keep the newest ``keep`` recordings in the take's folder, and every pending entry's."""
+        """Keep the newest ``keep`` recordings in the take's folder, and those of pending and corrected entries."""
         from dictation.audio.recordings import prune_recordings
 
         if not audio or keep < 1 or self._aside or self._unsaved or str(self.path) == IN_MEMORY or not self._connect():
@@ -389,7 +389,7 @@ class HistoryWorker(QObject):
             # session's takes), nothing is deleted
             return
         try:
-            protect = self._db.pending_audio()
+            protect = self._db.kept_audio()
         except _ERRORS as exc:
             log.info("recordings not pruned: %s", exc)
             return
@@ -458,6 +458,7 @@ def _record_of(entry: HistoryEntry) -> Record:
             "outcome": entry.outcome,
             "timings": entry.timings,
             "streamed": entry.streamed,
+            "corrected": entry.corrected,
         },
     )
 

@@ -88,6 +88,7 @@ class HistoryEntry:
     outcome: str
     timings: dict[str, float] | None  # seconds per stage of its transcription
     streamed: bool = False  # transcribed while it was recorded: re-transcribed, it is trimmed at its end only
+    corrected: bool = False  # the user edited the text: training material (`corrected_entries`), never pruned
 
 
 # MIGRATIONS[n] upgrades a database at user_version n to n + 1 (0 is a new, empty file).
@@ -123,7 +124,15 @@ def _add_streamed_v2(conn: sqlite3.Connection) -> None:
             conn.execute(sql, (json.dumps(timings), entry_id))
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_streamed_v2]
+def _add_corrected_v3(conn: sqlite3.Connection) -> None:
+    """Entries whose text the user corrected get a flag: they and their recordings are kept for
+    training a personal adapter (issue 18)."""
+    if "timings" not in {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}:
+        return  # not our table: `_migrate` names the columns it lacks
+    conn.execute("ALTER TABLE dictations ADD COLUMN corrected INTEGER NOT NULL DEFAULT 0")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_streamed_v2, _add_corrected_v3]
 COLUMNS = (
     "id",
     "created",
@@ -135,6 +144,7 @@ COLUMNS = (
     "outcome",
     "timings",
     "streamed",
+    "corrected",
 )
 _LEGACY_STREAMED = "streamed"  # version 1's key for the flag inside the timings (1.0: streamed)
 
@@ -312,13 +322,33 @@ class History:
         model_label: str | None = None,
         timings: dict[str, float] | None = None,
     ) -> bool:
-        """Replace an entry's transcript (a re-transcription); False if the entry is gone."""
+        """Replace an entry's transcript (a re-transcription: the text is the model's again, so the
+        entry is no longer marked corrected); False if the entry is gone."""
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
         row = (text, language or None, model_label or None, None if timings is None else json.dumps(timings), entry_id)
         with self._transaction() as conn:
-            sql = "UPDATE dictations SET text = ?, language = ?, model_label = ?, timings = ? WHERE id = ?"
+            sql = (
+                "UPDATE dictations SET text = ?, language = ?, model_label = ?, timings = ?, corrected = 0 WHERE id = ?"
+            )
             return conn.execute(sql, row).rowcount == 1
+
+    def correct(self, entry_id: int, text: str) -> bool:
+        """The user's own version of an entry's transcript: replaces the text and marks the entry
+        corrected, which keeps it and its recording from pruning and makes it training material
+        (`corrected_entries`). False if the entry is gone; ValueError for a text with nothing in it
+        (delete the entry instead)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, got {type(text).__name__}")
+        if not text.strip():
+            raise ValueError("a corrected transcript cannot be empty")
+        with self._transaction() as conn:
+            sql = "UPDATE dictations SET text = ?, corrected = 1 WHERE id = ? AND outcome != ?"
+            if conn.execute(sql, (text, entry_id, Outcome.PENDING)).rowcount == 1:
+                return True
+            if conn.execute("SELECT 1 FROM dictations WHERE id = ?", (entry_id,)).fetchone():
+                raise ValueError(f"entry {entry_id} is still being transcribed; correct it when its text is in")
+            return False
 
     def update(self, entry_id: int, **fields: Any) -> bool:
         """Change any of an entry's fields (``text``, ``language``, ``duration_s``, ``model_label``,
@@ -387,9 +417,11 @@ class History:
             self._prune(conn)
 
     def _prune(self, conn: sqlite3.Connection) -> None:
+        """Keep the newest ``max_entries`` entries the user did not correct; corrected ones are kept
+        besides them (they are the user's training material and count against no limit)."""
         removed = conn.execute(
-            "DELETE FROM dictations WHERE id < (SELECT MIN(id) FROM (SELECT id FROM dictations ORDER BY id DESC"
-            " LIMIT ?))",
+            "DELETE FROM dictations WHERE corrected = 0 AND id < (SELECT MIN(id) FROM (SELECT id FROM dictations"
+            " WHERE corrected = 0 ORDER BY id DESC LIMIT ?))",
             (self._max_entries,),
         ).rowcount
         if removed:
@@ -430,10 +462,16 @@ class History:
         )
         return [_entry(r) for r in rows]
 
-    def pending_audio(self) -> set[Path]:
-        """The recordings of every entry still pending: never pruned."""
+    def corrected_entries(self) -> list[HistoryEntry]:
+        """The entries whose text the user corrected, newest first (what a personal adapter is trained on)."""
+        rows = self._query(f"SELECT {', '.join(COLUMNS)} FROM dictations WHERE corrected = 1 ORDER BY id DESC")
+        return [_entry(r) for r in rows]
+
+    def kept_audio(self) -> set[Path]:
+        """The recordings never pruned: those of entries still pending and of corrected entries."""
         rows = self._query(
-            "SELECT audio_path FROM dictations WHERE outcome = ? AND audio_path IS NOT NULL", (Outcome.PENDING,)
+            "SELECT audio_path FROM dictations WHERE (outcome = ? OR corrected = 1) AND audio_path IS NOT NULL",
+            (Outcome.PENDING,),
         )
         return {Path(r[0]) for r in rows}
 
@@ -456,7 +494,17 @@ def _check_outcome(outcome: str) -> None:
         raise ValueError(f"unknown outcome {outcome!r}; use one of {Outcome.KNOWN} or Outcome.failed(reason)")
 
 
-_FIELDS = ("text", "language", "duration_s", "model_label", "audio_path", "outcome", "timings", "streamed")
+_FIELDS = (
+    "text",
+    "language",
+    "duration_s",
+    "model_label",
+    "audio_path",
+    "outcome",
+    "timings",
+    "streamed",
+    "corrected",
+)
 
 
 def _created_text(created: datetime) -> str:
@@ -491,7 +539,7 @@ def _row_values(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
             if legacy and "streamed" not in fields:
                 columns.append("streamed")
                 values.append(1)
-        elif name == "streamed":
+        elif name in ("streamed", "corrected"):
             value = int(bool(value))
         columns.append(name)
         values.append(value)
@@ -519,7 +567,7 @@ def _casefold(text: str | None) -> str | None:
 
 
 def _entry(row: tuple) -> HistoryEntry:
-    entry_id, created, text, language, duration_s, model_label, audio_path, outcome, timings, streamed = row
+    entry_id, created, text, language, duration_s, model_label, audio_path, outcome, timings, streamed, corrected = row
     # an older version may have written a row since (it keeps the flag in the timings): read it too
     parsed_timings, legacy = _legacy_streamed(_parse_timings(timings))
     return HistoryEntry(
@@ -533,4 +581,5 @@ def _entry(row: tuple) -> HistoryEntry:
         outcome=outcome,
         timings=parsed_timings,
         streamed=bool(streamed) or legacy,
+        corrected=bool(corrected),
     )

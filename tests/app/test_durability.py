@@ -303,15 +303,18 @@ def test_leftovers_without_audio_are_marked_and_empty_takes_removed(rig, qtbot, 
     r.wait_status(Status.IDLE)  # (the model loaded: the app quits cleanly)
 
 
-def test_pruning_never_removes_the_audio_of_a_pending_entry(qtbot, tmp_path):
-    """An old take still waiting for its text keeps its recording however many come after it."""
+def test_pruning_never_removes_the_audio_of_a_pending_or_corrected_entry(qtbot, tmp_path):
+    """An old take still waiting for its text, and one whose text the user corrected (training
+    material for a personal adapter), keep their recordings however many come after them."""
     from dictation.audio.recordings import list_recordings, save_recording
 
     folder = tmp_path / "recordings"
     db_path = tmp_path / "history.sqlite3"
     waiting = save_recording(speech(0.5), directory=folder)
+    corrected = save_recording(speech(0.4), directory=folder)
     with History(db_path) as history:
         waiting_id = history.add("", audio_path=waiting)  # e.g. the model failed before it was done
+        history.correct(history.add("helo", audio_path=corrected, outcome=Outcome.PASTED), "Hello.")
         old = [save_recording(speech(0.2), directory=folder) for _ in range(3)]
         for path in old:
             history.add("done", audio_path=path, outcome=Outcome.PASTED)
@@ -324,7 +327,7 @@ def test_pruning_never_removes_the_audio_of_a_pending_entry(qtbot, tmp_path):
     worker.store_text(1, {"text": "new", "audio_path": take.path})
     worker.finish_take(1, {"outcome": Outcome.PASTED}, False, 1)
     worker.close()
-    assert list_recordings(folder) == [waiting, take.path]  # the old finished ones went, not the pending one
+    assert list_recordings(folder) == [waiting, corrected, take.path]  # the old finished ones went
     with History(db_path) as history:
         assert history.get(waiting_id).outcome == Outcome.PENDING
 

@@ -327,14 +327,14 @@ def test_a_take_is_pending_without_text_until_its_transcript_comes(history, tmp_
     done = history.add("typed before", audio_path=tmp_path / "rec-0.wav", outcome=Outcome.PASTED)
     typing = history.add("being typed", audio_path=tmp_path / "rec-2.wav")
     assert [e.id for e in history.pending_takes()] == [take]  # pending text is not a pending take
-    assert history.pending_audio() == {audio, tmp_path / "rec-2.wav"}  # neither audio may be pruned
+    assert history.kept_audio() == {audio, tmp_path / "rec-2.wav"}  # neither audio may be pruned
     assert history.update(take, text="Hi.", language="English", duration_s=1.5, timings={"decode": 0.1})
     entry = history.get(take)
     assert (entry.text, entry.language, entry.duration_s, entry.timings) == ("Hi.", "English", 1.5, {"decode": 0.1})
     assert history.pending_takes() == []
     assert history.update(take, outcome=Outcome.RECOVERED, audio_path=None)
     assert history.get(take).outcome == Outcome.RECOVERED and history.get(take).audio_path is None
-    assert history.pending_audio() == {tmp_path / "rec-2.wav"}
+    assert history.kept_audio() == {tmp_path / "rec-2.wav"}
     assert not history.update(9999, text="gone")
     with pytest.raises(ValueError, match="unknown outcome"):
         history.update(done, outcome="bogus")
@@ -450,3 +450,69 @@ def test_streamed_is_a_field_and_old_shaped_writes_are_read_alike(history, db_pa
         conn.execute("UPDATE dictations SET timings = ? WHERE id = ?", ('{"total": 0.1, "streamed": 1.0}', first))
         conn.execute("UPDATE dictations SET streamed = 0 WHERE id = ?", (first,))
     assert history.get(first).streamed and history.get(first).timings == {"total": 0.1}
+
+
+# --- corrected entries: the user's own text, kept for training a personal adapter (issue 18) --------
+
+
+def test_a_correction_replaces_the_text_and_marks_the_entry(history, db_path, tmp_path):
+    entry_id = history.add("helo wrld", language="English", audio_path=tmp_path / "rec-1.wav", outcome=Outcome.PASTED)
+    other = history.add("fine as it was", outcome=Outcome.PASTED)
+    assert not history.get(entry_id).corrected
+    assert history.correct(entry_id, "Hello, world.")
+    history.close()
+    with History(db_path) as reopened:
+        entry = reopened.get(entry_id)
+        assert (entry.text, entry.corrected, entry.language) == ("Hello, world.", True, "English")
+        assert [e.id for e in reopened.corrected_entries()] == [entry_id]
+        assert not reopened.get(other).corrected
+        assert reopened.correct(9999, "gone") is False
+        with pytest.raises(ValueError, match="cannot be empty"):
+            reopened.correct(other, "  \n")
+        assert not reopened.get(other).corrected and reopened.get(other).text == "fine as it was"
+        # a re-transcription puts the model's text back: no longer the user's correction
+        assert reopened.update_text(entry_id, "helo world", language="English")
+        assert not reopened.get(entry_id).corrected and reopened.corrected_entries() == []
+
+
+def test_a_take_still_being_transcribed_cannot_be_corrected(history, tmp_path):
+    take = history.add("", audio_path=tmp_path / "rec-1.wav")
+    with pytest.raises(ValueError, match="still being transcribed"):
+        history.correct(take, "my words")
+    assert history.get(take).text == "" and not history.get(take).corrected
+
+
+def test_corrected_entries_and_their_recordings_survive_pruning(db_path, tmp_path):
+    with History(db_path, max_entries=3) as h:
+        first = h.add("old one", audio_path=tmp_path / "rec-0.wav", outcome=Outcome.PASTED)
+        h.correct(first, "Old one, corrected.")
+        for i in range(1, 8):
+            h.add(f"take {i}", audio_path=tmp_path / f"rec-{i}.wav", outcome=Outcome.PASTED)
+        # the limit counts the uncorrected entries; the corrected one is kept beside them
+        assert _texts(h.recent(10)) == ["take 7", "take 6", "take 5", "Old one, corrected."]
+        assert h.kept_audio() == {tmp_path / "rec-0.wav"}
+        h.max_entries = 1
+        assert _texts(h.recent(10)) == ["take 7", "Old one, corrected."]
+        # the user can still delete it
+        assert h.delete(first) and _texts(h.recent(10)) == ["take 7"] and h.kept_audio() == set()
+
+
+def test_corrected_is_a_field_and_a_version_2_history_gains_it(history, db_path):
+    entry_id = history.add("a")
+    assert history.update(entry_id, corrected=True) and history.get(entry_id).corrected
+    restored = history.restore(None, datetime.now(timezone.utc), text="b", corrected=True)
+    assert history.get(restored).corrected
+    history.close()
+    db_path.unlink()
+    with sqlite3.connect(db_path) as conn:
+        history_module._create_v1(conn)
+        history_module._add_streamed_v2(conn)
+        conn.execute(
+            "INSERT INTO dictations (created, text, outcome) VALUES (?, 'from version 2', 'pasted')",
+            ("2026-01-01T00:00:00.000+00:00",),
+        )
+        conn.execute("PRAGMA user_version = 2")
+    with History(db_path) as h:
+        (entry,) = h.recent()
+        assert entry.text == "from version 2" and not entry.corrected
+        assert h.correct(entry.id, "From version 2.") and [e.text for e in h.corrected_entries()] == ["From version 2."]
