@@ -48,13 +48,13 @@ from torch.utils.checkpoint import checkpoint
 
 from dictation.asr.checkpoints.locate import checkpoint_name
 from dictation.asr.checkpoints.output import atomic_outputs
-from dictation.asr.errors import AdapterError, AsrError, ModelError
+from dictation.asr.errors import AsrError, ModelError
 from dictation.asr.nn.features import LogMel, n_audio_tokens
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.rope import rope_tables
 from dictation.asr.text.prompt import PromptBuilder
 from dictation.asr.tune.adapter_files import CONFIG_FILE, WEIGHTS_FILE
-from dictation.asr.tune.data import Example
+from dictation.asr.tune.data import Example, TrainingError
 from dictation.asr.tune.nf4 import NF4Linear, nf4_decoder
 
 log = logging.getLogger(__name__)
@@ -94,16 +94,16 @@ class TrainOptions:
 
     def check(self) -> None:
         if self.bits not in (4, 16):
-            raise AdapterError(f"bits must be 4 (NF4 base) or 16 (float base), not {self.bits}")
+            raise TrainingError(f"bits must be 4 (NF4 base) or 16 (float base), not {self.bits}")
         if self.steps < 1 or self.rank < 1 or self.batch_size < 1 or self.save_every < 1:
-            raise AdapterError("steps, rank and batch size must be positive")
+            raise TrainingError("steps, rank and batch size must be positive")
         if self.epochs is not None and self.epochs < 1:
-            raise AdapterError(f"epochs must be at least 1, not {self.epochs}")
+            raise TrainingError(f"epochs must be at least 1, not {self.epochs}")
         if not (math.isfinite(self.lr) and self.lr > 0 and math.isfinite(self.alpha) and self.alpha > 0):
-            raise AdapterError("the learning rate and alpha must be positive numbers")
+            raise TrainingError("the learning rate and alpha must be positive numbers")
         unknown = sorted(set(self.targets) - {*DEFAULT_TARGETS, HEAD})
         if unknown or not self.targets:
-            raise AdapterError(
+            raise TrainingError(
                 f"unknown LoRA targets {', '.join(unknown) or '(none)'}; "
                 f"choose from {', '.join((*DEFAULT_TARGETS, HEAD))}"
             )
@@ -277,17 +277,17 @@ def save_checkpoint(work: Path, lora: dict, optimizer: torch.optim.Optimizer, st
 
 
 def load_checkpoint(work: Path, lora: dict, optimizer: torch.optim.Optimizer, fingerprint: str) -> dict:
-    """Restore what :func:`save_checkpoint` wrote; AdapterError when there is none or it was made
+    """Restore what :func:`save_checkpoint` wrote; TrainingError when there is none or it was made
     from other data or settings."""
     from safetensors import safe_open
 
     path = work / CHECKPOINT
     if not path.is_file():
-        raise AdapterError(f"{work}: no checkpoint to resume from; start without --resume")
+        raise TrainingError(f"{work}: no checkpoint to resume from; start without --resume")
     with safe_open(str(path), framework="pt") as f:
         meta = json.loads(f.metadata()["state"])
         if meta.get("fingerprint") != fingerprint:
-            raise AdapterError(
+            raise TrainingError(
                 f"{path}: made from other data or settings; resume with the same ones, or start without --resume"
             )
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
@@ -328,13 +328,13 @@ def train_lora(
     ``work``: a folder for resumable checkpoints (every ``options.save_every`` steps, and when
     cancelled); ``resume``: continue from its checkpoint, which gives the very adapter an
     uninterrupted run gives. ``cancel()`` is asked before every step: True saves a checkpoint (with
-    ``work``) and raises TrainingCancelled. Running out of memory raises one AdapterError."""
+    ``work``) and raises TrainingCancelled. Running out of memory raises one TrainingError."""
     options.check()
     if not examples:
-        raise AdapterError("no training examples")
+        raise TrainingError("no training examples")
     work = Path(work) if work is not None else None
     if resume and work is None:
-        raise AdapterError("resuming needs the folder of the interrupted run")
+        raise TrainingError("resuming needs the folder of the interrupted run")
     steps = options.total_steps(len(examples))
     torch.manual_seed(options.seed)
     bytes_per_param = None
@@ -348,7 +348,7 @@ def train_lora(
         items = [prepare(model, prompt, mel, e) for e in examples]
     except Exception as exc:
         if _out_of_memory(exc):
-            raise AdapterError(_oom_message(model, "preparing the model and the clips")) from None
+            raise TrainingError(_oom_message(model, "preparing the model and the clips")) from None
         raise
     params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
@@ -392,10 +392,10 @@ def train_lora(
                 target_tokens += item.labels.shape[0]
         except Exception as exc:
             if _out_of_memory(exc):
-                raise AdapterError(_oom_message(model, f"training step {step}")) from None
+                raise TrainingError(_oom_message(model, f"training step {step}")) from None
             raise
         if not math.isfinite(total):
-            raise AdapterError(f"training diverged at step {step} (loss {total}); try a lower learning rate")
+            raise TrainingError(f"training diverged at step {step} (loss {total}); try a lower learning rate")
         if options.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
         optimizer.step()
@@ -473,7 +473,7 @@ def write_adapter(
         "alpha_pattern": {},
         "inference_mode": True,
     }
-    with atomic_outputs([out], folders=True, error=AdapterError) as (tmp,):
+    with atomic_outputs([out], folders=True, error=TrainingError) as (tmp,):
         os.chmod(tmp, 0o700)  # trained on the user's dictations
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -491,6 +491,24 @@ def work_folder(out: str | os.PathLike) -> Path:
     return out.parent / f".{out.name}.training"
 
 
+def base_model_folder(model: str | os.PathLike):
+    """``(folder, AsrConfig)`` of the model to train on: ModelError naming it unless it is a loadable
+    floating-point model (checked without loading its weights)."""
+    from dictation.asr.checkpoints.hub import check_model_folder, resolve_model
+    from dictation.asr.config import AsrConfig
+
+    problem = check_model_folder(model)
+    if problem:
+        raise ModelError(problem)
+    folder = resolve_model(model)
+    if not (folder / "config.json").is_file():
+        raise ModelError(f"{model}: not a model folder (no config.json); train on a model folder")
+    cfg = AsrConfig.from_file(folder / "config.json")
+    if cfg.quantization:
+        raise ModelError(f"{folder}: a pre-quantized model; train on the floating-point model it was made from")
+    return folder, cfg
+
+
 def train_adapter(
     model: str | os.PathLike,
     examples: Sequence[Example],
@@ -504,38 +522,33 @@ def train_adapter(
 ) -> TrainResult:
     """Load ``model`` (a folder or cached repo id) on ``device`` (float32 on the CPU, bfloat16 on a
     GPU; the LoRA matrices and AdamW's state are float32 everywhere), train on ``examples`` and write
-    the adapter to ``out``. AdapterError / ModelError name the problem. The output folder appears
+    the adapter to ``out``. TrainingError / ModelError name the problem. The output folder appears
     whole or not at all; meanwhile checkpoints go to :func:`work_folder` (removed after success,
     kept after a cancel or an error for ``resume``)."""
     import shutil
 
-    from dictation.asr.checkpoints.hub import resolve_model
     from dictation.asr.checkpoints.safetensors import load_model
-    from dictation.asr.config import AsrConfig
     from dictation.asr.device import resolve_device
 
     options = options or TrainOptions()
     options.check()
     if os.path.lexists(Path(out).expanduser()):
-        raise AdapterError(f"{out}: already exists; choose a new output path (nothing is overwritten)")
-    folder = resolve_model(model)
-    if not (folder / "config.json").is_file():
-        raise ModelError(f"{model}: not a model folder (no config.json); train on a model folder")
-    cfg = AsrConfig.from_file(folder / "config.json")
-    if cfg.quantization:
-        raise ModelError(f"{folder}: a pre-quantized model; train on the floating-point model it was made from")
+        raise TrainingError(f"{out}: already exists; choose a new output path (nothing is overwritten)")
+    folder, cfg = base_model_folder(model)
     dev = resolve_device(device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     work = work_folder(out)
     if resume and not (work / CHECKPOINT).is_file():
-        raise AdapterError(f"{work}: no checkpoint to resume from; start without --resume")
+        raise TrainingError(f"{work}: no checkpoint to resume from; start without --resume")
     if not resume and work.exists():
         shutil.rmtree(work)
     try:
         loaded = load_model(folder, cfg, dev, dtype)
     except Exception as exc:
         if _out_of_memory(exc):
-            raise AdapterError(f"out of memory loading {folder} on {dev}; train on another device (--device)") from None
+            raise TrainingError(
+                f"out of memory loading {folder} on {dev}; train on another device (--device)"
+            ) from None
         raise
     prompt = PromptBuilder.from_folder(
         folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
