@@ -186,3 +186,32 @@ def test_lora_alone_changes_nothing_before_training(ckpt):
     before = model.decoder.layers[0].mlp.up_proj(x)
     add_lora(model, TrainOptions(rank=4))
     torch.testing.assert_close(model.decoder.layers[0].mlp.up_proj(x), before)
+
+
+def test_ctrl_c_keeps_a_checkpoint_and_resume_finishes_the_run(ckpt, data, tmp_path):
+    """A real process: SIGINT after the first step stops training with a checkpoint; --resume ends it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "adapter"
+    argv = [sys.executable, "-m", "dictation", "train-adapter", "--model", str(ckpt), "--data", str(data),
+            "--out", str(out), "--steps", "40", "--rank", "2", "--bits", "16", "--device", "cpu"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("step 1/40"):
+            proc.send_signal(signal.SIGINT)
+            break
+    _, rest = proc.communicate(timeout=120)
+    err = "".join(lines) + rest
+    assert proc.returncode == 1, err
+    assert re.search(r"error: training cancelled at step \d+ of 40; its checkpoint is kept .*--resume goes on", err)
+    assert not out.exists() and (tmp_path / ".adapter.training" / "checkpoint.safetensors").is_file()
+    done = subprocess.run([*argv, "--resume"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "40 steps" in done.stdout and "step 40/40" in done.stderr and "step 1/40" not in done.stderr
+    assert out.is_dir() and not (tmp_path / ".adapter.training").exists()

@@ -119,16 +119,17 @@ class Progress:
 
 @dataclass
 class TrainResult:
-    losses: list[float]
-    seconds: float
-    tokens: int  # decoder positions processed (prompt and target, every step)
-    target_tokens: int  # of those, the positions the loss covers
+    losses: list[float]  # every step's (a resumed run's too)
+    seconds: float  # this run (since the start or the resume)
+    tokens: int  # decoder positions processed in this run (prompt and target, every step)
+    target_tokens: int  # the positions the loss covered, every step of the whole run
     base_bytes_per_parameter: float | None = None  # the NF4 base's decoder linears (bits=4)
     lora: dict[str, LoraTrainLinear] = field(default_factory=dict)
+    resumed_at: int = 0  # the step a resumed run went on from (0: from the start)
 
     @property
     def steps_per_s(self) -> float:
-        return len(self.losses) / self.seconds if self.seconds else 0.0
+        return (len(self.losses) - self.resumed_at) / self.seconds if self.seconds else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -371,7 +372,7 @@ def train_lora(
             state = {"fingerprint": fingerprint, "step": step, "order": order, "losses": losses, "rng": rng.getstate()}
             save_checkpoint(work, lora, optimizer, state | {"tokens": tokens, "target_tokens": target_tokens})
 
-    start = time.perf_counter()
+    start, tokens_before = time.perf_counter(), tokens
     for step in range(done + 1, steps + 1):
         if cancel is not None and cancel():
             checkpoint_now(step - 1)
@@ -406,7 +407,7 @@ def train_lora(
             elapsed = time.perf_counter() - start
             progress(Progress(step, steps, total, elapsed / (step - done) * (steps - step)))
     seconds = time.perf_counter() - start
-    return TrainResult(losses, seconds, tokens, target_tokens, bytes_per_param, lora)
+    return TrainResult(losses, seconds, tokens - tokens_before, target_tokens, bytes_per_param, lora, resumed_at=done)
 
 
 def _oom_message(model: AsrModel, what: str) -> str:
