@@ -153,7 +153,9 @@ class LoraTrainLinear(nn.Module):
         self.scaling = alpha / rank
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + F.linear(F.linear(x, self.lora_A.to(x.dtype)), self.lora_B.to(x.dtype)) * self.scaling
+        # the LoRA branch in float32 whatever the base's dtype (bf16 on a GPU): small, and exact updates
+        delta = F.linear(F.linear(x.float(), self.lora_A), self.lora_B) * self.scaling
+        return self.base(x) + delta.to(x.dtype)
 
 
 def add_lora(model: AsrModel, options: TrainOptions) -> dict[str, LoraTrainLinear]:
@@ -492,6 +494,13 @@ def work_folder(out: str | os.PathLike) -> Path:
     return out.parent / f".{out.name}.training"
 
 
+def training_dtype(device: torch.device) -> torch.dtype:
+    """The frozen base's dtype for training on ``device``: bfloat16 on a GPU (QLoRA's compute dtype:
+    half the memory, tensor cores), float32 on the CPU (bf16 matmuls there are slow and imprecise).
+    The LoRA matrices, their gradients and AdamW's moments are float32 on either."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
 def base_model_folder(model: str | os.PathLike):
     """``(folder, AsrConfig)`` of the model to train on: ModelError naming it unless it is a loadable
     floating-point model (checked without loading its weights)."""
@@ -537,7 +546,7 @@ def train_adapter(
         raise TrainingError(f"{out}: already exists; choose a new output path (nothing is overwritten)")
     folder, cfg = base_model_folder(model)
     dev = resolve_device(device)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    dtype = training_dtype(dev)
     work = work_folder(out)
     if resume and not (work / CHECKPOINT).is_file():
         raise TrainingError(f"{work}: no checkpoint to resume from; start without --resume")
