@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dictation.asr.errors import AsrError
-from dictation.asr.tune.data import Sample, TrainingError, make_sample, read_samples
+from dictation.asr.tune.data import MAX_SECONDS, Sample, TrainingError, make_sample, read_samples
 
 if TYPE_CHECKING:
     from dictation.asr.tune.train import Progress, TrainingCancelled, TrainOptions
@@ -91,7 +91,9 @@ class TrainReport:
 
 def samples_from_history(path: Path | None = None) -> list[Sample]:
     """A sample of every history entry the user corrected whose recording is still on disk, newest
-    first (the entry's text as the transcript, its language if known). TrainingError if there is none."""
+    first (the entry's text as the transcript, its language if known). Entries longer than a training
+    clip may be (``MAX_SECONDS``: long dictations) are left out with a warning in the log.
+    TrainingError if none is left."""
     from dictation.config.history import History, HistoryError, default_path
 
     path = Path(path) if path is not None else default_path()
@@ -105,6 +107,10 @@ def samples_from_history(path: Path | None = None) -> list[Sample]:
     samples = []
     for entry in entries:
         if entry.audio_path is None or not Path(entry.audio_path).is_file() or not entry.text.strip():
+            continue
+        if entry.duration_s is not None and entry.duration_s > MAX_SECONDS:
+            log.warning("history entry %d: %.0f s, longer than a training clip may be; left out", entry.id,
+                        entry.duration_s)  # fmt: skip
             continue
         where = f"history entry {entry.id}"
         try:

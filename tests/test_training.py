@@ -60,6 +60,9 @@ def test_samples_from_history_are_the_corrected_entries_with_their_recordings(tm
             write_wav(rec / f"{i}.wav", synth_audio(0.5, seed=i), 16000)
             ids.append(history.add(f"model {i}", language=language, audio_path=rec / f"{i}.wav", outcome="typed"))
         ids.append(history.add("no recording", outcome="typed"))
+        write_wav(rec / "long.wav", synth_audio(0.5, seed=9), 16000)
+        long_id = history.add("a long one", audio_path=rec / "long.wav", duration_s=95.0, outcome="typed")
+        history.correct(long_id, "A long dictation.")  # longer than a training clip: left out
         with pytest.raises(TrainingError, match="no corrected dictation with its recording"):
             samples_from_history(path)
         for i, entry_id in enumerate(ids):

@@ -4,7 +4,8 @@ The recipe is QLoRA's: the base model is frozen, either in its floating dtype (`
 the decoder's linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices
 ``A [r, in]`` (Kaiming-uniform, as PEFT initialises them) and ``B [out, r]`` (zeros) beside the chosen
 decoder layers (by default every attention and MLP projection; the encoder stays frozen) are the only
-trained parameters, in float32, with AdamW.
+trained parameters, in float32, with AdamW. On a GPU the base runs in bfloat16 (QLoRA's compute
+dtype) and the LoRA branch in float32 beside it (:func:`training_dtype`); on the CPU all is float32.
 
 One example is the official fine-tuning format: the prompt of a transcription without a forced
 language (system turn, the audio, ``<|im_start|>assistant\\n``) followed by the target
@@ -16,7 +17,14 @@ inference does), taken in a seeded shuffled order, epoch after epoch. With the s
 machine, training gives the same adapter.
 
 The forward for training (:func:`decoder_logits`) runs the decoder's own layers over the whole sequence
-with causal attention and no KV cache; a test checks it against the inference path's logits.
+with causal attention and no KV cache; a test checks it against the inference path's logits. With
+gradient checkpointing (the default) only each decoder layer's input is kept, and the layer's
+activations are recomputed in the backward pass.
+
+A run with a work folder (:func:`train_adapter`: ``.<out name>.training`` beside the output) saves a
+checkpoint every ``save_every`` steps and when cancelled: the LoRA matrices, AdamW's state, the
+data order and random state, and a fingerprint of the data and settings; resuming from it gives
+the very adapter an uninterrupted run gives. Running out of memory is one TrainingError.
 
 The adapter is written as PEFT writes one (``adapter_config.json`` + ``adapter_model.safetensors``,
 tensors ``base_model.model.<module>.lora_A.weight``), in the checkpoint's own module names (the
@@ -66,7 +74,8 @@ HEAD = "lm_head"  # also a possible target (not a default): the output head, unt
 
 
 class TrainingCancelled(AsrError):
-    """The cancel check asked training to stop; nothing was written."""
+    """The cancel check asked training to stop; no adapter was written (a run with a work folder keeps
+    its checkpoint there for resuming)."""
 
 
 @dataclass(frozen=True)
@@ -577,9 +586,12 @@ __all__ = [
     "TrainOptions",
     "TrainResult",
     "TrainingCancelled",
+    "TrainingError",
+    "base_model_folder",
     "decoder_logits",
     "train_adapter",
     "train_lora",
+    "training_dtype",
     "work_folder",
     "write_adapter",
 ]
