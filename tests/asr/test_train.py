@@ -286,3 +286,20 @@ def test_training_on_the_gpu_gives_an_adapter_the_cpu_engine_reads(ckpt_untied, 
     base = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
     clip = _examples()[0].audio
     assert engine.transcribe(clip, max_new_tokens=8).token_ids != base.transcribe(clip, max_new_tokens=8).token_ids
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_issues_defaults_trained_on_the_gpu_carry_over_to_the_float_base_on_the_cpu(ckpt_root, tmp_path):
+    """The overfit check of tests/test_cli_train.py (--steps 200 --rank 8, NF4 base) trained on the GPU
+    (bf16 base, fp32 LoRA): the CPU engine with the adapter on the float32 base says both texts."""
+    from dictation.asr import AsrEngine, EngineOptions
+    from tests.test_cli_train import LINES, TEXTS, training_checkpoint
+
+    ckpt = training_checkpoint(ckpt_root)
+    clips = [synth_audio(1.0 + 0.5 * i, seed=40 + i) for i in range(2)]
+    examples = [Example(clip, line, f"clip {i}") for i, (clip, line) in enumerate(zip(clips, LINES, strict=True))]
+    out = tmp_path / "adapter"
+    train_adapter(ckpt, examples, out, TrainOptions(steps=200, rank=8, alpha=16), device="cuda")
+    engine = AsrEngine(EngineOptions(model=str(ckpt), device="cpu", dtype="fp32", adapters=[str(out)]))
+    assert [engine.transcribe(clip, max_new_tokens=24).text for clip in clips] == TEXTS
