@@ -171,14 +171,26 @@ def score(references: Sequence[str], hypotheses: Sequence[str]) -> Score:
     return Score(word_errors / max(words, 1), char_errors / max(chars, 1), len(references))
 
 
-def evaluate(model: str, device: str, adapters: Sequence[str], clips, references: Sequence[str]) -> Score:
+def evaluate(
+    model: str,
+    device: str,
+    adapters: Sequence[str],
+    clips,
+    references: Sequence[str],
+    should_stop: Callable[[], bool] | None = None,
+) -> Score | None:
     """Greedy transcripts of ``clips`` by the engine (the model as the user runs it: its full-precision
-    weights, with ``adapters``), scored against ``references``."""
+    weights, with ``adapters``), scored against ``references``; None if ``should_stop()`` said True
+    between two clips."""
     from dictation.asr import AsrEngine, EngineOptions
 
     engine = AsrEngine(EngineOptions(model=model, device=device, adapters=tuple(adapters)))
+    hypotheses = []
     try:
-        hypotheses = [engine.transcribe(audio).text for audio in clips]
+        for audio in clips:
+            if should_stop is not None and should_stop():
+                return None
+            hypotheses.append(engine.transcribe(audio).text)
     finally:
         engine.unload()
     return score(references, hypotheses)
@@ -206,8 +218,10 @@ def train_adapter(
     ``val``: the share of the samples held out (drawn with ``options.seed``) and transcribed before
     and after. ``resume``: continue the interrupted run for ``out`` from its checkpoint (the same
     samples, settings and ``val``). ``on_progress(Progress)`` after every step; ``on_status(text)``
-    at each stage. Raises TrainingError (every problem, one line) or TrainingCancelled (after
-    ``should_stop()`` said True; the checkpoint is kept)."""
+    at each stage. ``should_stop()`` is asked between held-out clips and before every step. Raises
+    TrainingError (every problem, one line) or TrainingCancelled (``should_stop()`` said True before
+    the adapter was written; a checkpoint is kept once a step was made). Stopped while the adapter
+    is scored, the adapter stays and ``after`` is None."""
     import torch
 
     from dictation.asr.tune import train
@@ -219,6 +233,8 @@ def train_adapter(
     out = Path(out).expanduser().absolute()
     try:
         options.check()
+        if not samples:
+            raise TrainingError("no clips to train on")
         if out.exists() or out.is_symlink():
             raise TrainingError(f"{out}: already exists; choose a new output folder (nothing is overwritten)")
         train.base_model_folder(model)  # before any work
@@ -229,7 +245,9 @@ def train_adapter(
         before = after = None
         if val_ids:
             status(f"transcribing {len(val_ids)} held-out clip{'s' * (len(val_ids) != 1)} without the adapter")
-            before = evaluate(model, device, (), held_out, references)
+            before = evaluate(model, device, (), held_out, references, should_stop)
+            if before is None:
+                raise train.TrainingCancelled("training cancelled before it began; nothing was written")
             status(f"before: {before}")
         status(f"training on {len(train_ids)} clip{'s' * (len(train_ids) != 1)}")
         result = train.train_adapter(
@@ -244,8 +262,8 @@ def train_adapter(
         )
         if val_ids:
             status("transcribing the held-out clips with the adapter")
-            after = evaluate(model, device, (str(out),), held_out, references)
-            status(f"after: {after}")
+            after = evaluate(model, device, (str(out),), held_out, references, should_stop)
+            status(f"after: {after}" if after is not None else "scoring the adapter cancelled; the adapter is kept")
     except (TrainingError, train.TrainingCancelled):
         raise
     except AsrError as exc:  # the model folder, a device: the caller sees one kind of error

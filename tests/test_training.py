@@ -128,3 +128,27 @@ def test_engine_errors_reach_the_caller_as_training_errors(ckpt_root, tmp_path):
         train_adapter(str(ckpt), samples, tmp_path / "o", TrainOptions(rank=0), device="cpu")
     assert issubclass(TrainingError, AsrError) and issubclass(TrainingCancelled, AsrError)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.wav"]
+
+
+def test_stopping_while_scoring_the_held_out_clips(ckpt_root, tmp_path):
+    """Before training: TrainingCancelled and nothing written; after it: the adapter stays, unscored."""
+    from dictation.asr.tune.data import make_sample
+
+    ckpt = training_checkpoint(ckpt_root)
+    samples = []
+    for i in range(2):
+        write_wav(tmp_path / f"{i}.wav", synth_audio(0.5, seed=70 + i), 16000)
+        samples.append(make_sample(tmp_path / f"{i}.wav", f"Clip {i}.", None, f"clip {i}"))
+    options = TrainOptions(steps=1, rank=2, bits=16)
+    with pytest.raises(TrainingCancelled, match="before it began; nothing was written"):
+        train_adapter(str(ckpt), samples, tmp_path / "a", options, device="cpu", val=0.5, should_stop=lambda: True)
+    assert not (tmp_path / "a").exists() and not (tmp_path / ".a.training").exists()
+    statuses = []
+
+    def scoring_the_adapter():
+        return "with the adapter" in statuses[-1]
+
+    report = train_adapter(str(ckpt), samples, tmp_path / "b", options, device="cpu", val=0.5,
+                           on_status=statuses.append, should_stop=scoring_the_adapter)  # fmt: skip
+    assert report.before is not None and report.after is None and (tmp_path / "b" / "adapter_config.json").is_file()
+    assert statuses[-1] == "scoring the adapter cancelled; the adapter is kept"
