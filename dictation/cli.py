@@ -179,13 +179,14 @@ def cmd_merge_lora(args: argparse.Namespace) -> int:
 def cmd_train_adapter(args: argparse.Namespace) -> int:
     from dictation.asr import AsrError
     from dictation.asr.tune.data import read_examples
-    from dictation.asr.tune.nf4 import bits_per_parameter
-    from dictation.asr.tune.train import TrainOptions, train_adapter
+    from dictation.asr.tune.train import TrainingCancelled, TrainOptions
     from dictation.audio.wav import load_audio_16k
+    from dictation.training import samples_from_history, train_adapter
 
     options = TrainOptions(
-        steps=args.steps, rank=args.rank, alpha=args.alpha if args.alpha is not None else 2.0 * args.rank,
-        lr=args.lr, bits=args.bits, double_quant=not args.no_double_quant, seed=args.seed, batch_size=args.batch_size,
+        steps=args.steps, epochs=args.epochs, rank=args.rank,
+        alpha=args.alpha if args.alpha is not None else 2.0 * args.rank, lr=args.lr, bits=args.bits,
+        double_quant=not args.no_double_quant, seed=args.seed, batch_size=args.batch_size,
         targets=tuple(args.targets.split(",")) if args.targets else TrainOptions.targets,
     )  # fmt: skip
 
@@ -193,19 +194,29 @@ def cmd_train_adapter(args: argparse.Namespace) -> int:
         if p.step == 1 or p.step == p.steps or p.step % max(1, p.steps // 20) == 0:
             print(f"step {p.step}/{p.steps}  loss {p.loss:.4f}  {p.seconds_left:.0f} s left", file=sys.stderr)
 
+    def status(text: str) -> None:
+        print(text, file=sys.stderr)
+
     try:
-        examples = read_examples(args.data, load_audio_16k)
-        result = train_adapter(args.model, examples, Path(args.out), options, progress=progress)
+        samples = samples_from_history() if args.from_history else read_examples(args.data, load_audio_16k)
+        report = train_adapter(
+            args.model, samples, Path(args.out), options, device=args.device, val=args.val, resume=args.resume,
+            on_progress=progress, on_status=status,
+        )  # fmt: skip
+    except TrainingCancelled as exc:
+        return _fail(str(exc))
     except AsrError as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
-        return _fail("training interrupted; nothing was written")
-    if args.bits == 4:
-        bits = bits_per_parameter(options.double_quant)
-        print(f"NF4 base: {bits:.3f} bits/parameter ({result.base_bytes_per_parameter:.4f} bytes measured)")
-    print(f"{len(result.losses)} steps in {result.seconds:.1f} s ({result.tokens_per_s:.0f} tokens/s), "
-          f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")  # fmt: skip
-    print(f"Wrote the adapter to {args.out}")
+        return _fail("training interrupted; its last checkpoint is kept: run the same command with --resume")
+    if report.base_bits_per_parameter is not None:
+        print(f"NF4 base: {report.base_bits_per_parameter:.3f} bits/parameter (decoder linear layers)")
+    print(f"{report.steps} steps on {report.train_clips} clips in {report.seconds:.1f} s "
+          f"({report.tokens_per_s:.0f} tokens/s), final loss {report.final_loss:.4f}")  # fmt: skip
+    if report.before is not None:
+        print(f"Before: {report.before}")
+        print(f"After:  {report.after}")
+    print(f"Wrote the adapter to {report.out}")
     return 0
 
 
@@ -428,9 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     ta = sub.add_parser("train-adapter", help="train a LoRA adapter (QLoRA) on your own recordings")
     ta.add_argument("--model", required=True, help="base model folder or cached repo id (floating point)")
-    ta.add_argument("--data", required=True, help='JSON lines: {"audio": "a.wav", "text": "language X<asr_text>..."}')
+    source = ta.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", help='JSON lines: {"audio": "a.wav", "text": "language X<asr_text>..."}')
+    source.add_argument("--from-history", action="store_true", help="the dictations you corrected in the app")
     ta.add_argument("--out", required=True, help="new adapter folder (never overwritten)")
     ta.add_argument("--steps", type=int, default=200, help="optimizer steps (default 200)")
+    ta.add_argument("--epochs", type=int, default=None, help="passes over the clips, instead of --steps")
     ta.add_argument("--rank", type=int, default=16, help="LoRA rank (default 16)")
     ta.add_argument("--alpha", type=float, default=None, help="LoRA alpha (default 2 x rank)")
     ta.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
@@ -439,6 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
     ta.add_argument("--no-double-quant", action="store_true", help="NF4 with fp32 block scales (debugging)")
     ta.add_argument("--batch-size", type=int, default=1, help="examples per step (default 1)")
     ta.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    ta.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    ta.add_argument("--val", type=float, default=0.0, help="share of clips held out for WER/CER before/after")
+    ta.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint")
     ta.set_defaults(func=cmd_train_adapter)
 
     c = sub.add_parser("convert", help="write a model as GGUF or in the other checkpoint layout (hf / original)")
