@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dictation.asr.errors import AsrError
+from dictation.asr.text.tokenizer import ASR_TEXT
 from dictation.asr.tune.data import MAX_SECONDS, Sample, TrainingError, make_sample, read_samples
 
 if TYPE_CHECKING:
@@ -90,10 +91,13 @@ class TrainReport:
 
 
 def samples_from_history(path: Path | None = None) -> list[Sample]:
-    """A sample of every history entry the user corrected whose recording is still on disk, newest
-    first (the entry's text as the transcript, its language if known). Entries longer than a training
-    clip may be (``MAX_SECONDS``: long dictations) are left out with a warning in the log.
-    TrainingError if none is left."""
+    """A sample of every history entry the user corrected whose recording is still there, newest
+    first: the entry's text as the transcript, its language if known (one this model does not know
+    is left out). Entries whose recording is gone, unreadable, empty or longer than a training clip
+    may be (``MAX_SECONDS``: long dictations) are left out, with a line in the log. TrainingError if
+    none is left, or the history cannot be read."""
+    from dictation.asr.config import SAMPLE_RATE
+    from dictation.audio.wav import load_audio_16k
     from dictation.config.history import History, HistoryError, default_path
 
     path = Path(path) if path is not None else default_path()
@@ -104,24 +108,33 @@ def samples_from_history(path: Path | None = None) -> list[Sample]:
             entries = history.corrected_entries()
     except HistoryError as exc:
         raise TrainingError(str(exc)) from None
-    samples = []
+    samples, left_out = [], 0
     for entry in entries:
-        if entry.audio_path is None or not Path(entry.audio_path).is_file() or not entry.text.strip():
-            continue
-        if entry.duration_s is not None and entry.duration_s > MAX_SECONDS:
-            log.warning("history entry %d: %.0f s, longer than a training clip may be; left out", entry.id,
-                        entry.duration_s)  # fmt: skip
-            continue
         where = f"history entry {entry.id}"
+        text = entry.text.replace(ASR_TEXT, "")  # the user's text, never read as the official format
+        if entry.audio_path is None or not Path(entry.audio_path).is_file() or not text.strip():
+            left_out += 1
+            continue
+        try:  # read here to leave out what cannot be learnt from; train_adapter reads it again
+            seconds = len(load_audio_16k(entry.audio_path)) / SAMPLE_RATE
+        except (AsrError, OSError, ValueError) as exc:
+            log.warning("%s: recording %s unreadable (%s); left out", where, entry.audio_path, exc)
+            left_out += 1
+            continue
+        if not 0 < seconds <= MAX_SECONDS:
+            log.warning("%s: %.1f s of audio, not between 0 and %g s; left out", where, seconds, MAX_SECONDS)
+            left_out += 1
+            continue
         try:
-            samples.append(make_sample(Path(entry.audio_path), entry.text, entry.language, where))
-        except TrainingError as exc:  # e.g. a language this model does not know: learn the text without it
+            samples.append(make_sample(Path(entry.audio_path), text, entry.language, where))
+        except TrainingError as exc:  # a language this model does not know: the text without it
             log.warning("%s; trained without its language", exc)
-            samples.append(make_sample(Path(entry.audio_path), entry.text, None, where))
+            samples.append(make_sample(Path(entry.audio_path), text, None, where))
     if not samples:
-        raise TrainingError(
-            f"{path}: no corrected dictation with its recording; correct some in the History window first"
-        )
+        what = "no corrected dictation has a usable recording" if left_out else "no corrected dictations yet"
+        raise TrainingError(f"{path}: {what}; correct some transcripts in the History window first")
+    if left_out:
+        log.info("training on %d corrected dictations (%d left out)", len(samples), left_out)
     return samples
 
 

@@ -3,6 +3,7 @@ the corrected history entries, the held-out split, WER/CER, and a run that is ca
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -60,14 +61,19 @@ def test_samples_from_history_are_the_corrected_entries_with_their_recordings(tm
             write_wav(rec / f"{i}.wav", synth_audio(0.5, seed=i), 16000)
             ids.append(history.add(f"model {i}", language=language, audio_path=rec / f"{i}.wav", outcome="typed"))
         ids.append(history.add("no recording", outcome="typed"))
-        write_wav(rec / "long.wav", synth_audio(0.5, seed=9), 16000)
-        long_id = history.add("a long one", audio_path=rec / "long.wav", duration_s=95.0, outcome="typed")
+        with pytest.raises(TrainingError, match="no corrected dictations yet; correct some transcripts"):
+            samples_from_history(path)
+        write_wav(rec / "long.wav", np.full(31 * 16000, 0.01, dtype=np.float32), 16000)
+        long_id = history.add("a long one", audio_path=rec / "long.wav", outcome="typed")
         history.correct(long_id, "A long dictation.")  # longer than a training clip: left out
-        with pytest.raises(TrainingError, match="no corrected dictation with its recording"):
+        (rec / "bad.wav").write_bytes(b"RIFF nonsense")
+        bad_id = history.add("unreadable", audio_path=rec / "bad.wav", outcome="typed")
+        history.correct(bad_id, "Unreadable.")  # left out
+        with pytest.raises(TrainingError, match="no corrected dictation has a usable recording"):
             samples_from_history(path)
         for i, entry_id in enumerate(ids):
             if i != 4:  # entry 4 is left as the model wrote it
-                history.correct(entry_id, f"Corrected {i}.")
+                history.correct(entry_id, f"Corrected {i}." + ("<asr_text>" if i == 1 else ""))
     (rec / "2.wav").unlink()  # its recording is gone: skipped
     samples = samples_from_history(path)
     assert [(s.source, s.target, s.audio) for s in samples] == [
