@@ -2,15 +2,17 @@
 app's "Personalise" action run, around the engine's trainer (``dictation.asr.tune.train``).
 
 The engine may not read audio files or the app's history (its layering rules), so this module does:
-the samples of the corrected dictations (:func:`samples_from_history`), the audio of every sample,
+the samples of the corrected dictations (:func:`samples_from_history`; a :class:`Sample` names its
+recording, its target ``language X<asr_text>text`` and its source), the audio of every sample,
 a held-out share (``val``) scored before and after training by the engine itself, on the
 full-precision base with greedy decoding (the way the user will run the adapter), and the report.
 
 :func:`train_adapter` is safe to call from a worker thread: it reports through ``on_progress`` /
-``on_status``, asks ``should_stop`` before every step, and raises :class:`TrainingError` (one line
-naming the file or the problem; every engine error reaches the caller as one) or
-:class:`TrainingCancelled`. The output folder appears complete or not at all; a cancelled or
-failed run keeps its last checkpoint in ``.<out name>.training`` beside it (0700) for ``resume``.
+``on_status``, asks ``should_stop`` before every step and between held-out clips, and raises
+:class:`TrainingError` (one line naming the file or the problem; every engine error reaches the
+caller as one) or :class:`TrainingCancelled`. The output folder appears complete or not at all; a
+cancelled or failed run keeps its last checkpoint in ``.<out name>.training`` beside it (0700) for
+``resume``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "read_samples",
     "samples_from_history",
     "score",
+    "split",
     "train_adapter",
 ]
 
