@@ -223,7 +223,12 @@ def cmd_train_adapter(args: argparse.Namespace) -> int:
     def status(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    def interrupt(*_) -> None:  # the first Ctrl+C stops after the step with a checkpoint, a second at once
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        print("\nstopping after this step (Ctrl+C again: at once)", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, interrupt)
     try:
         samples = samples_from_history() if args.from_history else read_samples(args.data)
         report = train_adapter(
@@ -234,6 +239,8 @@ def cmd_train_adapter(args: argparse.Namespace) -> int:
         return _fail(f"{exc}; the same command with --resume goes on")
     except AsrError as exc:
         return _fail(str(exc))
+    except KeyboardInterrupt:
+        return _fail("training interrupted; no adapter was written (a checkpoint saved before is kept for --resume)")
     finally:
         signal.signal(signal.SIGINT, previous)
     print(f"Wrote the adapter to {report.out}")
