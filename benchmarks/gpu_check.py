@@ -250,6 +250,10 @@ def summary(out: Path) -> int:
         text = path.read_text(encoding="utf-8").splitlines()
         start = next((i for i, line in enumerate(text) if line.startswith("one decode step's")), None)
         lines += [f"{path.stem}:"] + (text[start:] if start is not None else text[-3:])
+    for path in sorted(out.glob("train-*.txt")):  # benchmarks/train_speed.py: one SUMMARY line per --bits
+        found = [line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("SUMMARY")]
+        tail = path.read_text(encoding="utf-8").strip().splitlines()[-1:]
+        lines += found or [f"{path.stem}: no result ({tail[0] if tail else 'no output'})"]
     for path in sorted(out.glob("splits-*.txt")):  # profile_decode.py --splits: decode per attention split
         timed = [line for line in path.read_text(encoding="utf-8").splitlines() if "ms/token" in line]
         lines += [f"{path.stem}:"] + ["·".join(line.split("·")[:2]).rstrip() for line in timed] if timed else []

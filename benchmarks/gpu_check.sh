@@ -19,7 +19,7 @@
 #    bench call; the stand-ins import and fail on any use (benchmarks/gpu_check.py writes them).
 # The project itself runs from this checkout (PYTHONPATH=$PWD), not installed.
 # Output in $OUT (a temp folder if unset): gpu-tests.txt/.xml, diagnosis.txt, bench-*.txt/.json,
-# steps.txt, summary.txt.
+# train-*.txt/.json, steps.txt, summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -116,6 +116,8 @@ if [ "$DRY" = 1 ]; then
     step bench-tiny 120 "$PY" benchmarks/bench_asr.py --sizes tiny --variants fp32 int8 int4 --seconds 2 \
         --tokens 4 --repeats 1 --warmup 0 --device cpu --workdir "$CKPT" --json "$OUT/bench-tiny.json" \
         2>&1 | tee "$OUT/bench-tiny.txt" | tail -n 30
+    step train-tiny 60 "$PY" benchmarks/train_speed.py --size tiny --device cpu --steps 2 --workdir "$CKPT" \
+        --json "$OUT/train-tiny.json" 2>&1 | tee "$OUT/train-tiny.txt" | tail -n 5
 else
     # GPU_CHECK_CLIPS: the 1.7B clip lengths; GPU_CHECK_STEPS_1_7B / _0_6B: extra decode steps timed
     # beside the default one (bench --decode-steps: unfused, gemv, compiled); empty for none.
@@ -129,6 +131,9 @@ else
     step bench-0.6B 80 "$PY" benchmarks/bench_asr.py --sizes 0.6B --variants bf16 int8 int4 --seconds 10 \
         ${STEPS06[@]:+--decode-steps "${STEPS06[@]}"} ${EXTRA[@]:+"${EXTRA[@]}"} --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" \
         --json "$OUT/bench-0.6B.json" 2>&1 | tee "$OUT/bench-0.6B.txt" | tail -n 30
+    # issue 18: LoRA training on the 0.6B size (NF4 and bf16 base): s/step, tokens/s, peak GPU memory
+    step train-0.6B 60 "$PY" benchmarks/train_speed.py --size 0.6B --device cuda --steps 10 --workdir "$CKPT" \
+        --json "$OUT/train-0.6B.json" 2>&1 | tee "$OUT/train-0.6B.txt" | tail -n 5
     step gemv 40 "$PY" benchmarks/bench_gemv.py --size 1.7B --json "$OUT/gemv-1.7B.json" 2>&1 |
         tee "$OUT/gemv-1.7B.txt" | tail -n 30
     # GPU_CHECK_SPLITS: the fused decode attention split into N programs per head (0: automatic), on a

@@ -1,44 +1,70 @@
-"""A personal adapter from the user's own clips (issue 18): ``dictation train-adapter`` and the app's
-"Personalise" run this.
+"""A personal adapter from the user's own clips (issue 18): what ``dictation train-adapter`` and the
+app's "Personalise" action run, around the engine's trainer (``dictation.asr.tune.train``).
 
-What the engine's ``tune/`` package cannot do by its layering rules lives here: reading the app's
-history (``--from-history``: the entries the user corrected, with their saved recordings, through
-``dictation.audio``), holding a share of the clips out, and scoring them before and after (word and
-character error rates of greedy transcripts through the engine's public API, on the
-full-precision base: the way the user will run the adapter).
+The engine may not read audio files or the app's history (its layering rules), so this module does:
+the samples of the corrected dictations (:func:`samples_from_history`; a :class:`Sample` names its
+recording, its target ``language X<asr_text>text`` and its source), the audio of every sample,
+a held-out share (``val``) scored before and after training by the engine itself, on the
+full-precision base with greedy decoding (the way the user will run the adapter), and the report.
 
-The training itself, its checkpoints and the output folder are ``dictation.asr.tune.train``'s
-(:func:`~dictation.asr.tune.train.train_adapter`): the adapter folder appears complete or not at
-all; a cancelled or failed run keeps its checkpoint in ``.<name>.training`` beside it for
+:func:`train_adapter` is safe to call from a worker thread: it reports through ``on_progress`` /
+``on_status``, asks ``should_stop`` before every step and between held-out clips, and raises
+:class:`TrainingError` (one line naming the file or the problem; every engine error reaches the
+caller as one) or :class:`TrainingCancelled`. The output folder appears complete or not at all; a
+cancelled or failed run keeps its last checkpoint in ``.<out name>.training`` beside it (0700) for
 ``resume``.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import re
 import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dictation.asr.errors import AdapterError, AsrError
-from dictation.asr.tune.data import MAX_SECONDS, Example, target_text
-from dictation.asr.tune.train import Progress, TrainingCancelled, TrainOptions
+from dictation.asr.errors import AsrError
+from dictation.asr.text.tokenizer import ASR_TEXT
+from dictation.asr.tune.data import MAX_SECONDS, Sample, TrainingError, make_sample, read_samples
+
+if TYPE_CHECKING:
+    from dictation.asr.tune.train import Progress, TrainingCancelled, TrainOptions
 
 log = logging.getLogger(__name__)
 
-Sample = Example  # one training clip: 16-kHz audio, the target turn, where it came from
+__all__ = [
+    "Progress",
+    "Sample",
+    "Score",
+    "TrainOptions",
+    "TrainReport",
+    "TrainingCancelled",
+    "TrainingError",
+    "read_samples",
+    "samples_from_history",
+    "score",
+    "split",
+    "train_adapter",
+]
 
 
-class TrainingError(AdapterError):
-    """Training data or settings that cannot be used; one line naming the file or entry."""
+def __getattr__(name: str):
+    """``Progress``, ``TrainOptions`` and ``TrainingCancelled`` from the trainer, imported on first use
+    (it imports torch; this module is imported by the app before any model is wanted)."""
+    if name in ("Progress", "TrainOptions", "TrainingCancelled"):
+        from dictation.asr.tune import train
+
+        return getattr(train, name)
+    raise AttributeError(name)
 
 
 @dataclass(frozen=True)
 class Score:
-    """Word and character error rates of transcripts against their references."""
+    """Word and character error rates of transcripts against their references, over ``clips`` clips."""
 
     wer: float
     cer: float
@@ -50,67 +76,74 @@ class Score:
 
 @dataclass
 class TrainReport:
-    out: Path
+    out: Path  # the adapter folder
     steps: int
     final_loss: float
-    seconds: float
-    tokens_per_s: float
-    bits: int
-    base_bits_per_parameter: float | None  # measured on the NF4 base's decoder linears (bits=4)
+    seconds: float  # the whole run: scoring, loading, training, writing
+    tokens_per_s: float  # training alone: decoder positions (prompt and target) per second
+    bits: int  # 4: trained on the NF4 base; 16: on the float base
+    base_bits_per_parameter: float | None  # measured on the NF4 base's decoder projections (None for 16)
     train_clips: int
     val_clips: int
-    before: Score | None = None
-    after: Score | None = None
+    before: Score | None = None  # the held-out clips without the adapter (None without ``val``)
+    after: Score | None = None  # with it
     losses: list[float] = field(default_factory=list)
 
 
-# --- data ------------------------------------------------------------------------------------------
+# --- samples ---------------------------------------------------------------------------------------------
 
 
 def samples_from_history(path: Path | None = None) -> list[Sample]:
-    """The history entries the user corrected whose recording is still there, newest first.
-    TrainingError when there are none (or the history cannot be read)."""
+    """A sample of every history entry the user corrected whose recording is still there, newest
+    first: the entry's text as the transcript, its language if known (one this model does not know
+    is left out). Entries whose recording is gone, unreadable, empty or longer than a training clip
+    may be (``MAX_SECONDS``: long dictations) are left out, with a line in the log. TrainingError if
+    none is left, or the history cannot be read."""
+    from dictation.asr.config import SAMPLE_RATE
     from dictation.audio.wav import load_audio_16k
     from dictation.config.history import History, HistoryError, default_path
 
     path = Path(path) if path is not None else default_path()
-    if not path.exists():
+    if not path.is_file():
         raise TrainingError(f"{path}: no dictation history yet")
     try:
         with History(path) as history:
             entries = history.corrected_entries()
     except HistoryError as exc:
         raise TrainingError(str(exc)) from None
-    samples, skipped = [], 0
+    samples, left_out = [], 0
     for entry in entries:
         where = f"history entry {entry.id}"
-        if entry.audio_path is None or not entry.audio_path.is_file() or not entry.text.strip():
-            skipped += 1
+        text = entry.text.replace(ASR_TEXT, "")  # the user's text, never read as the official format
+        if entry.audio_path is None or not Path(entry.audio_path).is_file() or not text.strip():
+            left_out += 1
+            continue
+        try:  # read here to leave out what cannot be learnt from; train_adapter reads it again
+            seconds = len(load_audio_16k(entry.audio_path)) / SAMPLE_RATE
+        except (AsrError, OSError, ValueError) as exc:
+            log.warning("%s: recording %s unreadable (%s); left out", where, entry.audio_path, exc)
+            left_out += 1
+            continue
+        if not 0 < seconds <= MAX_SECONDS:
+            log.warning("%s: %.1f s of audio, not between 0 and %g s; left out", where, seconds, MAX_SECONDS)
+            left_out += 1
             continue
         try:
-            target = target_text(entry.text.replace("<asr_text>", ""), entry.language)
-            audio = load_audio_16k(entry.audio_path)
-        except (AsrError, OSError, ValueError) as exc:
-            raise TrainingError(f"{where} ({entry.audio_path}): {exc}") from None
-        seconds = len(audio) / 16000
-        if not len(audio) or seconds > MAX_SECONDS:
-            log.info("%s: %.1f s of audio, not between 0 and %g s; left out", where, seconds, MAX_SECONDS)
-            skipped += 1
-            continue
-        samples.append(Sample(audio, target, where))
+            samples.append(make_sample(Path(entry.audio_path), text, entry.language, where))
+        except TrainingError as exc:  # a language this model does not know: the text without it
+            log.warning("%s; trained without its language", exc)
+            samples.append(make_sample(Path(entry.audio_path), text, None, where))
     if not samples:
-        what = "no corrected dictation has its recording any more" if skipped else "no corrected dictations yet"
+        what = "no corrected dictation has a usable recording" if left_out else "no corrected dictations yet"
         raise TrainingError(f"{path}: {what}; correct some transcripts in the History window first")
-    if skipped:
-        log.info("training on %d corrected dictations (%d without a usable recording left out)", len(samples), skipped)
+    if left_out:
+        log.info("training on %d corrected dictations (%d left out)", len(samples), left_out)
     return samples
 
 
 def split(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """(training, held-out) indices: ``round(fraction * n)`` held out, at least one if ``fraction > 0``;
-    chosen by ``seed``."""
-    import random
-
+    """(training, held-out) indices of ``n`` samples: ``round(fraction * n)`` held out, at least one
+    when ``fraction > 0``, drawn with ``seed`` (the same split for the same samples and seed)."""
     if not 0 <= fraction < 1:
         raise TrainingError(f"the held-out share must be at least 0 and below 1, not {fraction:g}")
     n_val = max(1, round(fraction * n)) if fraction > 0 else 0
@@ -121,7 +154,7 @@ def split(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
     return sorted(order[n_val:]), sorted(order[:n_val])
 
 
-# --- scoring ---------------------------------------------------------------------------------------
+# --- scoring -------------------------------------------------------------------------------------------------
 
 
 def normalise(text: str) -> str:
@@ -132,123 +165,140 @@ def normalise(text: str) -> str:
 
 
 def edit_distance(a: Sequence, b: Sequence) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions) between two sequences."""
     row = list(range(len(b) + 1))
     for i, x in enumerate(a, 1):
-        prev, row[0] = row[0], i
+        diagonal, row[0] = row[0], i
         for j, y in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (x != y))
     return row[-1]
 
 
 def score(references: Sequence[str], hypotheses: Sequence[str]) -> Score:
-    """WER over words and CER over characters (spaces left out) of the normalised texts: errors
+    """Corpus WER (words) and CER (characters, spaces left out) of the normalised texts: the edits
     summed over all clips divided by the references' summed length."""
-    word_err = word_len = char_err = char_len = 0
+    words = word_errors = chars = char_errors = 0
     for ref, hyp in zip(references, hypotheses, strict=True):
         r, h = normalise(ref), normalise(hyp)
-        word_err += edit_distance(r.split(), h.split())
-        word_len += len(r.split())
-        char_err += edit_distance(r.replace(" ", ""), h.replace(" ", ""))
-        char_len += len(r.replace(" ", ""))
-    return Score(word_err / max(word_len, 1), char_err / max(char_len, 1), len(references))
+        word_errors += edit_distance(r.split(), h.split())
+        words += len(r.split())
+        char_errors += edit_distance(r.replace(" ", ""), h.replace(" ", ""))
+        chars += len(r.replace(" ", ""))
+    return Score(word_errors / max(words, 1), char_errors / max(chars, 1), len(references))
 
 
-def evaluate(model: str, device: str, adapters: Sequence[str], samples: Sequence[Sample]) -> Score:
-    """Greedy transcripts of ``samples`` by the engine (the full-precision base and ``adapters``), scored."""
+def evaluate(
+    model: str,
+    device: str,
+    adapters: Sequence[str],
+    clips,
+    references: Sequence[str],
+    should_stop: Callable[[], bool] | None = None,
+) -> Score | None:
+    """Greedy transcripts of ``clips`` by the engine (the model as the user runs it: its full-precision
+    weights, with ``adapters``), scored against ``references``; None if ``should_stop()`` said True
+    between two clips."""
     from dictation.asr import AsrEngine, EngineOptions
 
     engine = AsrEngine(EngineOptions(model=model, device=device, adapters=tuple(adapters)))
+    hypotheses = []
     try:
-        hypotheses = [engine.transcribe(s.audio).text for s in samples]
+        for audio in clips:
+            if should_stop is not None and should_stop():
+                return None
+            hypotheses.append(engine.transcribe(audio).text)
     finally:
         engine.unload()
-    return score([s.text for s in samples], hypotheses)
+    return score(references, hypotheses)
 
 
-# --- the run ---------------------------------------------------------------------------------------
+# --- the run -------------------------------------------------------------------------------------------------
 
 
 def train_adapter(
     model: str,
     samples: Sequence[Sample],
     out: str | Path,
-    options: TrainOptions,
+    options,
     *,
     device: str = "auto",
     val: float = 0.0,
     resume: bool = False,
-    on_progress: Callable[[Progress], None] | None = None,
+    on_progress: Callable | None = None,
     on_status: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> TrainReport:
-    """Train an adapter for ``model`` on ``samples`` (``val``: the share held out and scored before
-    and after) and write it to ``out``. Raises TrainingError / AsrError (one line) and
-    TrainingCancelled (its checkpoint kept for ``resume``)."""
-    from dictation.asr.checkpoints.hub import check_model_folder, resolve_model
-    from dictation.asr.device import resolve_device
+    """Train an adapter for ``model`` (a floating-point model folder or cached repo id) on ``samples``
+    with ``options`` (a ``TrainOptions``) on ``device`` and write it to ``out`` (a new folder).
+
+    ``val``: the share of the samples held out (drawn with ``options.seed``) and transcribed before
+    and after. ``resume``: continue the interrupted run for ``out`` from its checkpoint (the same
+    samples, settings and ``val``). ``on_progress(Progress)`` after every step; ``on_status(text)``
+    at each stage. ``should_stop()`` is asked between held-out clips and before every step. Raises
+    TrainingError (every problem, one line) or TrainingCancelled (``should_stop()`` said True before
+    the adapter was written; a checkpoint is kept once a step was made). Stopped while the adapter
+    is scored, the adapter stays and ``after`` is None."""
+    import torch
+
     from dictation.asr.tune import train
+    from dictation.asr.tune.data import load_examples
+    from dictation.audio.wav import load_audio_16k
 
     status = on_status or (lambda text: log.info("%s", text))
+    start = time.perf_counter()
     out = Path(out).expanduser().absolute()
-    if out.exists():
-        raise TrainingError(f"{out}: already exists; choose a new output folder (nothing is overwritten)")
-    problem = check_model_folder(model)
-    if problem:
-        raise TrainingError(problem)
-    folder = str(resolve_model(model))
-    options.check()
-    if not samples:
-        raise TrainingError("no training clips")
-    device = str(resolve_device(device))
-    train_ids, val_ids = split(len(samples), val, options.seed)
-    held_out = [samples[i] for i in val_ids]
-    t0 = time.perf_counter()
-    before = None
-    if held_out:  # (on resume too: the first run's figure is not kept)
-        status(f"scoring the model on {len(held_out)} held-out clip{'s' * (len(held_out) != 1)}")
-        before = evaluate(folder, device, (), held_out)
-        status(f"before: {before}")
-    base = "NF4" if options.bits == 4 else "full-precision"
-    status(f"training on {len(train_ids)} clip{'s' * (len(train_ids) != 1)} ({base} base, {device})")
-    result = train.train_adapter(
-        folder,
-        [samples[i] for i in train_ids],
-        out,
-        options,
-        device=device,
-        resume=resume,
-        progress=on_progress,
-        cancel=should_stop,
-    )
-    bits = None if result.base_bytes_per_parameter is None else result.base_bytes_per_parameter * 8
-    after = None
-    if held_out:
-        status("scoring the adapter on the held-out clips")
-        after = evaluate(folder, device, (str(out),), held_out)
+    try:
+        options.check()
+        if not samples:
+            raise TrainingError("no clips to train on")
+        if out.exists() or out.is_symlink():
+            raise TrainingError(f"{out}: already exists; choose a new output folder (nothing is overwritten)")
+        train.base_model_folder(model)  # before any work
+        train_ids, val_ids = split(len(samples), val, options.seed)
+        examples = load_examples(samples, load_audio_16k)
+        references = [samples[i].text for i in val_ids]
+        held_out = [examples[i].audio for i in val_ids]
+        before = after = None
+        if val_ids:
+            status(f"transcribing {len(val_ids)} held-out clip{'s' * (len(val_ids) != 1)} without the adapter")
+            before = evaluate(model, device, (), held_out, references, should_stop)
+            if before is None:
+                raise train.TrainingCancelled("training cancelled before it began; nothing was written")
+            status(f"before: {before}")
+        status(f"training on {len(train_ids)} clip{'s' * (len(train_ids) != 1)}")
+        result = train.train_adapter(
+            model,
+            [examples[i] for i in train_ids],
+            out,
+            options,
+            device=device,
+            resume=resume,
+            progress=on_progress,
+            cancel=should_stop,
+        )
+        if val_ids:
+            status("transcribing the held-out clips with the adapter")
+            after = evaluate(model, device, (str(out),), held_out, references, should_stop)
+            status(f"after: {after}" if after is not None else "scoring the adapter cancelled; the adapter is kept")
+    except (TrainingError, train.TrainingCancelled):
+        raise
+    except AsrError as exc:  # the model folder, a device: the caller sees one kind of error
+        raise TrainingError(str(exc)) from exc
+    except torch.OutOfMemoryError:
+        raise TrainingError(f"out of {device} memory transcribing the held-out clips; try --device cpu") from None
     return TrainReport(
         out=out,
         steps=len(result.losses),
         final_loss=result.losses[-1] if result.losses else float("nan"),
-        seconds=time.perf_counter() - t0,
+        seconds=time.perf_counter() - start,
         tokens_per_s=result.tokens_per_s,
         bits=options.bits,
-        base_bits_per_parameter=bits,
+        base_bits_per_parameter=(
+            8 * result.base_bytes_per_parameter if result.base_bytes_per_parameter is not None else None
+        ),
         train_clips=len(train_ids),
         val_clips=len(val_ids),
         before=before,
         after=after,
-        losses=result.losses,
+        losses=list(result.losses),
     )
-
-
-__all__ = [
-    "Sample",
-    "Score",
-    "TrainReport",
-    "TrainingCancelled",
-    "TrainingError",
-    "samples_from_history",
-    "score",
-    "split",
-    "train_adapter",
-]

@@ -110,8 +110,15 @@ def test_the_summary_has_the_tests_the_diagnosis_and_each_variants_decode_and_en
         "[1.7B splits=4 bf16 fused] warm-up 4.20 s · decode 2.400 ms/token (floor 1.1 ms) · 252 GPU kernels\n",
         encoding="utf-8",
     )
+    (tmp_path / "train-0.6B.txt").write_text(
+        "[0.6B] reusing random checkpoint\nSUMMARY train 0.6B --bits 4 (NF4 + double quant base) on cuda: 0.1 s/step\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "train-tiny.txt").write_text("Traceback\nRuntimeError: boom\n", encoding="utf-8")
     assert gpu_check.summary(tmp_path) == 0
     out = capsys.readouterr().out
+    assert "\nSUMMARY train 0.6B --bits 4 (NF4 + double quant base) on cuda: 0.1 s/step\n" in out
+    assert "train-tiny: no result (RuntimeError: boom)" in out and "reusing" not in out
     assert "steps: gpu-tests=61s(rc=1), total=300s" in out
     assert "gpu tests: 2 passed, 1 failed, 0 skipped (61 s)" in out
     assert "FAILED test_cuda::test_b: assert 1 == 2" in out and "more" not in out

@@ -242,3 +242,64 @@ def test_nf4_base_trains(ckpt_untied, tmp_path):
     # the tiny model's decoder linears are whole 64-blocks; the per-tensor mean adds a few bytes
     assert bits_per_parameter() / 8 <= result.base_bytes_per_parameter < bits_per_parameter() / 8 * 1.01
     assert type(model.decoder.layers[0].self_attn.q_proj.base).__name__ == "NF4Linear"
+
+
+def _bf16_training_checks(model, prompt):
+    """What training a bfloat16 base must keep: float32 LoRA matrices, gradients and AdamW moments."""
+    lora = add_lora(model, TrainOptions(rank=2, bits=16))
+    item = prepare(model, prompt, LogMel(model.cfg.audio.num_mel_bins, model.device), _examples()[0])
+    assert item.embeds.dtype == torch.bfloat16
+    loss = example_loss(model, item, checkpointing=True)
+    loss.backward()
+    params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
+    optimizer = torch.optim.AdamW(params, lr=1e-3)
+    optimizer.step()
+    assert all(p.dtype == p.grad.dtype == torch.float32 for p in params)
+    assert all(v.dtype == torch.float32 for s in optimizer.state.values() for k, v in s.items() if k != "step")
+    assert any(p.grad.abs().sum() > 0 for p in params) and torch.isfinite(loss)
+
+
+def test_a_bf16_base_trains_float32_lora(ckpt_untied):
+    """The GPU's recipe (bf16 base, fp32 LoRA and optimizer state), run on the CPU."""
+    from dictation.asr.tune.train import training_dtype
+
+    assert training_dtype(torch.device("cuda", 0)) == torch.bfloat16
+    assert training_dtype(torch.device("cpu")) == torch.float32
+    cfg = AsrConfig.from_file(ckpt_untied / "config.json")
+    model = load_model(ckpt_untied, cfg, torch.device("cpu"), torch.bfloat16)
+    _bf16_training_checks(model, PromptBuilder.from_folder(ckpt_untied, audio_token_id=cfg.special.audio_token_id))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_training_on_the_gpu_gives_an_adapter_the_cpu_engine_reads(ckpt_untied, tmp_path):
+    """--device cuda: the base in bf16, LoRA in fp32; the adapter loads in the CPU engine and changes it."""
+    from dictation.asr import AsrEngine, EngineOptions
+
+    out = tmp_path / "adapter"
+    result = train_adapter(
+        ckpt_untied, _examples(), out, TrainOptions(steps=30, bits=4, rank=4, lr=1e-2), device="cuda"
+    )
+    assert result.losses[-1] < result.losses[0] / 4
+    assert all(m.lora_A.dtype == torch.float32 and m.lora_A.device.type == "cuda" for m in result.lora.values())
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32", adapters=[str(out)]))
+    base = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
+    clip = _examples()[0].audio
+    assert engine.transcribe(clip, max_new_tokens=8).token_ids != base.transcribe(clip, max_new_tokens=8).token_ids
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_issues_defaults_trained_on_the_gpu_carry_over_to_the_float_base_on_the_cpu(ckpt_root, tmp_path):
+    """The overfit check of tests/test_cli_train.py (--steps 200 --rank 8, NF4 base) trained on the GPU
+    (bf16 base, fp32 LoRA): the CPU engine with the adapter on the float32 base says both texts."""
+    from dictation.asr import AsrEngine, EngineOptions
+    from tests.test_cli_train import LINES, TEXTS, training_checkpoint
+
+    ckpt = training_checkpoint(ckpt_root)
+    clips = [synth_audio(1.0 + 0.5 * i, seed=40 + i) for i in range(2)]
+    examples = [Example(clip, line, f"clip {i}") for i, (clip, line) in enumerate(zip(clips, LINES, strict=True))]
+    out = tmp_path / "adapter"
+    train_adapter(ckpt, examples, out, TrainOptions(steps=200, rank=8, alpha=16), device="cuda")
+    engine = AsrEngine(EngineOptions(model=str(ckpt), device="cpu", dtype="fp32", adapters=[str(out)]))
+    assert [engine.transcribe(clip, max_new_tokens=24).text for clip in clips] == TEXTS

@@ -4,7 +4,8 @@ The recipe is QLoRA's: the base model is frozen, either in its floating dtype (`
 the decoder's linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices
 ``A [r, in]`` (Kaiming-uniform, as PEFT initialises them) and ``B [out, r]`` (zeros) beside the chosen
 decoder layers (by default every attention and MLP projection; the encoder stays frozen) are the only
-trained parameters, in float32, with AdamW.
+trained parameters, in float32, with AdamW. On a GPU the base runs in bfloat16 (QLoRA's compute
+dtype) and the LoRA branch in float32 beside it (:func:`training_dtype`); on the CPU all is float32.
 
 One example is the official fine-tuning format: the prompt of a transcription without a forced
 language (system turn, the audio, ``<|im_start|>assistant\\n``) followed by the target
@@ -16,7 +17,14 @@ inference does), taken in a seeded shuffled order, epoch after epoch. With the s
 machine, training gives the same adapter.
 
 The forward for training (:func:`decoder_logits`) runs the decoder's own layers over the whole sequence
-with causal attention and no KV cache; a test checks it against the inference path's logits.
+with causal attention and no KV cache; a test checks it against the inference path's logits. With
+gradient checkpointing (the default) only each decoder layer's input is kept, and the layer's
+activations are recomputed in the backward pass.
+
+A run with a work folder (:func:`train_adapter`: ``.<out name>.training`` beside the output) saves a
+checkpoint every ``save_every`` steps and when cancelled: the LoRA matrices, AdamW's state, the
+data order and random state, and a fingerprint of the data and settings; resuming from it gives
+the very adapter an uninterrupted run gives. Running out of memory is one TrainingError.
 
 The adapter is written as PEFT writes one (``adapter_config.json`` + ``adapter_model.safetensors``,
 tensors ``base_model.model.<module>.lora_A.weight``), in the checkpoint's own module names (the
@@ -48,13 +56,13 @@ from torch.utils.checkpoint import checkpoint
 
 from dictation.asr.checkpoints.locate import checkpoint_name
 from dictation.asr.checkpoints.output import atomic_outputs
-from dictation.asr.errors import AdapterError, AsrError, ModelError
+from dictation.asr.errors import AsrError, ModelError
 from dictation.asr.nn.features import LogMel, n_audio_tokens
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.rope import rope_tables
 from dictation.asr.text.prompt import PromptBuilder
 from dictation.asr.tune.adapter_files import CONFIG_FILE, WEIGHTS_FILE
-from dictation.asr.tune.data import Example
+from dictation.asr.tune.data import Example, TrainingError
 from dictation.asr.tune.nf4 import NF4Linear, nf4_decoder
 
 log = logging.getLogger(__name__)
@@ -66,7 +74,8 @@ HEAD = "lm_head"  # also a possible target (not a default): the output head, unt
 
 
 class TrainingCancelled(AsrError):
-    """The cancel check asked training to stop; nothing was written."""
+    """The cancel check asked training to stop; no adapter was written (a run with a work folder keeps
+    its checkpoint there for resuming)."""
 
 
 @dataclass(frozen=True)
@@ -94,16 +103,16 @@ class TrainOptions:
 
     def check(self) -> None:
         if self.bits not in (4, 16):
-            raise AdapterError(f"bits must be 4 (NF4 base) or 16 (float base), not {self.bits}")
+            raise TrainingError(f"bits must be 4 (NF4 base) or 16 (float base), not {self.bits}")
         if self.steps < 1 or self.rank < 1 or self.batch_size < 1 or self.save_every < 1:
-            raise AdapterError("steps, rank and batch size must be positive")
+            raise TrainingError("steps, rank and batch size must be positive")
         if self.epochs is not None and self.epochs < 1:
-            raise AdapterError(f"epochs must be at least 1, not {self.epochs}")
+            raise TrainingError(f"epochs must be at least 1, not {self.epochs}")
         if not (math.isfinite(self.lr) and self.lr > 0 and math.isfinite(self.alpha) and self.alpha > 0):
-            raise AdapterError("the learning rate and alpha must be positive numbers")
+            raise TrainingError("the learning rate and alpha must be positive numbers")
         unknown = sorted(set(self.targets) - {*DEFAULT_TARGETS, HEAD})
         if unknown or not self.targets:
-            raise AdapterError(
+            raise TrainingError(
                 f"unknown LoRA targets {', '.join(unknown) or '(none)'}; "
                 f"choose from {', '.join((*DEFAULT_TARGETS, HEAD))}"
             )
@@ -119,16 +128,17 @@ class Progress:
 
 @dataclass
 class TrainResult:
-    losses: list[float]
-    seconds: float
-    tokens: int  # decoder positions processed (prompt and target, every step)
-    target_tokens: int  # of those, the positions the loss covers
+    losses: list[float]  # every step's (a resumed run's too)
+    seconds: float  # this run (since the start or the resume)
+    tokens: int  # decoder positions processed in this run (prompt and target, every step)
+    target_tokens: int  # the positions the loss covered, every step of the whole run
     base_bytes_per_parameter: float | None = None  # the NF4 base's decoder linears (bits=4)
     lora: dict[str, LoraTrainLinear] = field(default_factory=dict)
+    resumed_at: int = 0  # the step a resumed run went on from (0: from the start)
 
     @property
     def steps_per_s(self) -> float:
-        return len(self.losses) / self.seconds if self.seconds else 0.0
+        return (len(self.losses) - self.resumed_at) / self.seconds if self.seconds else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -152,7 +162,9 @@ class LoraTrainLinear(nn.Module):
         self.scaling = alpha / rank
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + F.linear(F.linear(x, self.lora_A.to(x.dtype)), self.lora_B.to(x.dtype)) * self.scaling
+        # the LoRA branch in float32 whatever the base's dtype (bf16 on a GPU): small, and exact updates
+        delta = F.linear(F.linear(x.float(), self.lora_A), self.lora_B) * self.scaling
+        return self.base(x) + delta.to(x.dtype)
 
 
 def add_lora(model: AsrModel, options: TrainOptions) -> dict[str, LoraTrainLinear]:
@@ -277,17 +289,17 @@ def save_checkpoint(work: Path, lora: dict, optimizer: torch.optim.Optimizer, st
 
 
 def load_checkpoint(work: Path, lora: dict, optimizer: torch.optim.Optimizer, fingerprint: str) -> dict:
-    """Restore what :func:`save_checkpoint` wrote; AdapterError when there is none or it was made
+    """Restore what :func:`save_checkpoint` wrote; TrainingError when there is none or it was made
     from other data or settings."""
     from safetensors import safe_open
 
     path = work / CHECKPOINT
     if not path.is_file():
-        raise AdapterError(f"{work}: no checkpoint to resume from; start without --resume")
+        raise TrainingError(f"{work}: no checkpoint to resume from; start without --resume")
     with safe_open(str(path), framework="pt") as f:
         meta = json.loads(f.metadata()["state"])
         if meta.get("fingerprint") != fingerprint:
-            raise AdapterError(
+            raise TrainingError(
                 f"{path}: made from other data or settings; resume with the same ones, or start without --resume"
             )
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
@@ -328,13 +340,13 @@ def train_lora(
     ``work``: a folder for resumable checkpoints (every ``options.save_every`` steps, and when
     cancelled); ``resume``: continue from its checkpoint, which gives the very adapter an
     uninterrupted run gives. ``cancel()`` is asked before every step: True saves a checkpoint (with
-    ``work``) and raises TrainingCancelled. Running out of memory raises one AdapterError."""
+    ``work``) and raises TrainingCancelled. Running out of memory raises one TrainingError."""
     options.check()
     if not examples:
-        raise AdapterError("no training examples")
+        raise TrainingError("no training examples")
     work = Path(work) if work is not None else None
     if resume and work is None:
-        raise AdapterError("resuming needs the folder of the interrupted run")
+        raise TrainingError("resuming needs the folder of the interrupted run")
     steps = options.total_steps(len(examples))
     torch.manual_seed(options.seed)
     bytes_per_param = None
@@ -348,7 +360,7 @@ def train_lora(
         items = [prepare(model, prompt, mel, e) for e in examples]
     except Exception as exc:
         if _out_of_memory(exc):
-            raise AdapterError(_oom_message(model, "preparing the model and the clips")) from None
+            raise TrainingError(_oom_message(model, "preparing the model and the clips")) from None
         raise
     params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
@@ -371,7 +383,7 @@ def train_lora(
             state = {"fingerprint": fingerprint, "step": step, "order": order, "losses": losses, "rng": rng.getstate()}
             save_checkpoint(work, lora, optimizer, state | {"tokens": tokens, "target_tokens": target_tokens})
 
-    start = time.perf_counter()
+    start, tokens_before = time.perf_counter(), tokens
     for step in range(done + 1, steps + 1):
         if cancel is not None and cancel():
             checkpoint_now(step - 1)
@@ -392,10 +404,10 @@ def train_lora(
                 target_tokens += item.labels.shape[0]
         except Exception as exc:
             if _out_of_memory(exc):
-                raise AdapterError(_oom_message(model, f"training step {step}")) from None
+                raise TrainingError(_oom_message(model, f"training step {step}")) from None
             raise
         if not math.isfinite(total):
-            raise AdapterError(f"training diverged at step {step} (loss {total}); try a lower learning rate")
+            raise TrainingError(f"training diverged at step {step} (loss {total}); try a lower learning rate")
         if options.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
         optimizer.step()
@@ -406,7 +418,7 @@ def train_lora(
             elapsed = time.perf_counter() - start
             progress(Progress(step, steps, total, elapsed / (step - done) * (steps - step)))
     seconds = time.perf_counter() - start
-    return TrainResult(losses, seconds, tokens, target_tokens, bytes_per_param, lora)
+    return TrainResult(losses, seconds, tokens - tokens_before, target_tokens, bytes_per_param, lora, resumed_at=done)
 
 
 def _oom_message(model: AsrModel, what: str) -> str:
@@ -473,7 +485,7 @@ def write_adapter(
         "alpha_pattern": {},
         "inference_mode": True,
     }
-    with atomic_outputs([out], folders=True, error=AdapterError) as (tmp,):
+    with atomic_outputs([out], folders=True, error=TrainingError) as (tmp,):
         os.chmod(tmp, 0o700)  # trained on the user's dictations
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -491,6 +503,31 @@ def work_folder(out: str | os.PathLike) -> Path:
     return out.parent / f".{out.name}.training"
 
 
+def training_dtype(device: torch.device) -> torch.dtype:
+    """The frozen base's dtype for training on ``device``: bfloat16 on a GPU (QLoRA's compute dtype:
+    half the memory, tensor cores), float32 on the CPU (bf16 matmuls there are slow and imprecise).
+    The LoRA matrices, their gradients and AdamW's moments are float32 on either."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def base_model_folder(model: str | os.PathLike):
+    """``(folder, AsrConfig)`` of the model to train on: ModelError naming it unless it is a loadable
+    floating-point model (checked without loading its weights)."""
+    from dictation.asr.checkpoints.hub import check_model_folder, resolve_model
+    from dictation.asr.config import AsrConfig
+
+    problem = check_model_folder(model)
+    if problem:
+        raise ModelError(problem)
+    folder = resolve_model(model)
+    if not (folder / "config.json").is_file():
+        raise ModelError(f"{model}: not a model folder (no config.json); train on a model folder")
+    cfg = AsrConfig.from_file(folder / "config.json")
+    if cfg.quantization:
+        raise ModelError(f"{folder}: a pre-quantized model; train on the floating-point model it was made from")
+    return folder, cfg
+
+
 def train_adapter(
     model: str | os.PathLike,
     examples: Sequence[Example],
@@ -504,38 +541,33 @@ def train_adapter(
 ) -> TrainResult:
     """Load ``model`` (a folder or cached repo id) on ``device`` (float32 on the CPU, bfloat16 on a
     GPU; the LoRA matrices and AdamW's state are float32 everywhere), train on ``examples`` and write
-    the adapter to ``out``. AdapterError / ModelError name the problem. The output folder appears
+    the adapter to ``out``. TrainingError / ModelError name the problem. The output folder appears
     whole or not at all; meanwhile checkpoints go to :func:`work_folder` (removed after success,
     kept after a cancel or an error for ``resume``)."""
     import shutil
 
-    from dictation.asr.checkpoints.hub import resolve_model
     from dictation.asr.checkpoints.safetensors import load_model
-    from dictation.asr.config import AsrConfig
     from dictation.asr.device import resolve_device
 
     options = options or TrainOptions()
     options.check()
     if os.path.lexists(Path(out).expanduser()):
-        raise AdapterError(f"{out}: already exists; choose a new output path (nothing is overwritten)")
-    folder = resolve_model(model)
-    if not (folder / "config.json").is_file():
-        raise ModelError(f"{model}: not a model folder (no config.json); train on a model folder")
-    cfg = AsrConfig.from_file(folder / "config.json")
-    if cfg.quantization:
-        raise ModelError(f"{folder}: a pre-quantized model; train on the floating-point model it was made from")
+        raise TrainingError(f"{out}: already exists; choose a new output path (nothing is overwritten)")
+    folder, cfg = base_model_folder(model)
     dev = resolve_device(device)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    dtype = training_dtype(dev)
     work = work_folder(out)
     if resume and not (work / CHECKPOINT).is_file():
-        raise AdapterError(f"{work}: no checkpoint to resume from; start without --resume")
+        raise TrainingError(f"{work}: no checkpoint to resume from; start without --resume")
     if not resume and work.exists():
         shutil.rmtree(work)
     try:
         loaded = load_model(folder, cfg, dev, dtype)
     except Exception as exc:
         if _out_of_memory(exc):
-            raise AdapterError(f"out of memory loading {folder} on {dev}; train on another device (--device)") from None
+            raise TrainingError(
+                f"out of memory loading {folder} on {dev}; train on another device (--device)"
+            ) from None
         raise
     prompt = PromptBuilder.from_folder(
         folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
@@ -554,9 +586,12 @@ __all__ = [
     "TrainOptions",
     "TrainResult",
     "TrainingCancelled",
+    "TrainingError",
+    "base_model_folder",
     "decoder_logits",
     "train_adapter",
     "train_lora",
+    "training_dtype",
     "work_folder",
     "write_adapter",
 ]
