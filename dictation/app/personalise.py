@@ -206,12 +206,10 @@ class TrainingWorker(QObject):
 
     @Slot(object)
     def run(self, job: Job) -> None:
-        out_existed = os.path.lexists(job.out)
         try:
             trained = self._run(job)
         except Exception as exc:
-            if not out_existed:
-                _remove(job.out)  # nothing half-written stays
+            remove_unfinished(job.out)  # nothing half-written stays, nor a checkpoint to resume from
             if job.stop.is_set() or isinstance(exc, _Cancelled) or type(exc).__name__ == "TrainingCancelled":
                 log.info("personal adapter training cancelled")
                 self.cancelled.emit()
@@ -285,6 +283,17 @@ def _check(out: Path, model: str) -> str | None:
     except ModelError:
         folder = None
     return check_adapter(out, folder)
+
+
+def remove_unfinished(out: Path) -> None:
+    """Remove what a stopped or failed run left for ``out`` (a name `out_folder` made new for it): the
+    folder itself and the trainer's hidden work folders beside it (``.<name>.training`` with its
+    checkpoints, a temporary ``.<name>...`` being renamed into place)."""
+    _remove(out)
+    with contextlib.suppress(OSError):
+        for path in out.parent.iterdir():
+            if path.name.startswith(f".{out.name}"):
+                _remove(path)
 
 
 def _remove(path: Path) -> None:
@@ -487,5 +496,5 @@ class Personaliser(QObject):
 
 def _remove_if_unfinished(out: Path) -> None:
     """After a cancelled run at quitting: an adapter folder without its report is not finished."""
-    if os.path.lexists(out) and not (out / REPORT_FILE).exists():
-        _remove(out)
+    if not (out / REPORT_FILE).exists():
+        remove_unfinished(out)

@@ -242,6 +242,9 @@ class FakeTrainer:
         if self.mode == "fail":
             raise TrainingError("rec-7.wav: no audio in the file\n(details)")
         if self.mode == "wait":
+            work = Path(out).parent / f".{Path(out).name}.training"  # the trainer's checkpoints, for --resume
+            work.mkdir()
+            (work / "checkpoint.safetensors").write_bytes(b"step")
             Path(out).mkdir()
             (Path(out) / "adapter_model.safetensors").write_bytes(b"half")
             step = 0
@@ -406,10 +409,9 @@ def test_one_training_at_a_time_and_quitting_cancels_it(qtbot, setup, tmp_path):
     assert p.start() is None
     assert p.start() == P.RUNNING
     qtbot.waitUntil(lambda: len(trainer.calls) == 1 and trainer.calls[0]["out"].exists(), timeout=5000)
-    out = trainer.calls[0]["out"]
     p.shutdown()  # what the app's quit does (AppController.shutdown)
     assert trainer.saw_stop.is_set() and not p.running
-    assert not out.exists()
+    assert list(p.adapters_dir.iterdir()) == []  # neither the adapter nor the work folder
     assert len(trainer.calls) == 1
 
 
