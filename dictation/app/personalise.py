@@ -462,7 +462,19 @@ class Personaliser(QObject):
         if job is None:
             return
         log.info("personal adapter trained: %s", trained.out)
-        new = with_new_adapter(self.controller.settings, trained.out, self.adapters_dir)
+        settings = self.controller.settings
+        if settings.engine.model != job.model:  # the model was changed meanwhile: it is not for this one
+            engine = settings.engine.replace(
+                adapters=(*settings.engine.adapters, Adapter(str(trained.out), enabled=False))
+            )
+            self.controller.apply_settings(settings.replace(engine=engine))
+            self._finish(
+                f"The adapter was trained for {job.model}, but the model is now {settings.engine.model or 'none'}: "
+                "it is in the adapter list, switched off. " + figures_text(trained.report),
+                error=True,
+            )
+            return
+        new = with_new_adapter(settings, trained.out, self.adapters_dir)
         errors = self.controller.apply_settings(new)
         if errors:
             message = (

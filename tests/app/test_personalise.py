@@ -386,6 +386,19 @@ def test_success_switches_the_adapter_on_and_shows_the_figures(qtbot, setup, tmp
     assert "after: WER 12.5%" in item.toolTip() and str(out) in item.toolTip()
 
 
+def test_an_adapter_for_a_model_no_longer_in_use_is_listed_but_not_switched_on(qtbot, setup, tmp_path, make_adapter):
+    trainer = FakeTrainer(make_adapter("trained"))
+    controller = setup(trainer)
+    corrected_entries(controller, tmp_path, 1)
+    p = controller.personaliser
+    other = controller.settings.engine.replace(model=str(tmp_path / "another-model"))
+    assert p.start() is None
+    controller.change_settings_elsewhere(controller.settings.replace(engine=other))  # while it trains
+    qtbot.waitUntil(lambda: not p.running, timeout=10_000)
+    assert p.last_error and "the model is now" in p.last_message and "switched off" in p.last_message
+    assert controller.saved_settings().engine.adapters == (Adapter(path=str(trainer.calls[0]["out"]), enabled=False),)
+
+
 def test_a_training_error_is_one_line_and_leaves_nothing(qtbot, setup, tmp_path):
     trainer = FakeTrainer(mode="fail")
     controller = setup(trainer)
