@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -107,7 +107,7 @@ class EditDialog(QDialog):
         style_as_help(note)
         self.editor = QPlainTextEdit()
         self.editor.setPlainText(text)
-        self.editor.moveCursor(self.editor.textCursor().MoveOperation.End)
+        self.editor.moveCursor(QTextCursor.MoveOperation.End)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Save")
         self.buttons.accepted.connect(self.accept)

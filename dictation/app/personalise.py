@@ -287,12 +287,12 @@ def _check(out: Path, model: str) -> str | None:
 
 def remove_unfinished(out: Path) -> None:
     """Remove what a stopped or failed run left for ``out`` (a name `out_folder` made new for it): the
-    folder itself and the trainer's hidden work folders beside it (``.<name>.training`` with its
-    checkpoints, a temporary ``.<name>...`` being renamed into place)."""
+    folder itself and the trainer's work folders beside it (``.<name>.training`` or ``<name>.work``
+    with its checkpoints, a temporary ``.<name>...`` being renamed into place)."""
     _remove(out)
     with contextlib.suppress(OSError):
         for path in out.parent.iterdir():
-            if path.name.startswith(f".{out.name}"):
+            if path.name.startswith((f".{out.name}", f"{out.name}.")):
                 _remove(path)
 
 
