@@ -176,36 +176,74 @@ def cmd_merge_lora(args: argparse.Namespace) -> int:
     return 0
 
 
+TRAIN_EPILOG = """\
+data: --data FILE.jsonl, one clip a line in the official Qwen3-ASR fine-tuning format,
+  {"audio": "clip.wav", "text": "language English<asr_text>The transcript."}
+(`language None` if unknown; or a plain "text" with an optional "language" key; audio paths are
+relative to the file), or --from-history: the dictations you corrected in the app's History window.
+
+Ctrl+C stops after the current step and keeps a checkpoint: the same command with --resume goes on
+and gives the adapter an uninterrupted run gives.
+
+example:
+  dictation train-adapter --model Qwen/Qwen3-ASR-0.6B --from-history --out ~/adapters/mine --val 0.1
+"""
+
+
 def cmd_train_adapter(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+    import time
+
     from dictation.asr import AsrError
-    from dictation.asr.tune.data import read_examples
-    from dictation.asr.tune.nf4 import bits_per_parameter
-    from dictation.asr.tune.train import TrainOptions, train_adapter
-    from dictation.audio.wav import load_audio_16k
+    from dictation.asr.tune.train import TrainingCancelled, TrainOptions
+    from dictation.training import read_samples, samples_from_history, train_adapter
 
     options = TrainOptions(
-        steps=args.steps, rank=args.rank, alpha=args.alpha if args.alpha is not None else 2.0 * args.rank,
-        lr=args.lr, bits=args.bits, double_quant=not args.no_double_quant, seed=args.seed, batch_size=args.batch_size,
-        targets=tuple(args.targets.split(",")) if args.targets else TrainOptions.targets,
+        steps=args.steps if args.steps is not None else TrainOptions.steps, epochs=args.epochs, rank=args.rank,
+        alpha=args.alpha if args.alpha is not None else 2.0 * args.rank, lr=args.lr, bits=args.bits,
+        double_quant=not args.no_double_quant, seed=args.seed, batch_size=args.batch_size,
+        targets=tuple(t.strip() for t in (args.targets or "").split(",") if t.strip()) or TrainOptions.targets,
     )  # fmt: skip
+    stop = threading.Event()
+    last = [0.0]
 
     def progress(p) -> None:
-        if p.step == 1 or p.step == p.steps or p.step % max(1, p.steps // 20) == 0:
-            print(f"step {p.step}/{p.steps}  loss {p.loss:.4f}  {p.seconds_left:.0f} s left", file=sys.stderr)
+        now = time.monotonic()
+        if p.step not in (1, p.steps) and now - last[0] < (0.5 if sys.stderr.isatty() else 5.0):
+            return
+        last[0] = now
+        left = f"{int(p.seconds_left // 60)}:{int(p.seconds_left % 60):02d}"
+        line = f"step {p.step}/{p.steps}  loss {p.loss:.4f}  {left} left"
+        sys.stderr.write(f"\r{line}\033[K" if sys.stderr.isatty() else line + "\n")
+        if sys.stderr.isatty() and p.step == p.steps:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
 
+    def status(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        examples = read_examples(args.data, load_audio_16k)
-        result = train_adapter(args.model, examples, Path(args.out), options, progress=progress)
+        samples = samples_from_history() if args.from_history else read_samples(args.data)
+        report = train_adapter(
+            args.model, samples, Path(args.out), options, device=args.device, val=args.val, resume=args.resume,
+            on_progress=progress, on_status=status, should_stop=stop.is_set,
+        )  # fmt: skip
+    except TrainingCancelled as exc:
+        return _fail(f"{exc}; the same command with --resume goes on")
     except AsrError as exc:
         return _fail(str(exc))
-    except KeyboardInterrupt:
-        return _fail("training interrupted; nothing was written")
-    if args.bits == 4:
-        bits = bits_per_parameter(options.double_quant)
-        print(f"NF4 base: {bits:.3f} bits/parameter ({result.base_bytes_per_parameter:.4f} bytes measured)")
-    print(f"{len(result.losses)} steps in {result.seconds:.1f} s ({result.tokens_per_s:.0f} tokens/s), "
-          f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")  # fmt: skip
-    print(f"Wrote the adapter to {args.out}")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print(f"Wrote the adapter to {report.out}")
+    print(f"  {report.steps} steps on {report.train_clips} clips in {report.seconds:.1f} s "
+          f"({report.tokens_per_s:.0f} tokens/s), final loss {report.final_loss:.4f}")  # fmt: skip
+    if report.base_bits_per_parameter is not None:
+        dq = "" if options.double_quant else " without double quantization"
+        print(f"  base: NF4{dq}, {report.base_bits_per_parameter:.3f} bits per parameter")
+    if report.before is not None and report.after is not None:
+        print(f"  held out: before {report.before}; after {report.after}")
     return 0
 
 
@@ -426,19 +464,33 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", required=True, help="new folder to write (must not exist or be empty)")
     m.set_defaults(func=cmd_merge_lora)
 
-    ta = sub.add_parser("train-adapter", help="train a LoRA adapter (QLoRA) on your own recordings")
+    ta = sub.add_parser(
+        "train-adapter",
+        help="train a personal LoRA adapter (QLoRA) on your own clips or corrected dictations",
+        epilog=TRAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ta.add_argument("--model", required=True, help="base model folder or cached repo id (floating point)")
-    ta.add_argument("--data", required=True, help='JSON lines: {"audio": "a.wav", "text": "language X<asr_text>..."}')
+    source = ta.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", metavar="FILE.jsonl", help="clips and their transcripts (see below)")
+    source.add_argument("--from-history", action="store_true", help="the dictations you corrected in the app")
     ta.add_argument("--out", required=True, help="new adapter folder (never overwritten)")
-    ta.add_argument("--steps", type=int, default=200, help="optimizer steps (default 200)")
+    length = ta.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, default=None, help="optimizer steps (default 200)")
+    length.add_argument("--epochs", type=int, default=None, help="instead of --steps: passes over the clips")
     ta.add_argument("--rank", type=int, default=16, help="LoRA rank (default 16)")
     ta.add_argument("--alpha", type=float, default=None, help="LoRA alpha (default 2 x rank)")
     ta.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     ta.add_argument("--targets", default=None, help="comma-separated layers (default: q,k,v,o,gate,up,down _proj)")
+    ta.add_argument(
+        "--device", default="auto", help="auto (default), cpu, cuda, cuda:N (bf16 on a GPU, fp32 on the CPU)"
+    )
     ta.add_argument("--bits", type=int, choices=[4, 16], default=4, help="base in NF4 (4, default) or float (16)")
     ta.add_argument("--no-double-quant", action="store_true", help="NF4 with fp32 block scales (debugging)")
+    ta.add_argument("--val", type=float, default=0.0, metavar="FRACTION", help="share held out: WER/CER before/after")
     ta.add_argument("--batch-size", type=int, default=1, help="examples per step (default 1)")
     ta.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    ta.add_argument("--resume", action="store_true", help="go on with the interrupted run for --out")
     ta.set_defaults(func=cmd_train_adapter)
 
     c = sub.add_parser("convert", help="write a model as GGUF or in the other checkpoint layout (hf / original)")

@@ -1,58 +1,188 @@
-"""`dictation train-adapter` (issue 18): the overfit check through the command line, and its errors."""
+"""``dictation train-adapter`` end to end on a tiny random checkpoint (issue 18).
+
+The checkpoint (``ckpt``) differs from the default tiny one in two ways, both for what training needs:
+
+* its head lets the tokens of the two texts, ``<asr_text>``, ``language`` and ``<|im_end|>`` win the
+  argmax (``extra_active``): the default head lets only 3000 random tokens win (rows of std 1, the
+  rest 0.02), and LoRA on the decoder's projections cannot lift a row of std 0.02 above them. A real
+  model's head can say every token; what the adapter must learn is nowhere in this base model, which
+  says something else;
+* its per-head q/k norm gain is 1 (the value Qwen3 initialises these norms to) instead of 4. The gain
+  of 4 makes the default checkpoint's attention sharp, so sensitive that NF4's ~9 % weight error moves
+  its logits far more than a trained model's (NF4 base against the float base, teacher-forced on the
+  training clips: logit cosine 0.90, against 0.98 with gain 1): an adapter trained on its NF4 base
+  reached margins of 11.6 there and -1.3 / -3.9 on the float base (gain 2: +3.7 / +3.9; gain 1:
+  +6.6 / +7.7). QLoRA's promise, which this test holds us to, is about models whose outputs survive
+  NF4.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 
+import pytest
+import torch
+
+from dictation import cli
 from dictation.audio.wav import load_audio_16k, write_wav
 from tests.oracle import synth_audio
-from tests.test_cli import run_cli
+from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
 
-TEXTS = ("Hello world.", "Personal words like Kubernetes.")
-
-
-def _data(tmp_path):
-    lines = []
-    for i, text in enumerate(TEXTS):
-        write_wav(tmp_path / f"clip{i}.wav", synth_audio(1.5, seed=i), 16000)
-        lines.append(json.dumps({"audio": f"clip{i}.wav", "text": f"language English<asr_text>{text}"}))
-    data = tmp_path / "train.jsonl"
-    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return data
+TEXTS = ["Hello Anna, the meeting moves to Tuesday.", "Kubernetes pods restart nightly."]
+LINES = [f"language English<asr_text>{TEXTS[0]}", f"language None<asr_text>{TEXTS[1]}"]
 
 
-def test_overfit_two_clips_then_transcribe_says_their_texts(ckpt_untied, tmp_path):
-    """Rank 16 on the decoder and the head (the tiny checkpoint's head lets only ~3000 ordinary tokens win:
-    "<asr_text>", "language" and <|im_end|> are reachable through a head adapter only), float base."""
-    from dictation.asr import AsrEngine, EngineOptions
+def training_checkpoint(root):
+    """The tiny checkpoint that can learn ``LINES`` (module docstring)."""
+    from dictation.asr.text.prompt import PromptBuilder
 
+    prompt = PromptBuilder.from_folder(cached_checkpoint(root, tie_word_embeddings=False))
+    active = sorted({t for line in LINES for t in prompt.encode(line)} | {prompt.special.im_end})
+    return cached_checkpoint(root, tie_word_embeddings=False, extra_active=tuple(active), qk_norm_gain=1.0)
+
+
+@pytest.fixture(scope="module")
+def ckpt(ckpt_root):
+    return training_checkpoint(ckpt_root)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("clips")
+    for i in range(2):
+        write_wav(folder / f"clip{i}.wav", synth_audio(1.0 + 0.5 * i, seed=40 + i), 16000)
+    path = folder / "train.jsonl"
+    path.write_text("".join(json.dumps({"audio": f"clip{i}.wav", "text": LINES[i]}) + "\n" for i in range(2)))
+    return path
+
+
+def run(capsys, *argv):
+    code = cli.main(list(map(str, argv)))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def transcribe(capsys, ckpt, clips, *adapters):
+    extra = [a for adapter in adapters for a in ("--adapter", adapter)]
+    code, out, err = run(capsys, "transcribe", "--model", ckpt, "--device", "cpu", "--dtype", "fp32",
+                         "--max-new-tokens", "24", "--json", *extra, *clips)  # fmt: skip
+    assert code == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def adapters(ckpt, data, tmp_path_factory):
+    """bits -> adapter folder, trained once per module with the issue's settings (the rest default)."""
+    root = tmp_path_factory.mktemp("adapters")
+    made = {}
+    for bits in (16, 4):
+        out = root / f"bits{bits}"
+        code = cli.main(["train-adapter", "--model", str(ckpt), "--data", str(data), "--out", str(out),
+                         "--steps", "200", "--rank", "8", "--bits", str(bits), "--device", "cpu"])  # fmt: skip
+        assert code == 0
+        made[bits] = out
+    return made
+
+
+@pytest.mark.parametrize("bits", [16, 4])
+def test_two_clips_are_learnt_exactly_and_carry_over_to_the_full_precision_base(capsys, ckpt, data, adapters, bits):
+    clips = [data.parent / "clip0.wav", data.parent / "clip1.wav"]
+    before = transcribe(capsys, ckpt, clips)
+    assert all(r["text"] != text for r, text in zip(before, TEXTS, strict=True))
+    after = transcribe(capsys, ckpt, clips, adapters[bits])
+    assert [r["text"] for r in after] == TEXTS
+    folder = adapters[bits]
+    assert sorted(p.name for p in folder.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert not (folder.parent / f".{folder.name}.training").exists()  # the work folder went with success
+
+
+def test_real_peft_on_the_official_model_gives_our_ids_and_merged_equals_unmerged(capsys, ckpt, data, adapters,
+                                                                                  tmp_path):  # fmt: skip
+    from peft import PeftModel
+
+    from tests.oracle.official import OfficialOracle
+
+    clip = data.parent / "clip0.wav"
+    ours = transcribe(capsys, ckpt, [clip], adapters[4])[0]["token_ids"]
+    oracle = OfficialOracle(ckpt)
+    oracle.model = PeftModel.from_pretrained(oracle.model, str(adapters[4]))
+    oracle.model.eval()
+    theirs = oracle.greedy_ids(load_audio_16k(clip), max_new_tokens=24)
+    assert [t for t in theirs if t not in EOS_IDS] == ours
+    merged = tmp_path / "merged"
+    code, _, err = run(capsys, "merge-lora", "--model", ckpt, "--adapter", adapters[4], "--out", merged)
+    assert code == 0, err
+    assert transcribe(capsys, merged, [clip])[0]["token_ids"] == ours
+
+
+def test_the_report_names_bits_per_parameter_and_the_held_out_scores(capsys, ckpt, data, tmp_path):
     out = tmp_path / "adapter"
-    proc = run_cli(
-        "train-adapter", "--model", ckpt_untied, "--data", _data(tmp_path), "--out", out, "--bits", "16",
-        "--steps", "200", "--rank", "16", "--alpha", "32", "--lr", "3e-3", "--batch-size", "2",
-        "--targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,lm_head",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert "Wrote the adapter" in proc.stdout and "step 200/200" in proc.stderr
-    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32", adapters=[str(out)]))
-    base = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32", max_new_tokens=12))
-    for i, text in enumerate(TEXTS):
-        audio = load_audio_16k(tmp_path / f"clip{i}.wav")
-        assert engine.transcribe(audio).text == text
-        assert base.transcribe(audio).text != text
+    code, stdout, err = run(capsys, "train-adapter", "--model", ckpt, "--data", data, "--out", out, "--epochs", "2",
+                            "--rank", "2", "--val", "0.5", "--device", "cpu")  # fmt: skip
+    assert code == 0, err
+    assert "2 steps on 1 clips" in stdout  # one clip held out: two epochs of the other
+    assert re.search(r"base: NF4, 4\.1\d\d bits per parameter", stdout)  # 4.127 + the offset's 32 bits per layer
+    assert re.search(r"held out: before WER \d+\.\d%, CER \d+\.\d% on 1 held-out clip; after WER", stdout)
+    assert "step 2/2  loss" in err and "transcribing 1 held-out clip without the adapter" in err
 
 
-def test_errors_name_the_line_and_write_nothing(ckpt_untied, tmp_path):
-    data = tmp_path / "bad.jsonl"
-    write_wav(tmp_path / "a.wav", synth_audio(0.5, seed=1), 16000)
-    data.write_text('{"audio": "a.wav", "text": "ok"}\n{"audio": "gone.wav", "text": "x"}\n', encoding="utf-8")
+def test_from_history_trains_on_the_corrected_dictations(capsys, ckpt, tmp_path, monkeypatch):
+    from dictation.config.history import History, default_path
+
+    monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
     out = tmp_path / "adapter"
-    proc = run_cli("train-adapter", "--model", ckpt_untied, "--data", data, "--out", out, "--steps", "2")
-    assert proc.returncode == 1
-    assert f"{data}:2" in proc.stderr and "gone.wav does not exist" in proc.stderr
-    assert not out.exists()
-    data.write_text('{"audio": "a.wav", "text": "ok"}\n', encoding="utf-8")
-    not_a_model = tmp_path / "empty"
-    not_a_model.mkdir()
-    proc = run_cli("train-adapter", "--model", not_a_model, "--data", data, "--out", out)
-    assert proc.returncode == 1 and str(not_a_model) in proc.stderr and not out.exists()
+    code, _, err = run(capsys, "train-adapter", "--model", ckpt, "--from-history", "--out", out, "--steps", "1")
+    assert code == 1 and err == f"dictation: error: {default_path()}: no dictation history yet\n"
+    recordings = tmp_path / "home" / "recordings"
+    recordings.mkdir(parents=True)
+    with History(default_path()) as history:
+        for i in (1, 2, 3):  # the entries' ids
+            write_wav(recordings / f"{i}.wav", synth_audio(1.0, seed=i), 16000)
+            history.add(f"model text {i}", language="English", audio_path=recordings / f"{i}.wav", outcome="typed")
+        code, _, err = run(capsys, "train-adapter", "--model", ckpt, "--from-history", "--out", out, "--steps", "1")
+        assert code == 1 and "no corrected dictation with its recording" in err
+        history.correct(1, "Kubernetes pods.")
+        history.correct(3, "Hello Anna.")
+        (recordings / "3.wav").unlink()  # pruned or deleted by the user: skipped
+    code, stdout, err = run(capsys, "train-adapter", "--model", ckpt, "--from-history", "--out", out,
+                            "--steps", "2", "--rank", "2", "--bits", "16", "--device", "cpu")  # fmt: skip
+    assert code == 0, err
+    assert "2 steps on 1 clips" in stdout and out.is_dir()
+
+
+def test_errors_are_one_line_naming_the_file_and_nothing_is_written(capsys, ckpt, data, tmp_path):
+    out = tmp_path / "adapter"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"audio": "missing.wav", "text": "Hello."}) + "\n")
+    code, _, err = run(capsys, "train-adapter", "--model", ckpt, "--data", bad, "--out", out)
+    assert code == 1 and err == f"dictation: error: {bad}:1: audio file {tmp_path / 'missing.wav'} does not exist\n"
+    bad.write_text(json.dumps({"audio": str(data.parent / "clip0.wav"), "text": "language English<asr_text>"}) + "\n")
+    code, _, err = run(capsys, "train-adapter", "--model", ckpt, "--data", bad, "--out", out)
+    assert code == 1 and err == f"dictation: error: {bad}:1: empty text\n"
+    code, _, err = run(capsys, "train-adapter", "--model", tmp_path, "--data", data, "--out", out)
+    assert code == 1 and str(tmp_path) in err and err.count("\n") == 1
+    code, _, err = run(capsys, "train-adapter", "--model", ckpt, "--data", data, "--out", out, "--targets", "fc1")
+    assert code == 1 and "unknown LoRA targets fc1" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "train-adapter", "--model", ckpt, "--data", data, "--out", out, "--val", "0.9")
+    assert code == 1 and "too few to hold 2 out" in err
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    code, _, err = run(capsys, "train-adapter", "--model", ckpt, "--data", data, "--out", out, "--steps", "1")
+    assert code == 1 and "already exists" in err and (out / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "bad.jsonl"]
+
+
+def test_lora_alone_changes_nothing_before_training(ckpt):
+    """B starts at zero: the wrapped model computes what the base computes."""
+    from dictation.asr.checkpoints.safetensors import load_model
+    from dictation.asr.config import AsrConfig
+    from dictation.asr.tune.train import TrainOptions, add_lora
+
+    cfg = AsrConfig.from_file(ckpt / "config.json")
+    model = load_model(ckpt, cfg, torch.device("cpu"), torch.float32)
+    x = torch.randn(1, 3, cfg.text.hidden_size)
+    before = model.decoder.layers[0].mlp.up_proj(x)
+    add_lora(model, TrainOptions(rank=4))
+    torch.testing.assert_close(model.decoder.layers[0].mlp.up_proj(x), before)

@@ -10,6 +10,8 @@ from scipy.stats import norm
 
 from dictation.asr.tune.nf4 import (
     BLOCK,
+    DYNAMIC_CODE,
+    DYNAMIC_MAX_GAP,
     MAX_GAP,
     NF4_CODE,
     SCALE_BLOCK,
@@ -30,8 +32,22 @@ def paper_code() -> np.ndarray:
     return values / np.abs(values).max()
 
 
+def dynamic_code() -> np.ndarray:
+    """The signed dynamic 8-bit code built as an 8-bit float: a sign bit, then for a value with e
+    leading zero bits (e = 0..6 after the sign) the decade 10^-e, and the remaining 6 - e bits a
+    linear fraction in [0.1, 1] taken at the middle of its bin; plus 0 and 1."""
+    values = {0.0, 1.0}
+    for zeros in range(7):
+        bits = 6 - zeros  # fraction bits left
+        for k in range(2**bits):
+            fraction = 0.1 + 0.9 * (k + 0.5) / 2**bits
+            values |= {fraction * 10.0**-zeros, -fraction * 10.0**-zeros}
+    return np.array(sorted(values), dtype=np.float64)
+
+
 def reference(weight: np.ndarray, double_quant: bool) -> np.ndarray:
-    """Independent numpy NF4 round trip: nearest level by argmin, linear int8 double quantization."""
+    """Independent numpy NF4 round trip: nearest level by argmin; double quantization with the
+    dynamic 8-bit code, nearest by argmin."""
     code = np.array(NF4_CODE, dtype=np.float64)
     flat = weight.astype(np.float64).reshape(-1)
     n = flat.size
@@ -45,10 +61,18 @@ def reference(weight: np.ndarray, double_quant: bool) -> np.ndarray:
         mean = absmax.mean(dtype=np.float64)
         c = absmax - mean
         c = np.concatenate([c, np.zeros((-c.size) % SCALE_BLOCK)]).reshape(-1, SCALE_BLOCK)
-        step = np.abs(c).max(axis=1) / 127
-        q = np.clip(np.round(c / np.where(step > 0, step, 1.0)[:, None]), -127, 127)
-        absmax = ((q * step[:, None]).reshape(-1) + mean)[: absmax.size]
+        scale2 = np.abs(c).max(axis=1)
+        x = c / np.where(scale2 > 0, scale2, 1.0)[:, None]
+        dyn = dynamic_code()
+        q = dyn[np.abs(x[:, :, None] - dyn[None, None, :]).argmin(axis=2)]
+        absmax = ((q * scale2[:, None]).reshape(-1) + mean)[: absmax.size]
     return (code[idx] * absmax[:, None]).reshape(-1)[:n].reshape(weight.shape)
+
+
+def test_dynamic_code_is_the_8_bit_float_code():
+    assert DYNAMIC_CODE.shape == (256,) and DYNAMIC_CODE.dtype == torch.float32
+    np.testing.assert_allclose(DYNAMIC_CODE.numpy(), dynamic_code(), rtol=1e-6, atol=1e-12)
+    assert DYNAMIC_CODE[-1] == 1.0 and (DYNAMIC_CODE == 0).sum() == 1 and DYNAMIC_MAX_GAP < 0.015
 
 
 def test_code_book_is_the_papers():
@@ -75,7 +99,8 @@ def test_matches_numpy_reference_and_error_bound(double_quant, shape):
     scale_err = (scales - absmax).abs()
     if double_quant:
         assert q.scale2 is not None and (scale_err > 0).any()
-        assert (scale_err <= q.scale2.repeat_interleave(SCALE_BLOCK)[: absmax.numel()] / 2 + 1e-6).all()
+        bound2 = q.scale2.repeat_interleave(SCALE_BLOCK)[: absmax.numel()] * DYNAMIC_MAX_GAP / 2
+        assert (scale_err <= bound2 + 1e-6).all()
     else:
         assert (scale_err == 0).all()
     err = (got.reshape(-1) - w.reshape(-1)).abs()

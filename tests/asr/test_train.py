@@ -21,10 +21,13 @@ from dictation.asr.tune.nf4 import bits_per_parameter
 from dictation.asr.tune.train import (
     TrainingCancelled,
     TrainOptions,
+    add_lora,
     decoder_logits,
+    example_loss,
     prepare,
     train_adapter,
     train_lora,
+    work_folder,
 )
 from dictation.audio.wav import load_audio_16k, write_wav
 from tests.oracle import synth_audio
@@ -136,8 +139,6 @@ def test_exported_adapter_loads_in_engine_and_gives_the_trained_logits(ckpt_unti
     model = result.lora  # the trained modules live in the training model; recompute its logits
     clip = _examples()[0]
     trained_model, prompt = _load(ckpt_untied)
-    from dictation.asr.tune.train import add_lora
-
     wrapped = add_lora(trained_model, options)
     with torch.no_grad():
         for name, module in wrapped.items():
@@ -156,17 +157,82 @@ def test_exported_adapter_loads_in_engine_and_gives_the_trained_logits(ckpt_unti
         train_adapter(ckpt_untied, _examples(), out, options)
 
 
-def test_cancel_writes_nothing(ckpt_untied, tmp_path):
+def test_cancel_keeps_a_checkpoint_and_resume_gives_the_uninterrupted_adapter(ckpt_untied, tmp_path):
+    options = TrainOptions(steps=7, bits=16, rank=2, lr=1e-2, save_every=2)
+    whole = tmp_path / "whole"
+    train_adapter(ckpt_untied, _examples(), whole, options)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["whole"]  # no work folder left after success
+
     out = tmp_path / "adapter"
     calls = []
 
     def cancel():
         calls.append(1)
-        return len(calls) > 2
+        return len(calls) == 4  # before step 4: steps 1-3 done
 
-    with pytest.raises(TrainingCancelled, match="step 3 of 50"):
-        train_adapter(ckpt_untied, _examples(), out, TrainOptions(steps=50, bits=16, rank=2), cancel=cancel)
-    assert not out.exists() and not list(tmp_path.iterdir())
+    with pytest.raises(TrainingCancelled, match="step 4 of 7; its checkpoint is kept"):
+        train_adapter(ckpt_untied, _examples(), out, options, cancel=cancel)
+    work = work_folder(out)
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [work.name, "whole"]
+    assert (work.stat().st_mode & 0o777) == 0o700
+    assert [(p.name, p.stat().st_mode & 0o777) for p in work.iterdir()] == [("checkpoint.safetensors", 0o600)]
+    # other settings or data: refused, nothing written
+    with pytest.raises(AdapterError, match="made from other data or settings"):
+        train_adapter(ckpt_untied, _examples()[:1], out, options, resume=True)
+    seen = []
+    train_adapter(ckpt_untied, _examples(), out, options, resume=True, progress=seen.append)
+    assert [p.step for p in seen] == [4, 5, 6, 7] and not work.exists()
+    with (
+        safe_open(str(whole / "adapter_model.safetensors"), "pt") as a,
+        safe_open(str(out / "adapter_model.safetensors"), "pt") as b,
+    ):
+        assert set(a.keys()) == set(b.keys())
+        for key in a.keys():  # noqa: SIM118
+            assert torch.equal(a.get_tensor(key), b.get_tensor(key)), key
+    with pytest.raises(AdapterError, match="no checkpoint to resume from"):
+        train_adapter(ckpt_untied, _examples(), tmp_path / "other", options, resume=True)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(ckpt_untied):
+    grads = []
+    for checkpointing in (False, True):
+        model, prompt = _load(ckpt_untied)
+        options = TrainOptions(steps=1, bits=16, rank=2, checkpointing=checkpointing)
+        lora = add_lora(model, options)
+        with torch.no_grad():
+            for module in lora.values():
+                module.lora_B.normal_(generator=torch.Generator().manual_seed(1))
+        item = prepare(model, prompt, LogMel(model.cfg.audio.num_mel_bins), _examples()[1])
+        example_loss(model, item, checkpointing).backward()
+        grads.append({k: (m.lora_A.grad.clone(), m.lora_B.grad.clone()) for k, m in lora.items()})
+    for key, (a, b) in grads[0].items():
+        torch.testing.assert_close(grads[1][key][0], a, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(grads[1][key][1], b, rtol=1e-5, atol=1e-7)
+        assert a.abs().sum() > 0
+
+
+def test_epochs_set_the_steps_and_out_of_memory_is_one_error(ckpt_untied, tmp_path, monkeypatch):
+    assert TrainOptions(epochs=3, batch_size=2).total_steps(5) == 8  # ceil(3 * 5 / 2)
+    assert TrainOptions(steps=7).total_steps(5) == 7
+    with pytest.raises(AdapterError, match="epochs must be at least 1"):
+        TrainOptions(epochs=0).check()
+    seen = []
+    model, prompt = _load(ckpt_untied)
+    train_lora(model, prompt, _examples(), TrainOptions(epochs=2, bits=16, rank=2), progress=seen.append)
+    assert [p.steps for p in seen] == [4] * 4
+
+    from dictation.asr.tune import train as train_module
+
+    def exhausted(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(train_module, "decoder_logits", exhausted)
+    out = tmp_path / "adapter"
+    with pytest.raises(AdapterError) as info:
+        train_adapter(ckpt_untied, _examples(), out, TrainOptions(steps=3, bits=16, rank=2))
+    message = str(info.value)
+    assert message.startswith("out of memory while training step 1 on cpu") and "\n" not in message
+    assert not out.exists()
 
 
 def test_nf4_base_trains(ckpt_untied, tmp_path):

@@ -258,14 +258,14 @@ def _token_matrix(seed: int, name: str, active: torch.Tensor, hidden: int, bias_
     return w
 
 
-def _init_tensor(name: str, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+def _init_tensor(name: str, shape: tuple[int, ...], seed: int, qk_norm_gain: float = QK_NORM_GAIN) -> torch.Tensor:
     """Generic init by tensor role (the token matrices are made separately)."""
     leaf = name.rsplit(".", 2)[-2]  # module name, e.g. q_proj, conv2d1, ln_post
     if name.endswith(".bias"):
         return _normal(shape, BIAS_STD, seed, name)
     if len(shape) == 1:  # LayerNorm / RMSNorm weights
         w = 1.0 + _normal(shape, NORM_JITTER, seed, name)
-        return w * QK_NORM_GAIN if leaf in ("q_norm", "k_norm") else w
+        return w * qk_norm_gain if leaf in ("q_norm", "k_norm") else w
     fan_in = int(np.prod(shape[1:]))
     gain = 1.0
     if leaf.startswith("conv2d"):
@@ -277,16 +277,20 @@ def _init_tensor(name: str, shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return _normal(shape, gain / fan_in**0.5, seed, name)
 
 
-def _make_weights(config, *, seed: int, eos_bias: float) -> dict[str, torch.Tensor]:
+def _make_weights(
+    config, *, seed: int, eos_bias: float, extra_active=(), qk_norm_gain: float = QK_NORM_GAIN
+) -> dict[str, torch.Tensor]:
     shapes = _param_shapes(config)
     hidden = TEXT_DIMS["hidden_size"]
     tied = config.thinker_config.text_config.tie_word_embeddings
     active = active_token_ids(seed)
+    if extra_active:
+        active = torch.unique(torch.cat([active, torch.tensor(list(extra_active), dtype=torch.int64)]))
     weights: dict[str, torch.Tensor] = {}
     for name, shape in shapes.items():
         if name in ("thinker.model.embed_tokens.weight", "thinker.lm_head.weight"):
             continue
-        weights[name] = _init_tensor(name, shape, seed)
+        weights[name] = _init_tensor(name, shape, seed, qk_norm_gain)
     weights["thinker.model.embed_tokens.weight"] = _token_matrix(
         seed, "thinker.model.embed_tokens.weight", active, hidden, BIAS_CHANNEL_VALUE
     )
@@ -632,6 +636,8 @@ def build_tiny_checkpoint(
     shards: int = 1,
     seed: int = 0,
     eos_bias: float = 0.0,
+    extra_active: tuple[int, ...] = (),
+    qk_norm_gain: float = QK_NORM_GAIN,
     tokenizer_json: bool | None = None,
     drop_tied_lm_head: bool | None = None,
 ) -> Path:
@@ -642,6 +648,8 @@ def build_tiny_checkpoint(
     shards: >1 writes ``model-0000k-of-0000n.safetensors`` + ``model.safetensors.index.json``.
     eos_bias: logit bias for <|im_end|> through the bias channel (module docstring); 0 = the model never
         stops by itself, ``EOS_BIAS_EARLY_STOP`` = it stops after a few tokens.
+    extra_active: token ids that can win the argmax besides the random active set (e.g. ``<asr_text>``,
+        ``<|im_end|>`` and the tokens of the texts a training test teaches the model to say).
     tokenizer_json: also write a ``tokenizer.json``; default: only for the hf layout (the original repo ships
         vocab.json + merges.txt + tokenizer_config.json; transformers 5 saves tokenizer.json).
     drop_tied_lm_head: when tied, leave ``lm_head.weight`` out of the file (what transformers' save_pretrained
@@ -654,7 +662,7 @@ def build_tiny_checkpoint(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = tiny_config(tie_word_embeddings=tie_word_embeddings)
-    tensors = _make_weights(config, seed=seed, eos_bias=eos_bias)
+    tensors = _make_weights(config, seed=seed, eos_bias=eos_bias, extra_active=extra_active, qk_norm_gain=qk_norm_gain)
     if drop_tied_lm_head is None:
         drop_tied_lm_head = layout == "hf"
     if tie_word_embeddings and drop_tied_lm_head:

@@ -9,10 +9,12 @@ times its block's absmax (plus, with double quantization, the error of that absm
 
 Double quantization (the paper's section 3): the fp32 block scales are themselves quantized. Their
 mean is subtracted (stored as one fp32 number per tensor), and the centred scales are quantized in
-blocks of :data:`SCALE_BLOCK` (256) to signed 8-bit integers with one fp32 second-level scale per
-block (``absmax / 127``; the paper uses an 8-bit float code there, we use linear int8: same size, an
-error bound of half a step). Storage per parameter: 4 bits + 8/64 + 32/(64*256) = 4.127 bits, against
-4 + 32/64 = 4.5 with fp32 scales (``double_quant=False``).
+blocks of :data:`SCALE_BLOCK` (256): each divided by its block's absolute maximum (one fp32
+second-level scale per block) and replaced by the index of the nearest value of the signed dynamic
+8-bit code (:func:`dynamic_code`, the paper's "8-bit floats": fine near zero, coarse near one; the
+code bitsandbytes uses, so our scales are bit for bit theirs — tests/asr/test_nf4_bnb.py). Storage
+per parameter: 4 bits + 8/64 + 32/(64*256) = 4.127 bits, against 4 + 32/64 = 4.5 with fp32 scales
+(``double_quant=False``).
 
 :class:`NF4Linear` is a frozen linear layer on such a weight: its forward dequantizes the weight
 (in the input's dtype) and multiplies; gradients reach the input (a LoRA branch above it) and no
@@ -46,9 +48,26 @@ NF4_CODE = (
     0.7229568362236023,
     1.0,
 )
+
+
+def dynamic_code() -> torch.Tensor:
+    """The signed dynamic 8-bit code, 256 ascending fp32 values in [-1, 1]: 0, 1, and for each
+    exponent e = 0..6 the 2^e midpoints of an even split of [0.1, 1] scaled by 10^(e-6), with both
+    signs. An 8-bit float in effect: the exponent (a run of leading zero bits) chooses the decade,
+    the remaining bits the place within it."""
+    values = [0.0, 1.0]
+    for e in range(7):
+        edges = torch.linspace(0.1, 1.0, 2**e + 1, dtype=torch.float64)
+        mids = (edges[:-1] + edges[1:]) / 2 * 10.0 ** (e - 6)
+        values += [*mids.tolist(), *(-mids).tolist()]
+    return torch.tensor(sorted(values), dtype=torch.float32)
+
+
+DYNAMIC_CODE = dynamic_code()
 BLOCK = 64  # values per first-level block (one absmax each)
 SCALE_BLOCK = 256  # block scales per second-level block (double quantization)
 MAX_GAP = max(b - a for a, b in zip(NF4_CODE, NF4_CODE[1:], strict=False))  # 0.3038 (-1.0 .. -0.6962)
+DYNAMIC_MAX_GAP = float((DYNAMIC_CODE[1:] - DYNAMIC_CODE[:-1]).max())  # 0.0141, near +-1
 
 
 def bits_per_parameter(double_quant: bool = True, block: int = BLOCK, scale_block: int = SCALE_BLOCK) -> float:
@@ -62,8 +81,8 @@ def bits_per_parameter(double_quant: bool = True, block: int = BLOCK, scale_bloc
 @dataclass
 class NF4Tensor:
     """One quantized weight: ``codes`` (uint8, two 4-bit indices a byte, the first in the low nibble),
-    and the block scales either as fp32 ``absmax`` or double-quantized (``qscale`` int8, ``scale2``
-    fp32 per 256 scales, ``mean`` fp32)."""
+    and the block scales either as fp32 ``absmax`` or double-quantized (``qscale``: uint8 indices into
+    :data:`DYNAMIC_CODE`, ``scale2``: fp32 per 256 scales, ``mean``: fp32)."""
 
     shape: tuple[int, ...]
     codes: torch.Tensor
@@ -89,7 +108,8 @@ class NF4Tensor:
         """The (dequantized) absmax of every 64-value block, fp32."""
         if self.absmax is not None:
             return self.absmax
-        per_block = self.qscale.float().view(-1, SCALE_BLOCK) * self.scale2[:, None]
+        code = DYNAMIC_CODE.to(self.qscale.device)
+        per_block = code[self.qscale.long()].view(-1, SCALE_BLOCK) * self.scale2[:, None]
         return per_block.reshape(-1) + self.mean  # padded to a multiple of 256: the caller slices
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -126,9 +146,10 @@ def quantize_nf4(weight: torch.Tensor, double_quant: bool = True) -> NF4Tensor:
     centred = absmax - mean
     spad = (-centred.numel()) % SCALE_BLOCK
     sblocks = F.pad(centred, (0, spad)).view(-1, SCALE_BLOCK)
-    scale2 = sblocks.abs().amax(dim=1) / 127
-    step = torch.where(scale2 > 0, scale2, torch.ones_like(scale2))
-    qscale = torch.round(sblocks / step[:, None]).clamp(-127, 127).to(torch.int8).view(-1)
+    scale2 = sblocks.abs().amax(dim=1)
+    safe2 = torch.where(scale2 > 0, scale2, torch.ones_like(scale2))
+    dyn = DYNAMIC_CODE.to(w.device)
+    qscale = torch.bucketize(sblocks / safe2[:, None], (dyn[1:] + dyn[:-1]) / 2).to(torch.uint8).view(-1)
     return NF4Tensor(shape, codes, qscale=qscale, scale2=scale2, mean=mean.reshape(()))
 
 

@@ -28,6 +28,7 @@ destination is refused.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -39,19 +40,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from dictation.asr.checkpoints.locate import checkpoint_name
 from dictation.asr.checkpoints.output import atomic_outputs
-from dictation.asr.errors import AdapterError, AsrError, ModelError
+from dictation.asr.errors import AsrError, ModelError
 from dictation.asr.nn.features import LogMel, n_audio_tokens
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.rope import rope_tables
 from dictation.asr.text.prompt import PromptBuilder
 from dictation.asr.tune.adapter_files import CONFIG_FILE, WEIGHTS_FILE
-from dictation.asr.tune.data import Example
+from dictation.asr.tune.data import Example, TrainingError
 from dictation.asr.tune.nf4 import NF4Linear, nf4_decoder
 
 log = logging.getLogger(__name__)
@@ -79,17 +82,28 @@ class TrainOptions:
     batch_size: int = 1
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    epochs: int | None = None  # instead of steps: passes over the data (steps = ceil(epochs * n / batch))
+    checkpointing: bool = True  # gradient checkpointing: each decoder layer's activations recomputed
+    save_every: int = 50  # steps between resumable checkpoints (with a work folder)
+
+    def total_steps(self, n_examples: int) -> int:
+        """The optimizer steps of a run on ``n_examples``: ``steps``, or ``epochs`` passes over them."""
+        if self.epochs is None:
+            return self.steps
+        return max(1, math.ceil(self.epochs * n_examples / self.batch_size))
 
     def check(self) -> None:
         if self.bits not in (4, 16):
-            raise AdapterError(f"bits must be 4 (NF4 base) or 16 (float base), not {self.bits}")
-        if self.steps < 1 or self.rank < 1 or self.batch_size < 1:
-            raise AdapterError("steps, rank and batch size must be positive")
+            raise TrainingError(f"bits must be 4 (NF4 base) or 16 (float base), not {self.bits}")
+        if self.steps < 1 or self.rank < 1 or self.batch_size < 1 or self.save_every < 1:
+            raise TrainingError("steps, rank and batch size must be positive")
+        if self.epochs is not None and self.epochs < 1:
+            raise TrainingError(f"epochs must be at least 1, not {self.epochs}")
         if not (math.isfinite(self.lr) and self.lr > 0 and math.isfinite(self.alpha) and self.alpha > 0):
-            raise AdapterError("the learning rate and alpha must be positive numbers")
+            raise TrainingError("the learning rate and alpha must be positive numbers")
         unknown = sorted(set(self.targets) - {*DEFAULT_TARGETS, HEAD})
         if unknown or not self.targets:
-            raise AdapterError(
+            raise TrainingError(
                 f"unknown LoRA targets {', '.join(unknown) or '(none)'}; "
                 f"choose from {', '.join((*DEFAULT_TARGETS, HEAD))}"
             )
@@ -166,7 +180,16 @@ def add_lora(model: AsrModel, options: TrainOptions) -> dict[str, LoraTrainLinea
     return out
 
 
-def decoder_logits(model: AsrModel, embeds: torch.Tensor, first: int) -> torch.Tensor:
+def _layer_forward(layer: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    s = h.shape[1]
+    attn = layer.self_attn
+    q, k, v = attn._qkv(layer.input_layernorm(h), cos, sin)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    h = h + attn.o_proj(o.transpose(1, 2).reshape(1, s, attn.n_heads * attn.head_dim))
+    return h + layer.mlp(layer.post_attention_layernorm(h))
+
+
+def decoder_logits(model: AsrModel, embeds: torch.Tensor, first: int, *, checkpointing: bool = False) -> torch.Tensor:
     """The next-token logits ``[S - first, vocab]`` at positions ``first .. S-1`` of the sequence
     ``embeds [1, S, hidden]``: the decoder's layers with causal attention over the whole sequence
     and no cache (differentiable), the final norm and the head."""
@@ -176,11 +199,12 @@ def decoder_logits(model: AsrModel, embeds: torch.Tensor, first: int) -> torch.T
     cos, sin = cos.to(embeds.dtype), sin.to(embeds.dtype)
     h = embeds
     for layer in model.decoder.layers:
-        attn = layer.self_attn
-        q, k, v = attn._qkv(layer.input_layernorm(h), cos, sin)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        h = h + attn.o_proj(o.transpose(1, 2).reshape(1, s, attn.n_heads * attn.head_dim))
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
+        if checkpointing and torch.is_grad_enabled():
+            # gradient checkpointing: keep only the layer's input; its activations are recomputed
+            # in the backward pass (memory of one layer instead of all of them)
+            h = checkpoint(_layer_forward, layer, h, cos, sin, use_reentrant=False)
+        else:
+            h = _layer_forward(layer, h, cos, sin)
     h = model.decoder.norm(h[:, first:])
     logits = h @ model.decoder.embed_tokens.weight.T if model.lm_head is None else model.lm_head(h)
     return logits.reshape(s - first, -1)
@@ -210,9 +234,81 @@ def prepare(model: AsrModel, prompt: PromptBuilder, mel: LogMel, example: Exampl
     return Prepared(embeds, torch.tensor(target, device=model.device))
 
 
-def example_loss(model: AsrModel, item: Prepared) -> torch.Tensor:
-    logits = decoder_logits(model, item.embeds, item.first)[:-1]  # the last position predicts nothing
+def example_loss(model: AsrModel, item: Prepared, checkpointing: bool = False) -> torch.Tensor:
+    logits = decoder_logits(model, item.embeds, item.first, checkpointing=checkpointing)
+    logits = logits[:-1]  # the last position predicts nothing
     return F.cross_entropy(logits.float(), item.labels)
+
+
+def _fingerprint(examples: Sequence[Example], options: TrainOptions) -> str:
+    """What a checkpoint was made from: the settings that shape training and every example's audio
+    and text. A checkpoint is resumed only with the same."""
+    digest = hashlib.sha256()
+    fields = {k: v for k, v in vars(options).items() if k not in ("save_every", "checkpointing")}
+    digest.update(json.dumps(fields, sort_keys=True, default=str).encode())
+    for example in examples:
+        digest.update(example.target.encode())
+        digest.update(np.ascontiguousarray(example.audio, dtype=np.float32).tobytes())
+    return digest.hexdigest()
+
+
+CHECKPOINT = "checkpoint.safetensors"
+
+
+def save_checkpoint(work: Path, lora: dict, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """The LoRA matrices, AdamW's moments and the loop's state (step, data order, random state) in
+    one safetensors file (no pickle), written under a temporary name and renamed."""
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, module in lora.items():
+        tensors[f"lora.{name}.A"] = module.lora_A.detach().float().cpu().contiguous()
+        tensors[f"lora.{name}.B"] = module.lora_B.detach().float().cpu().contiguous()
+    opt = optimizer.state_dict()
+    for index, entry in opt["state"].items():
+        for key, value in entry.items():
+            tensors[f"opt.{index}.{key}"] = torch.as_tensor(value).detach().float().cpu().contiguous()
+    meta = dict(state, param_groups=opt["param_groups"])
+    work.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = work / f".{CHECKPOINT}.tmp"
+    save_file(tensors, str(tmp), metadata={"state": json.dumps(meta)})
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, work / CHECKPOINT)
+
+
+def load_checkpoint(work: Path, lora: dict, optimizer: torch.optim.Optimizer, fingerprint: str) -> dict:
+    """Restore what :func:`save_checkpoint` wrote; TrainingError when there is none or it was made
+    from other data or settings."""
+    from safetensors import safe_open
+
+    path = work / CHECKPOINT
+    if not path.is_file():
+        raise TrainingError(f"{work}: no checkpoint to resume from; start without --resume")
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()["state"])
+        if meta.get("fingerprint") != fingerprint:
+            raise TrainingError(
+                f"{path}: made from other data or settings; resume with the same ones, or start without --resume"
+            )
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
+    with torch.no_grad():
+        for name, module in lora.items():
+            module.lora_A.copy_(tensors[f"lora.{name}.A"])
+            module.lora_B.copy_(tensors[f"lora.{name}.B"])
+    opt_state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, index, field_name = key.split(".", 2)
+            opt_state.setdefault(int(index), {})[field_name] = value
+    optimizer.load_state_dict({"state": opt_state, "param_groups": meta.pop("param_groups")})
+    return meta
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
 def train_lora(
@@ -223,55 +319,100 @@ def train_lora(
     *,
     progress: Callable[[Progress], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    work: str | os.PathLike | None = None,
+    resume: bool = False,
 ) -> TrainResult:
     """Train LoRA matrices on ``model`` (changed in place: its decoder layers are wrapped, and with
-    ``bits=4`` quantized to NF4) for ``options.steps`` steps. ``cancel()`` is asked before every
-    step: True raises TrainingCancelled."""
+    ``bits=4`` quantized to NF4) for ``options.total_steps(len(examples))`` steps.
+
+    ``work``: a folder for resumable checkpoints (every ``options.save_every`` steps, and when
+    cancelled); ``resume``: continue from its checkpoint, which gives the very adapter an
+    uninterrupted run gives. ``cancel()`` is asked before every step: True saves a checkpoint (with
+    ``work``) and raises TrainingCancelled. Running out of memory raises one TrainingError."""
     options.check()
     if not examples:
-        raise AdapterError("no training examples")
+        raise TrainingError("no training examples")
+    work = Path(work) if work is not None else None
+    if resume and work is None:
+        raise TrainingError("resuming needs the folder of the interrupted run")
+    steps = options.total_steps(len(examples))
     torch.manual_seed(options.seed)
     bytes_per_param = None
-    if options.bits == 4:
-        names = nf4_decoder(model, options.double_quant)
-        layers = [model.get_submodule(n) for n in names]
-        bytes_per_param = sum(m.nbytes for m in layers) / sum(m.in_features * m.out_features for m in layers)
-    lora = add_lora(model, options)
-    mel = LogMel(model.cfg.audio.num_mel_bins, model.device)
-    items = [prepare(model, prompt, mel, e) for e in examples]
+    try:
+        if options.bits == 4:
+            names = nf4_decoder(model, options.double_quant)
+            layers = [model.get_submodule(n) for n in names]
+            bytes_per_param = sum(m.nbytes for m in layers) / sum(m.in_features * m.out_features for m in layers)
+        lora = add_lora(model, options)
+        mel = LogMel(model.cfg.audio.num_mel_bins, model.device)
+        items = [prepare(model, prompt, mel, e) for e in examples]
+    except Exception as exc:
+        if _out_of_memory(exc):
+            raise TrainingError(_oom_message(model, "preparing the model and the clips")) from None
+        raise
     params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
+    fingerprint = _fingerprint(examples, options)
     order: list[int] = []
     rng = random.Random(options.seed)
     losses: list[float] = []
     tokens = target_tokens = 0
+    done = 0
+    if resume:
+        meta = load_checkpoint(work, lora, optimizer, fingerprint)
+        done, order, losses = meta["step"], meta["order"], meta["losses"]
+        tokens, target_tokens = meta["tokens"], meta["target_tokens"]
+        version, internal, gauss = meta["rng"]
+        rng.setstate((version, tuple(internal), gauss))
+        log.info("resuming at step %d of %d", done, steps)
+
+    def checkpoint_now(step: int) -> None:
+        if work is not None:
+            state = {"fingerprint": fingerprint, "step": step, "order": order, "losses": losses, "rng": rng.getstate()}
+            save_checkpoint(work, lora, optimizer, state | {"tokens": tokens, "target_tokens": target_tokens})
+
     start = time.perf_counter()
-    for step in range(1, options.steps + 1):
+    for step in range(done + 1, steps + 1):
         if cancel is not None and cancel():
-            raise TrainingCancelled(f"training cancelled at step {step} of {options.steps}; nothing was written")
+            checkpoint_now(step - 1)
+            kept = "; its checkpoint is kept for resuming" if work is not None else "; nothing was written"
+            raise TrainingCancelled(f"training cancelled at step {step} of {steps}{kept}")
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for _ in range(options.batch_size):
-            if not order:
-                order = list(range(len(items)))
-                rng.shuffle(order)
-            item = items[order.pop()]
-            loss = example_loss(model, item) / options.batch_size
-            loss.backward()
-            total += float(loss.detach())
-            tokens += item.embeds.shape[1]
-            target_tokens += item.labels.shape[0]
+        try:
+            for _ in range(options.batch_size):
+                if not order:
+                    order = list(range(len(items)))
+                    rng.shuffle(order)
+                item = items[order.pop()]
+                loss = example_loss(model, item, options.checkpointing) / options.batch_size
+                loss.backward()
+                total += float(loss.detach())
+                tokens += item.embeds.shape[1]
+                target_tokens += item.labels.shape[0]
+        except Exception as exc:
+            if _out_of_memory(exc):
+                raise TrainingError(_oom_message(model, f"training step {step}")) from None
+            raise
         if not math.isfinite(total):
-            raise AdapterError(f"training diverged at step {step} (loss {total}); try a lower learning rate")
+            raise TrainingError(f"training diverged at step {step} (loss {total}); try a lower learning rate")
         if options.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
         optimizer.step()
         losses.append(total)
+        if step % options.save_every == 0 and step < steps:
+            checkpoint_now(step)
         if progress is not None:
             elapsed = time.perf_counter() - start
-            progress(Progress(step, options.steps, total, elapsed / step * (options.steps - step)))
+            progress(Progress(step, steps, total, elapsed / (step - done) * (steps - step)))
     seconds = time.perf_counter() - start
     return TrainResult(losses, seconds, tokens, target_tokens, bytes_per_param, lora)
+
+
+def _oom_message(model: AsrModel, what: str) -> str:
+    where = "GPU" if model.device.type == "cuda" else "memory"
+    hint = "use --bits 4, fewer --targets, or shorter clips" if model.device.type == "cuda" else "close other programs"
+    return f"out of {where} while {what} on {model.device}; {hint}, or train on another device (--device)"
 
 
 # --- the PEFT folder --------------------------------------------------------------------------------
@@ -332,7 +473,7 @@ def write_adapter(
         "alpha_pattern": {},
         "inference_mode": True,
     }
-    with atomic_outputs([out], folders=True, error=AdapterError) as (tmp,):
+    with atomic_outputs([out], folders=True, error=TrainingError) as (tmp,):
         os.chmod(tmp, 0o700)  # trained on the user's dictations
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -344,36 +485,77 @@ def write_adapter(
 # --- from files to a folder ---------------------------------------------------------------------------
 
 
+def work_folder(out: str | os.PathLike) -> Path:
+    """Where a run on its way to ``out`` keeps its checkpoint: ``.<name>.training`` beside it (0700)."""
+    out = Path(out).expanduser().absolute()
+    return out.parent / f".{out.name}.training"
+
+
+def base_model_folder(model: str | os.PathLike):
+    """``(folder, AsrConfig)`` of the model to train on: ModelError naming it unless it is a loadable
+    floating-point model (checked without loading its weights)."""
+    from dictation.asr.checkpoints.hub import check_model_folder, resolve_model
+    from dictation.asr.config import AsrConfig
+
+    problem = check_model_folder(model)
+    if problem:
+        raise ModelError(problem)
+    folder = resolve_model(model)
+    if not (folder / "config.json").is_file():
+        raise ModelError(f"{model}: not a model folder (no config.json); train on a model folder")
+    cfg = AsrConfig.from_file(folder / "config.json")
+    if cfg.quantization:
+        raise ModelError(f"{folder}: a pre-quantized model; train on the floating-point model it was made from")
+    return folder, cfg
+
+
 def train_adapter(
     model: str | os.PathLike,
     examples: Sequence[Example],
     out: str | os.PathLike,
     options: TrainOptions | None = None,
     *,
+    device: str = "cpu",
+    resume: bool = False,
     progress: Callable[[Progress], None] | None = None,
     cancel: Callable[[], bool] | None = None,
 ) -> TrainResult:
-    """Load ``model`` (a folder or cached repo id) in float32 on the CPU, train on ``examples`` and
-    write the adapter to ``out``. AdapterError / ModelError name the problem; nothing is written
-    unless training finishes."""
-    from dictation.asr.checkpoints.hub import resolve_model
+    """Load ``model`` (a folder or cached repo id) on ``device`` (float32 on the CPU, bfloat16 on a
+    GPU; the LoRA matrices and AdamW's state are float32 everywhere), train on ``examples`` and write
+    the adapter to ``out``. TrainingError / ModelError name the problem. The output folder appears
+    whole or not at all; meanwhile checkpoints go to :func:`work_folder` (removed after success,
+    kept after a cancel or an error for ``resume``)."""
+    import shutil
+
     from dictation.asr.checkpoints.safetensors import load_model
-    from dictation.asr.config import AsrConfig
+    from dictation.asr.device import resolve_device
 
     options = options or TrainOptions()
     options.check()
     if os.path.lexists(Path(out).expanduser()):
-        raise AdapterError(f"{out}: already exists; choose a new output path (nothing is overwritten)")
-    folder = resolve_model(model)
-    cfg = AsrConfig.from_file(folder / "config.json")
-    if cfg.quantization:
-        raise ModelError(f"{folder}: a pre-quantized model; train on the floating-point model it was made from")
-    loaded = load_model(folder, cfg, torch.device("cpu"), torch.float32)
+        raise TrainingError(f"{out}: already exists; choose a new output path (nothing is overwritten)")
+    folder, cfg = base_model_folder(model)
+    dev = resolve_device(device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    work = work_folder(out)
+    if resume and not (work / CHECKPOINT).is_file():
+        raise TrainingError(f"{work}: no checkpoint to resume from; start without --resume")
+    if not resume and work.exists():
+        shutil.rmtree(work)
+    try:
+        loaded = load_model(folder, cfg, dev, dtype)
+    except Exception as exc:
+        if _out_of_memory(exc):
+            raise TrainingError(
+                f"out of memory loading {folder} on {dev}; train on another device (--device)"
+            ) from None
+        raise
     prompt = PromptBuilder.from_folder(
         folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
     )
-    result = train_lora(loaded, prompt, examples, options, progress=progress, cancel=cancel)
+    result = train_lora(loaded, prompt, examples, options, progress=progress, cancel=cancel, work=work, resume=resume)
     write_adapter(out, result.lora, options, layout=cfg.layout, base_model=str(model))
+    shutil.rmtree(work, ignore_errors=True)
     return result
 
 
@@ -388,5 +570,6 @@ __all__ = [
     "decoder_logits",
     "train_adapter",
     "train_lora",
+    "work_folder",
     "write_adapter",
 ]
