@@ -46,6 +46,7 @@ from dictation.app.history_worker import HistoryWorker
 from dictation.app.hotkey_input import CANCEL, DICTATE, HotkeyInput
 from dictation.app.model_lifecycle import NO_MODEL_MESSAGE, ModelLifecycle
 from dictation.app.options import engine_key, engine_options, late_start_message, output_options, session_settings
+from dictation.app.personalise import Personaliser
 from dictation.app.takes_port import TakesPort
 from dictation.app.workers import (
     AudioWorker,
@@ -88,6 +89,7 @@ class Services:
     hotkey_chooser: Callable[[str], Any] | None = None  # preference -> BackendChoice
     sound_factory: Callable[[Settings], Any] | None = None  # settings -> object with play(kind)
     clock: Callable[[], float] = time.monotonic
+    personalise: dict[str, Any] = field(default_factory=dict)  # Personaliser's train, samples, options, adapters_dir
 
 
 class AppController(ModelLifecycle, Commands, QObject):
@@ -107,6 +109,7 @@ class AppController(ModelLifecycle, Commands, QObject):
     input_level_changed = Signal(float)  # 0..1 while recording, for the overlay
     preview_changed = Signal(str)  # live preview of the take being recorded ("" clears it); never typed
     retranscribed = Signal(int, str)  # history entry id, "" when its text was replaced, else why not
+    corrected = Signal(int, str)  # history entry id, "" when the user's text was saved, else why not
 
     # queued calls into the worker threads
     _load = Signal(object)
@@ -132,6 +135,7 @@ class AppController(ModelLifecycle, Commands, QObject):
     _history_discard = Signal(int, bool, int)  # take id, delete the audio, recordings kept
     _history_update = Signal(int, object)  # entry id, fields
     _history_delete = Signal(int)
+    _history_correct = Signal(int, str)  # entry id, the user's text
     _history_size = Signal(int)
     _history_drain = Signal()  # blocking: returns once the history worker did everything queued
     _history_close = Signal()  # blocking
@@ -162,6 +166,8 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._history_worker = services.history_worker or HistoryWorker.for_history(
             services.history, self._settings.general.history_size
         )
+        # Personalise (issue 18): a personal adapter trained on the corrected entries, on a thread of its own
+        self.personaliser = Personaliser(self, **services.personalise)
 
         self._reply_timer = QTimer(self)  # answers `start` requests whose microphone is slow
         self._reply_timer.setSingleShot(True)
@@ -239,6 +245,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         if not self._started:
             return
         self._started = False
+        self.personaliser.shutdown()  # a training is cancelled, its thread waited for
         for take_id in self.takes.start_replies():
             self._answer_start(take_id, {"ok": False, "message": "dictation is quitting"})
         self._reply_timer.stop()
@@ -314,6 +321,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._history_discard.connect(h.discard_take)
         self._history_update.connect(h.update_entry)
         self._history_delete.connect(h.delete_entry)
+        self._history_correct.connect(h.correct_entry)
         self._history_size.connect(h.set_max_entries)
         self._history_drain.connect(h.drain, Qt.ConnectionType.BlockingQueuedConnection)
         self._history_close.connect(h.close, Qt.ConnectionType.BlockingQueuedConnection)
@@ -322,6 +330,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         h.changed.connect(self.history_changed)
         h.recovered.connect(self._on_recovered)
         h.problem.connect(self._notify)
+        h.corrected.connect(self.corrected)
 
     # ---- the face used by the tray, windows and IPC --------------------------------------------
 
@@ -428,6 +437,10 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def delete_entry(self, entry_id: int) -> None:
         self._history_delete.emit(entry_id)  # history_changed follows once it is done
+
+    def correct_entry(self, entry_id: int, text: str) -> None:
+        """Replace an entry's text with the user's and mark it corrected; `corrected` tells how it went."""
+        self._history_correct.emit(entry_id, text)  # history_changed follows once it is saved
 
     def retranscribe_entry(self, entry_id: int) -> None:
         """Transcribe a history entry's recording again; `retranscribed` tells how it went."""

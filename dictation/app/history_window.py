@@ -1,11 +1,18 @@
-"""The history window: past dictations (newest first) with search, Play, Copy, Re-type, Delete and
-Re-transcribe, and a Close button (or Esc).
+"""The history window: past dictations (newest first) with search, Play, Copy, Edit, Re-type, Delete and
+Re-transcribe, Personalise, and a Close button (or Esc).
 
 The text of every dictation is in the history before it is typed, so this is where a dictation that
 went to the wrong window, or failed to arrive, is found again. Double-click copies an entry. A line
 under the table confirms a copy, says what plays, and shows a busy bar while a recording is being
 transcribed again (the engine reports no percentage); failures stay there until the next action.
 Play sounds the saved recording through the default output (``dictation.audio.sounds.ClipPlayer``).
+
+Edit (or F2) opens the entry's text in a dialog (Ctrl+Enter or OK saves, Esc cancels); the text is
+saved through the history worker (`AppController.correct_entry`, `History.correct`), which marks the
+entry corrected: the Outcome column says so, and the entry and its recording are kept from pruning
+as training material for Personalise (`dictation.app.personalise`). A correction that cannot be
+saved is said on the line under the table, and the next Edit of that entry starts from the text the
+user wrote. Re-transcribing a corrected entry replaces the user's text, so it asks first.
 """
 
 from __future__ import annotations
@@ -14,15 +21,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QMessageBox,
+    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QTableWidget,
@@ -31,7 +41,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from dictation.app.widgets.fields import ERROR_STYLE
+from dictation.app.widgets.fields import ERROR_STYLE, WrappedLabel, style_as_help
+from dictation.app.widgets.personalise_panel import PersonalisePanel
 from dictation.config.history import HistoryEntry, Outcome
 
 MAX_ROWS = 500
@@ -42,6 +53,11 @@ ENTRY_ID = Qt.ItemDataRole.UserRole + 1
 TEXT_PREVIEW = 200  # characters in the table; the tooltip has all of it
 MESSAGE_MS = 4000  # how long a confirmation stays under the table
 NO_LANGUAGE = "—"  # a transcript whose language the model did not name
+CORRECTED_LABEL = "corrected"  # added to the Outcome column of an entry whose text the user corrected
+CORRECTED_TIP = (
+    "You corrected this text. The dictation and its recording are kept (not pruned) as material "
+    "for Personalise, until you delete it."
+)
 
 _OUTCOME_LABELS = {
     Outcome.PENDING: "Pending",
@@ -71,6 +87,63 @@ def outcome_label(outcome: str) -> str:
     return _OUTCOME_LABELS.get(outcome, outcome)
 
 
+def entry_outcome_label(entry: HistoryEntry) -> str:
+    """The Outcome column: what happened to the text, and "corrected" when the user edited it."""
+    label = outcome_label(entry.outcome)
+    return f"{label} · {CORRECTED_LABEL}" if entry.corrected else label
+
+
+class EditDialog(QDialog):
+    """The text of one dictation to correct: Ctrl+Enter (or OK) saves, Esc (or Cancel) leaves it."""
+
+    def __init__(self, text: str, when: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Correct the dictation")
+        self.resize(560, 260)
+        note = WrappedLabel(
+            f"The dictation from {when}. Write what you said, exactly: a corrected dictation and its "
+            "recording are kept, and Personalise trains a personal adapter on them. Ctrl+Enter saves."
+        )
+        style_as_help(note)
+        self.editor = QPlainTextEdit()
+        self.editor.setPlainText(text)
+        self.editor.moveCursor(QTextCursor.MoveOperation.End)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Save")
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        self.editor.textChanged.connect(self._update)
+        self.editor.installEventFilter(self)  # Ctrl+Enter saves (Enter alone is a new line)
+        layout = QVBoxLayout(self)
+        layout.addWidget(note)
+        layout.addWidget(self.editor, 1)
+        layout.addWidget(self.buttons)
+        self._update()
+
+    def text(self) -> str:
+        return self.editor.toPlainText()
+
+    def eventFilter(self, watched: Any, event: Any) -> bool:
+        if (
+            watched is self.editor
+            and event.type() == QEvent.Type.KeyPress
+            and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+            and event.modifiers() & Qt.KeyboardModifier.ControlModifier
+        ):
+            self.accept()
+            return True
+        return super().eventFilter(watched, event)
+
+    def accept(self) -> None:
+        if self.text().strip():  # an empty correction is no text: Delete removes an entry
+            super().accept()
+
+    def _update(self) -> None:
+        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        ok.setEnabled(bool(self.text().strip()))
+        ok.setToolTip("" if ok.isEnabled() else "A corrected dictation needs some text; Delete removes an entry.")
+
+
 def language_label(entry: HistoryEntry) -> str:
     """ "English", "German, English" for a long dictation in two languages, a dash when not named."""
     if entry.language:
@@ -97,6 +170,7 @@ class HistoryWindow(QWidget):
         self._entries: dict[int, HistoryEntry] = {}
         self._retranscribing: set[int] = set()
         self._playing: int | None = None  # the entry whose recording plays
+        self._drafts: dict[int, str] = {}  # entry id -> the user's text while (or after failing) being saved
         if player is None:
             from dictation.audio.sounds import ClipPlayer
 
@@ -135,6 +209,9 @@ class HistoryWindow(QWidget):
         self.copy_button = QPushButton("Copy")
         self.copy_button.setToolTip("Copy the text to the clipboard (or double-click the entry).")
         self.copy_button.clicked.connect(self.copy_selected)
+        self.edit_button = QPushButton("Edit…")
+        self.edit_button.setToolTip("Correct the text (F2). Personalise learns from corrected dictations.")
+        self.edit_button.clicked.connect(self.edit_selected)
         self.retype_button = QPushButton("Re-type")
         self.retype_button.setToolTip("Hide this window and type the text into the window that then has the focus.")
         self.retype_button.clicked.connect(self.retype_selected)
@@ -169,6 +246,7 @@ class HistoryWindow(QWidget):
         for button in (
             self.play_button,
             self.copy_button,
+            self.edit_button,
             self.retype_button,
             self.retranscribe_button,
             self.delete_button,
@@ -176,20 +254,24 @@ class HistoryWindow(QWidget):
             buttons.addWidget(button)
         buttons.addSpacing(16)
         buttons.addWidget(self.close_button)
+        self.personalise = PersonalisePanel(controller.personaliser)
         layout = QVBoxLayout(self)
         layout.addWidget(self.search)
         layout.addWidget(self.table, 1)
         layout.addLayout(status)
         layout.addLayout(buttons)
+        layout.addWidget(self.personalise)
 
         QShortcut(QKeySequence(QKeySequence.StandardKey.Copy), self.table, self.copy_selected)
         QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.table, self.delete_selected)
         QShortcut(QKeySequence(QKeySequence.StandardKey.Find), self, self.search.setFocus)
+        QShortcut(QKeySequence(Qt.Key.Key_F2), self.table, self.edit_selected)
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self.close)
         controller.history_changed.connect(self.reload)
         retranscribed = getattr(controller, "retranscribed", None)
         if retranscribed is not None:
             retranscribed.connect(self._on_retranscribed)
+        controller.corrected.connect(self._on_corrected)
         self.reload()
 
     # --- contents ---------------------------------------------------------------------------------
@@ -228,7 +310,7 @@ class HistoryWindow(QWidget):
             language_label(entry),
             duration_label(entry.duration_s),
             preview,
-            outcome_label(entry.outcome),
+            entry_outcome_label(entry),
         )
         for column, value in enumerate(cells):
             item = QTableWidgetItem(value)
@@ -237,8 +319,9 @@ class HistoryWindow(QWidget):
                 item.setToolTip(entry.text)
             elif column == COL_TIME:
                 item.setToolTip(entry.created.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"))
-            elif column == COL_OUTCOME and entry.model_label:
-                item.setToolTip(f"Model: {entry.model_label}")
+            elif column == COL_OUTCOME and (entry.model_label or entry.corrected):
+                tips = [f"Model: {entry.model_label}"] if entry.model_label else []
+                item.setToolTip("\n".join(tips + ([CORRECTED_TIP] if entry.corrected else [])))
             elif column == COL_LANGUAGE and cells[column] == NO_LANGUAGE:
                 item.setToolTip("The model did not name the language of this dictation.")
             if column == COL_DURATION:
@@ -273,6 +356,13 @@ class HistoryWindow(QWidget):
         entry = self.selected_entry()
         for button in (self.copy_button, self.retype_button, self.delete_button):
             button.setEnabled(entry is not None)
+        pending = entry is not None and entry.outcome == Outcome.PENDING
+        self.edit_button.setEnabled(entry is not None and not pending)
+        self.edit_button.setToolTip(
+            "This dictation is still being transcribed; correct it when its text is in."
+            if pending
+            else "Correct the text (F2). Personalise learns from corrected dictations."
+        )
         has_audio = entry is not None and entry.audio_path is not None and Path(entry.audio_path).is_file()
         busy = entry is not None and entry.id in self._retranscribing
         self.retranscribe_button.setEnabled(has_audio and not busy)
@@ -332,10 +422,51 @@ class HistoryWindow(QWidget):
         self.hide()
         self.controller.retype_entry(entry_id)
 
+    def edit_selected(self) -> None:
+        """Open the selected entry's text to correct it; saving goes through the history worker."""
+        entry = self.selected_entry()
+        if entry is None or not self.edit_button.isEnabled():
+            return
+        dialog = EditDialog(self._drafts.get(entry.id, entry.text), local_time(entry.created), self)
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return
+        text = dialog.text()
+        if text == entry.text and entry.corrected and entry.id not in self._drafts:
+            return  # nothing changed
+        self.save_correction(entry.id, text)
+
+    def save_correction(self, entry_id: int, text: str) -> None:
+        """Save ``text`` as the entry's corrected transcript (answered through `_on_corrected`)."""
+        self._drafts[entry_id] = text  # kept until the history has it
+        self.controller.correct_entry(entry_id, text)
+
+    def _on_corrected(self, entry_id: int, error: str) -> None:
+        if entry_id not in self._drafts:
+            return
+        if error:
+            self.show_message(
+                f"The correction was not saved: {error}. Press Edit again to retry; your text is kept.", error=True
+            )
+            return
+        del self._drafts[entry_id]
+        self.reload()
+        self.show_message("Correction saved. Personalise can learn from it.")
+
     def retranscribe_selected(self) -> None:
         entry = self.selected_entry()
         if entry is None or not self.retranscribe_button.isEnabled():
             return
+        if entry.corrected:
+            answer = QMessageBox.question(
+                self,
+                "Transcribe again",
+                "You corrected this dictation. Transcribing it again replaces your text with the model's, "
+                "and Personalise no longer learns from it. Transcribe it again?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return
         self._retranscribing.add(entry.id)
         self.busy.show()
         self.show_message(f"Transcribing the recording from {local_time(entry.created)} again…")

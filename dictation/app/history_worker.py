@@ -66,6 +66,7 @@ class HistoryWorker(QObject):
     changed = Signal()  # the history's rows changed
     recovered = Signal(object)  # list[RecoveredTake]
     problem = Signal(str, str)  # level ("info", "warning", "error"), message for the user
+    corrected = Signal(int, str)  # entry id, "" when the user's text is saved, else why not
 
     def __init__(
         self,
@@ -211,6 +212,27 @@ class HistoryWorker(QObject):
             return
         if self._write(lambda db: db.update(entry_id, **_clean(fields)), "update an entry"):
             self.changed.emit()
+
+    @Slot(int, str)
+    def correct_entry(self, entry_id: int, text: str) -> None:
+        """The user's own text for an entry (`History.correct`): tried once, answered through
+        ``corrected`` so the history window can say why it was not saved and keep the text."""
+        error = ""
+        if not self._connect():
+            error = "the history cannot be opened now"
+        else:
+            try:
+                if not self._db.correct(entry_id, text):
+                    error = "this dictation is no longer in the history"
+            except ValueError as exc:  # empty text, or a take still being transcribed
+                error = str(exc)
+            except _ERRORS as exc:
+                log.warning("history: could not save a correction: %s", exc)
+                self._reset_if_broken(exc)
+                error = _reason(exc)
+        if not error:
+            self.changed.emit()
+        self.corrected.emit(entry_id, error)
 
     @Slot(int)
     def delete_entry(self, entry_id: int) -> None:

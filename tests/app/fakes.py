@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
+from dictation.app.personalise import Personaliser
 from dictation.audio.devices import InputDevice
 from dictation.config.history import History
 from dictation.config.schema import FieldError, validate
@@ -41,6 +42,7 @@ class FakeController(QObject):
     input_level_changed = Signal(float)
     preview_changed = Signal(str)
     retranscribed = Signal(int, str)
+    corrected = Signal(int, str)
 
     def __init__(self, folder: Path, settings: Settings | None = None):
         super().__init__()
@@ -58,6 +60,9 @@ class FakeController(QObject):
         self.log: list[logging.LogRecord] = []
         self.calls: list[tuple] = []
         self.applied: list[Settings] = []
+        self.correct_fails = ""  # a reason makes correct_entry fail as the history worker would say it
+        # The real Personaliser; tests give it a training function (``personaliser.train``) and samples.
+        self.personaliser = Personaliser(self, adapters_dir=Path(folder) / "data" / "adapters")
 
     # --- properties -------------------------------------------------------------------------------
 
@@ -143,6 +148,20 @@ class FakeController(QObject):
         self._history.delete(entry_id)
         self.history_changed.emit()
 
+    def correct_entry(self, entry_id: int, text: str) -> None:
+        """Like the app's: saved with History.correct, answered through ``corrected`` (queued there too)."""
+        self.calls.append(("correct_entry", entry_id))
+        error = self.correct_fails
+        if not error:
+            try:
+                if not self._history.correct(entry_id, text):
+                    error = "this dictation is no longer in the history"
+            except ValueError as exc:
+                error = str(exc)
+        if not error:
+            self.history_changed.emit()
+        QTimer.singleShot(0, lambda: self.corrected.emit(entry_id, error))
+
     def retranscribe_entry(self, entry_id: int) -> None:
         self.calls.append(("retranscribe_entry", entry_id))
 
@@ -168,4 +187,5 @@ class FakeController(QObject):
         return [c for c in self.calls if c[0] == name]
 
     def close(self) -> None:
+        self.personaliser.shutdown()
         self._history.close()

@@ -1,5 +1,6 @@
 """The Model page: which model (a folder, or a known model from the Hugging Face cache, or a download),
-where it runs and in which precision, LoRA adapters, and the language and vocabulary hints.
+where it runs and in which precision, LoRA adapters (and Personalise, which trains one on the
+dictations the user corrected: `PersonalisePanel`), and the language and vocabulary hints.
 
 Folders and adapters are checked before they are applied (``check_model_folder``, ``check_adapter``):
 a refused one is named with its problem under the control and the settings stay as they were.
@@ -32,6 +33,7 @@ from dictation.app.pages import SettingsPage
 from dictation.app.widgets.adapter_list import AdapterList
 from dictation.app.widgets.download_panel import DownloadPanel
 from dictation.app.widgets.fields import ChoiceEditor, FieldEditor, WrappedLabel, fields_of, info_for, style_as_help
+from dictation.app.widgets.personalise_panel import PersonalisePanel
 from dictation.app.widgets.recent_models import RecentModelsList
 from dictation.asr.checkpoints.hub import KNOWN_MODELS, KnownModel, find_known_model, hf_cache_dir, looks_like_repo_id
 from dictation.asr.tune.adapter_files import check_adapter as _check_adapter
@@ -269,6 +271,8 @@ class ModelPage(SettingsPage):
         self.adapter_list: AdapterList = self.adapter_row.editor
         self.checking_label = self.add_note(adapters, "")
         self.checking_label.hide()
+        self.personalise = PersonalisePanel(controller.personaliser)
+        adapters.add_widget("", self.personalise)
         self._relay = _Relay(self)
         self._relay.done.connect(self._on_checked)
         self._checks: dict[str, tuple[int, Callable[[list], None]]] = {}  # kind -> (generation, then)
