@@ -63,7 +63,10 @@ def test_first_level_picks_the_same_level_and_scale_as_bitsandbytes(bnb, name):
     assert torch.equal(state.code.float(), torch.tensor(NF4_CODE))  # the same code book
     assert torch.equal(ours.absmax, state.absmax.float())
     n = w.numel()
-    assert torch.equal(_our_levels(ours.codes, n), _bnb_levels(packed, n))
+    # an all-zero block has no level to pick (0 / 0; any level times a zero scale is 0): bitsandbytes'
+    # choice there varies from run to run, so levels are compared where the block's scale is not 0
+    scaled = (ours.absmax > 0).repeat_interleave(BLOCK)[:n]
+    assert torch.equal(_our_levels(ours.codes, n)[scaled], _bnb_levels(packed, n)[scaled])
     theirs = bnb.dequantize_4bit(packed, state)  # in the weight's dtype
     assert torch.equal(ours.dequantize(w.dtype), theirs)
 
