@@ -166,8 +166,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._history_worker = services.history_worker or HistoryWorker.for_history(
             services.history, self._settings.general.history_size
         )
-        # Personalise (issue 18): a personal adapter trained on the corrected entries, on a thread of its own
-        self.personaliser = Personaliser(self, **services.personalise)
+        self.personaliser = Personaliser(self, **services.personalise)  # issue 18: trains on its own thread
 
         self._reply_timer = QTimer(self)  # answers `start` requests whose microphone is slow
         self._reply_timer.setSingleShot(True)
