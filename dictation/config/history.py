@@ -494,17 +494,7 @@ def _check_outcome(outcome: str) -> None:
         raise ValueError(f"unknown outcome {outcome!r}; use one of {Outcome.KNOWN} or Outcome.failed(reason)")
 
 
-_FIELDS = (
-    "text",
-    "language",
-    "duration_s",
-    "model_label",
-    "audio_path",
-    "outcome",
-    "timings",
-    "streamed",
-    "corrected",
-)
+_FIELDS = tuple(c for c in COLUMNS if c not in ("id", "created"))  # what `update` and `restore` may set
 
 
 def _created_text(created: datetime) -> str:

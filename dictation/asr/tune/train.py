@@ -44,7 +44,8 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -316,11 +317,19 @@ def load_checkpoint(work: Path, lora: dict, optimizer: torch.optim.Optimizer, fi
     return meta
 
 
-def _out_of_memory(exc: BaseException) -> bool:
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+@contextmanager
+def _memory_errors(message: Callable[[], str]) -> Iterator[None]:
+    """Running out of memory (a GPU's, or the CPU allocator's) inside becomes one TrainingError
+    saying ``message()``; every other error passes through."""
+    try:
+        yield
+    except Exception as exc:
+        text = str(exc)
+        if isinstance(exc, torch.OutOfMemoryError) or (
+            isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+        ):
+            raise TrainingError(message()) from None
+        raise
 
 
 def train_lora(
@@ -350,7 +359,7 @@ def train_lora(
     steps = options.total_steps(len(examples))
     torch.manual_seed(options.seed)
     bytes_per_param = None
-    try:
+    with _memory_errors(lambda: _oom_message(model, "preparing the model and the clips")):
         if options.bits == 4:
             names = nf4_decoder(model, options.double_quant)
             layers = [model.get_submodule(n) for n in names]
@@ -358,10 +367,6 @@ def train_lora(
         lora = add_lora(model, options)
         mel = LogMel(model.cfg.audio.num_mel_bins, model.device)
         items = [prepare(model, prompt, mel, e) for e in examples]
-    except Exception as exc:
-        if _out_of_memory(exc):
-            raise TrainingError(_oom_message(model, "preparing the model and the clips")) from None
-        raise
     params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
     fingerprint = _fingerprint(examples, options)
@@ -391,7 +396,7 @@ def train_lora(
             raise TrainingCancelled(f"training cancelled at step {step} of {steps}{kept}")
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        try:
+        with _memory_errors(lambda step=step: _oom_message(model, f"training step {step}")):
             for _ in range(options.batch_size):
                 if not order:
                     order = list(range(len(items)))
@@ -402,10 +407,6 @@ def train_lora(
                 total += float(loss.detach())
                 tokens += item.embeds.shape[1]
                 target_tokens += item.labels.shape[0]
-        except Exception as exc:
-            if _out_of_memory(exc):
-                raise TrainingError(_oom_message(model, f"training step {step}")) from None
-            raise
         if not math.isfinite(total):
             raise TrainingError(f"training diverged at step {step} (loss {total}); try a lower learning rate")
         if options.max_grad_norm:
@@ -561,14 +562,8 @@ def train_adapter(
         raise TrainingError(f"{work}: no checkpoint to resume from; start without --resume")
     if not resume and work.exists():
         shutil.rmtree(work)
-    try:
+    with _memory_errors(lambda: f"out of memory loading {folder} on {dev}; train on another device (--device)"):
         loaded = load_model(folder, cfg, dev, dtype)
-    except Exception as exc:
-        if _out_of_memory(exc):
-            raise TrainingError(
-                f"out of memory loading {folder} on {dev}; train on another device (--device)"
-            ) from None
-        raise
     prompt = PromptBuilder.from_folder(
         folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
     )
