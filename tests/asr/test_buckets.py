@@ -190,3 +190,33 @@ def test_a_static_call_made_in_inference_mode_runs_outside_it_too():
         assert torch.equal(call([torch.ones(3)]), torch.full((3,), 2.0))
     assert torch.equal(call([torch.arange(3.0)]), torch.tensor([0.0, 2.0, 4.0]))
     assert not call.captured and not call.failed
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_conv_weights_are_channels_last_and_a_chunk_gives_the_same_rows_in_any_batch(dtype):
+    """The real model's conv stack (480 channels) on the CPU: channels-last weights (faster with
+    oneDNN), and each 1-s chunk's rows bit for bit the same whether it runs alone, with its window or
+    with the whole clip, as streaming (a window at a time) and transcribe (the clip) need."""
+    from dictation.asr.config import AudioEncoderConfig
+
+    torch.manual_seed(0)
+    cfg = AudioEncoderConfig(
+        d_model=64, encoder_layers=1, encoder_attention_heads=4, encoder_ffn_dim=128, output_dim=64
+    )
+    encoder = encoder_mod.AudioEncoder(cfg).to(dtype).eval()
+    assert encoder.conv2d2.weight.is_contiguous(memory_format=torch.channels_last)
+    assert not encoder.conv2d2.weight.is_contiguous()
+    features = torch.randn(128, 2400).to(dtype)  # 24 chunks
+    with torch.inference_mode():
+        whole = encoder.conv_tokens(features).view(24, 13, -1)
+        for start, count in ((0, 1), (5, 1), (23, 1), (0, 2), (8, 8), (16, 8), (3, 21)):
+            part = encoder.conv_tokens(features[:, start * 100 : (start + count) * 100], clip_frames=2400)
+            assert torch.equal(part.view(count, 13, -1), whole[start : start + count]), (start, count)
+
+
+def test_the_default_layout_is_kept_where_channels_last_is_off(monkeypatch):
+    from dictation.asr.config import AudioEncoderConfig
+
+    monkeypatch.setattr(encoder_mod, "CHANNELS_LAST_ON_CPU", False)
+    encoder = encoder_mod.AudioEncoder(AudioEncoderConfig(d_model=64, encoder_layers=0, encoder_attention_heads=4))
+    assert encoder.conv2d2.weight.is_contiguous() and not encoder._channels_last
