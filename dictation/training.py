@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 
 from dictation.asr.errors import AsrError
 from dictation.asr.text.tokenizer import ASR_TEXT
-from dictation.asr.tune.data import MAX_SECONDS, Sample, TrainingError, make_sample, read_samples
+from dictation.asr.tune.data import MAX_SECONDS, Sample, TrainingCancelled, TrainingError, make_sample, read_samples
 
 if TYPE_CHECKING:
-    from dictation.asr.tune.train import Progress, TrainingCancelled, TrainOptions
+    from dictation.asr.tune.train import Progress, TrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``Progress``, ``TrainOptions`` and ``TrainingCancelled`` from the trainer, imported on first use
-    (it imports torch; this module is imported by the app before any model is wanted)."""
-    if name in ("Progress", "TrainOptions", "TrainingCancelled"):
+    """``Progress`` and ``TrainOptions`` from the trainer, imported on first use (it imports torch;
+    this module is imported by the app before any model is wanted)."""
+    if name in ("Progress", "TrainOptions"):
         from dictation.asr.tune import train
 
         return getattr(train, name)
@@ -263,7 +263,7 @@ def train_adapter(
             status(f"transcribing {len(val_ids)} held-out clip{'s' * (len(val_ids) != 1)} without the adapter")
             before = evaluate(model, device, (), held_out, references, should_stop)
             if before is None:
-                raise train.TrainingCancelled("training cancelled before it began; nothing was written")
+                raise TrainingCancelled("training cancelled before it began; nothing was written")
             status(f"before: {before}")
         status(f"training on {len(train_ids)} clip{'s' * (len(train_ids) != 1)}")
         result = train.train_adapter(
@@ -280,7 +280,7 @@ def train_adapter(
             status("transcribing the held-out clips with the adapter")
             after = evaluate(model, device, (str(out),), held_out, references, should_stop)
             status(f"after: {after}" if after is not None else "scoring the adapter cancelled; the adapter is kept")
-    except (TrainingError, train.TrainingCancelled):
+    except (TrainingError, TrainingCancelled):
         raise
     except AsrError as exc:  # the model folder, a device: the caller sees one kind of error
         raise TrainingError(str(exc)) from exc

@@ -209,13 +209,16 @@ class TrainingWorker(QObject):
         try:
             trained = self._run(job)
         except Exception as exc:
+            from dictation.asr.errors import AdapterError, AudioError, ModelError  # no torch in these modules
+            from dictation.asr.tune.data import TrainingCancelled
+
             remove_unfinished(job.out)  # nothing half-written stays, nor a checkpoint to resume from
-            if job.stop.is_set() or isinstance(exc, _Cancelled) or type(exc).__name__ == "TrainingCancelled":
+            if job.stop.is_set() or isinstance(exc, _Cancelled | TrainingCancelled):
                 log.info("personal adapter training cancelled")
                 self.cancelled.emit()
             else:
                 message = _one_line(exc)
-                if type(exc).__name__ not in ("TrainingError", "AdapterError", "ModelError", "AudioError"):
+                if not isinstance(exc, AdapterError | ModelError | AudioError):  # TrainingError is an AdapterError
                     log.exception("personal adapter training failed")
                 else:
                     log.warning("personal adapter training failed: %s", message)

@@ -23,6 +23,7 @@ from dictation.app.history_window import COL_OUTCOME, COL_TEXT, EditDialog, Hist
 from dictation.app.history_worker import HistoryWorker
 from dictation.app.settings_window import SettingsWindow
 from dictation.app.widgets.fields import ERROR_STYLE
+from dictation.asr.tune.data import TrainingError
 from dictation.audio.wav import write_wav
 from dictation.config.history import History, Outcome
 from dictation.config.settings import Adapter, Settings
@@ -218,10 +219,6 @@ class Step:
     steps: int
     loss: float
     seconds_left: float
-
-
-class TrainingError(Exception):
-    """Named as dictation.training's."""
 
 
 class FakeTrainer:

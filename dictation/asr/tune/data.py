@@ -64,6 +64,11 @@ class TrainingError(AdapterError):
     naming the file or the problem (an AdapterError: the adapter it was to make cannot be made)."""
 
 
+class TrainingCancelled(AsrError):
+    """The cancel check asked training to stop; no adapter was written (a run with a work folder keeps
+    its checkpoint there for resuming)."""
+
+
 @dataclass(frozen=True)
 class Sample:
     """One training clip before its audio is read: the recording, the assistant turn to learn

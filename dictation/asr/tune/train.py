@@ -57,13 +57,13 @@ from torch.utils.checkpoint import checkpoint
 
 from dictation.asr.checkpoints.locate import checkpoint_name
 from dictation.asr.checkpoints.output import atomic_outputs
-from dictation.asr.errors import AsrError, ModelError
+from dictation.asr.errors import ModelError
 from dictation.asr.nn.features import LogMel, n_audio_tokens
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.rope import rope_tables
 from dictation.asr.text.prompt import PromptBuilder
 from dictation.asr.tune.adapter_files import CONFIG_FILE, WEIGHTS_FILE
-from dictation.asr.tune.data import Example, TrainingError
+from dictation.asr.tune.data import Example, TrainingCancelled, TrainingError
 from dictation.asr.tune.nf4 import NF4Linear, nf4_decoder
 
 log = logging.getLogger(__name__)
@@ -72,11 +72,6 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 _GROUPS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn"}
 _GROUPS |= {"gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
 HEAD = "lm_head"  # also a possible target (not a default): the output head, untied first if tied
-
-
-class TrainingCancelled(AsrError):
-    """The cancel check asked training to stop; no adapter was written (a run with a work folder keeps
-    its checkpoint there for resuming)."""
 
 
 @dataclass(frozen=True)
