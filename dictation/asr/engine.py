@@ -284,9 +284,10 @@ class AsrEngine:
     def warm_up(self) -> float:
         """One short pass over quiet noise, its output discarded, so that the first dictation does
         not pay for one-time set-up: kernel selection and loading, the int4 kernels' packed layouts,
-        the CUDA graph captures (the decode step, and the encoder and the prefill for every bucket:
-        ``AsrModel.prepare_graphs``), and a KV cache of ``WARM_UP_CACHE`` positions (utterances up to
-        about 40 s fit without growing it, so the captured decode step is kept). Returns its seconds."""
+        the CUDA graph captures (the decode step, and the encoder, the prefill and the rows after a
+        cached prompt for every bucket: ``AsrModel.prepare_graphs``), and a KV cache of
+        ``WARM_UP_CACHE`` positions (utterances up to about 40 s fit without growing it, so the
+        captured decode step is kept). Returns its seconds."""
         with self._lock:
             self.prepare()
             t0 = time.perf_counter()
@@ -294,7 +295,7 @@ class AsrEngine:
             rng = np.random.default_rng(0)
             noise = (1e-3 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(np.float32)
             self._pipeline.run(noise, None, "", WARM_UP_TOKENS, quiet=True)  # greedy syncs at its end
-            self._model.prepare_graphs()  # CUDA: the encoder and prefill graphs of every bucket
+            self._model.prepare_graphs()  # CUDA: the encoder, prefill and row graphs of every bucket
             sync_device(self._model.device)
             return time.perf_counter() - t0
 

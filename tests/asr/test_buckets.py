@@ -167,17 +167,23 @@ def test_one_prefill_per_bucket_dropped_when_the_cache_or_the_weights_change(ckp
 
 def test_the_warm_up_builds_every_bucket_so_that_no_dictation_builds_one(ckpt_untied, monkeypatch):
     monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
+    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", True)
     monkeypatch.setattr(encoder_mod, "BUCKETED", True)
     engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
     engine.warm_up()
     model = engine.model
     assert sorted(model.audio_tower._graphs) == list(encoder_mod.ENCODER_BUCKETS)
     assert sorted(model._prefills) == [b for b in model_mod.PREFILL_BUCKETS if b <= model.cache.max_len]
+    assert sorted(model._rows) == list(model_mod.ROW_BUCKETS)
     made = []
     real = StaticCall.__init__
     monkeypatch.setattr(StaticCall, "__init__", lambda self, *a, **k: made.append(1) or real(self, *a, **k))
     for seconds in (1.5, 10.0, 25.0):
-        engine.transcribe(synth_audio(seconds, seed=8), max_new_tokens=4)
+        audio = synth_audio(seconds, seed=8)
+        want = engine.transcribe(audio, max_new_tokens=4).token_ids
+        stream = engine.stream(max_new_tokens=4)
+        stream.feed(audio)  # the windows extended, then the tail and a draft check at the finish
+        assert stream.finish(draft_ids=want[:2]).token_ids == want
     assert made == []
 
 
@@ -220,3 +226,75 @@ def test_the_default_layout_is_kept_where_channels_last_is_off(monkeypatch):
     monkeypatch.setattr(encoder_mod, "CHANNELS_LAST_ON_CPU", False)
     encoder = encoder_mod.AudioEncoder(AudioEncoderConfig(d_model=64, encoder_layers=0, encoder_attention_heads=4))
     assert encoder.conv2d2.weight.is_contiguous() and not encoder._channels_last
+
+
+# --- rows after the cached prompt ----------------------------------------------------------------------
+
+
+def test_bucketed_rows_continue_the_cache_as_the_unpadded_rows_do(engine, monkeypatch):
+    """The prompt tail after a streamed prompt (``prefill(start=...)``, ``extend``) and a draft check
+    (``forward_tokens``), padded to a row bucket with their first position on the device."""
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(6.5, seed=3))
+    total = embeds.shape[1]
+    cut = total - 30
+    tokens = torch.tensor([11, 402, 7, 93, 1500, 8])
+    runs = {}
+    with torch.inference_mode():
+        for bucketed in (False, True):
+            monkeypatch.setattr(model_mod, "ROWS_BUCKETED", bucketed)
+            model.release_cache()
+            model.prefill(embeds[:, :cut], 8)  # from position 0: unbucketed on the CPU either way
+            model.cache.keys[..., cut:, :].fill_(1e4)  # stale entries after the prompt: never seen
+            model.cache.values[..., cut:, :].fill_(-1e4)
+            logits = model.prefill(embeds[:, cut:], 8, start=cut)
+            checked = model.forward_tokens(tokens, total)
+            keys = model.cache.keys[..., : total + len(tokens), :].clone()
+            runs[bucketed] = (logits, checked, keys, model.cache.values[..., total + len(tokens) :, :].clone())
+    assert sorted(model._rows) == [16, 32, 128]  # the prompt's first 70 positions, the 30-row tail, 6 ids
+    (want, want_checked, want_keys, _), (got, got_checked, got_keys, after) = runs[False], runs[True]
+    assert int(got.argmax()) == int(want.argmax())
+    assert got_checked.argmax(-1).tolist() == want_checked.argmax(-1).tolist()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    torch.testing.assert_close(got_checked, want_checked, rtol=0, atol=1e-5 * float(want_checked.abs().max()))
+    torch.testing.assert_close(got_keys, want_keys, rtol=0, atol=1e-5 * float(want_keys.abs().max()))
+    # The padding wrote the 10 positions after the draft's 6 rows, nothing after them.
+    assert (after[..., :10, :] != -1e4).all() and (after[..., 10:, :] == -1e4).all()
+
+
+def test_a_row_bucket_is_only_used_where_it_fits_the_cache(engine, monkeypatch):
+    model = engine.model
+    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", True)
+    with torch.inference_mode():
+        model.release_cache()
+        assert model.row_bucket(0, 5) is None  # no cache yet
+        model.ensure_capacity(600)
+    size = model.cache.max_len
+    assert model.row_bucket(3, 5) == 16 and model.row_bucket(3, 200) == 256 and model.row_bucket(0, 512) == 512
+    assert model.row_bucket(0, 513) is None  # longer than every bucket: unpadded
+    assert model.row_bucket(size - 16, 16) == 16 and model.row_bucket(size - 15, 16) is None  # past the end
+    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", None)
+    assert model.row_bucket(3, 5) is None  # the CPU's default: unpadded
+
+
+@pytest.mark.parametrize("seconds", [9.0, 17.0])
+def test_streaming_and_drafts_with_bucketed_rows_give_the_whole_clip_ids(engine, monkeypatch, seconds):
+    audio = synth_audio(seconds, seed=int(seconds))
+    want = engine.transcribe(audio, max_new_tokens=12).token_ids
+    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", True)
+    model = engine.model
+    model._drop_prefills()
+    made = []
+    real = StaticCall.__init__
+    monkeypatch.setattr(StaticCall, "__init__", lambda self, *a, **k: made.append(k["name"]) or real(self, *a, **k))
+    for draft in (None, want[:8] + [(t + 1) % 1000 for t in want[8:]]):
+        stream = engine.stream(max_new_tokens=12)
+        for i in range(0, len(audio), 4000):
+            stream.feed(audio[i : i + 4000])
+        got = stream.finish(draft_ids=draft)
+        assert got.token_ids == want
+        if draft is not None:
+            assert got.timings["draft_accepted"] >= 8
+    # The windows extended while feeding (104 rows, the first with the prompt head), the tail at the
+    # finish and the draft check all ran as bucketed rows.
+    assert made and set(made) == {"decoder rows"} and 128 in model._rows

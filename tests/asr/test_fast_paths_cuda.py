@@ -369,19 +369,48 @@ def test_the_prefill_is_captured_per_bucket_and_gives_the_uncaptured_logits_and_
         assert torch.equal(got, want) and torch.equal(got_keys, want_keys)  # the same kernels, replayed
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_bucketed_rows_are_captured_and_give_the_uncaptured_logits_and_cache(ckpt_untied, monkeypatch, dtype):
+    """The prompt tail after a cached prompt and a draft check, captured per row bucket."""
+    engine = cuda_engine(ckpt_untied, dtype=dtype)
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(6.5, seed=3))
+    total = embeds.shape[1]
+    tokens = torch.tensor([11, 402, 7, 93, 1500, 8], device="cuda")
+    runs = {}
+    with torch.inference_mode():
+        for capture in (False, True):
+            monkeypatch.setattr(model_mod, "USE_PREFILL_GRAPH", capture)
+            model._drop_prefills()
+            model.prefill(embeds[:, : total - 30], 8)
+            tail = model.prefill(embeds[:, total - 30 :], 8, start=total - 30).clone()
+            checked = model.forward_tokens(tokens, total).clone()
+            runs[capture] = (tail, checked, model.cache.keys[..., : total + 6, :].clone())
+    assert sorted(model._rows) == [16, 32]
+    assert all(call.captured and not call.failed for call in model._rows.values())
+    for got, want in zip(runs[True], runs[False], strict=True):
+        assert torch.equal(got, want)  # the same kernels, replayed
+
+
 def test_the_warm_up_captures_every_bucket_the_first_dictations_use(ckpt_untied, monkeypatch):
     from dictation.asr.nn.graphs import StaticCall
 
     engine = cuda_engine(ckpt_untied)
     engine.warm_up()
     model = engine.model
-    assert all(call.captured for call in [*model.audio_tower._graphs.values(), *model._prefills.values()])
+    calls = [*model.audio_tower._graphs.values(), *model._prefills.values(), *model._rows.values()]
+    assert all(call.captured for call in calls)
     assert len(model.audio_tower._graphs) == 4 and len(model._prefills) == 14
+    assert sorted(model._rows) == list(model_mod.ROW_BUCKETS)
     made = []
     real = StaticCall.__init__
     monkeypatch.setattr(StaticCall, "__init__", lambda self, *a, **k: made.append(1) or real(self, *a, **k))
     for seconds in (1.5, 10.0, 25.0):
-        engine.transcribe(synth_audio(seconds, seed=8), max_new_tokens=4)
+        audio = synth_audio(seconds, seed=8)
+        ids = engine.transcribe(audio, max_new_tokens=4).token_ids
+        stream = engine.stream(max_new_tokens=4)
+        stream.feed(audio)  # the windows extended, then the tail and a draft check at the finish
+        assert len(stream.finish(draft_ids=ids[:2]).token_ids) == 4
     assert made == []
 
 
@@ -449,3 +478,4 @@ def test_gpu_timing_spills_l2_and_sees_the_cost_of_the_bytes():
         copies = [weight] + [weight.clone() for _ in range(7)]
         times[rows] = graphs.gpu_time_ms([lambda w=w, x=x: torch.nn.functional.linear(x, w) for w in copies], device)
     assert times[8192] > 1.3 * times[4096]
+

@@ -347,6 +347,27 @@ def test_the_fused_step_follows_cache_growth_chunked_prefill_and_drafts(standins
     assert drafted.token_ids == ref.token_ids and drafted.draft_accepted >= 20
 
 
+def test_bucketed_rows_with_the_fused_layers_give_the_plain_ids(standins, ckpt_untied, monkeypatch):
+    """The prompt tail after a cached prompt and the draft checks as bucketed rows (model.ROW_BUCKETS)
+    through the fused norm and SiLU kernels."""
+    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", True)
+    engine = fresh(ckpt_untied)
+    model = engine.model
+    embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
+    ref = plain_run(engine, embeds, max_new_tokens=30)
+    draft = ref.token_ids[:20] + [(t + 1) % 1000 for t in ref.token_ids[20:]]
+    cut = embeds.shape[1] - 20
+    for guess in (None, draft):
+        engine.pipeline.cache_owner = None
+        model.extend(embeds[:, :cut], 0)
+        got = decode(engine, embeds[:, cut:], max_new_tokens=30, start=cut, draft=guess)
+        assert got.token_ids == ref.token_ids
+    assert got.draft_accepted >= 20 and got.draft_passes >= 1
+    # The prompt's first 41 positions (extended from 0), the 20-row tail and the 20 draft ids fed at once.
+    assert sorted(model._rows) == [32, 64]
+    assert model.decoder.uses_kernels(embeds)
+
+
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")

@@ -5,7 +5,9 @@ transcript of the audio so far. After the prefill picks the first token, the dra
 checked in one forward pass per up to ``VERIFY_CHUNK`` tokens instead of one pass per token; the
 longest prefix the model would have produced itself is kept, plus the model's own next token, and
 decoding goes on from there. Greedy verification is lossless: the ids are those of plain greedy
-decoding whatever the draft (up to float rounding of the batched pass, as with chunked prefill).
+decoding whatever the draft (up to float rounding of the batched pass, as with chunked prefill). On
+CUDA each check (at most ``VERIFY_CHUNK`` ids) replays the captured graph of its row bucket
+(``AsrModel.forward_rows``).
 
 No host sync per token (issue 6): the ids stay on the device, each step's argmax feeding the next.
 On CUDA each id is copied to pinned host memory as soon as its step is queued, and the host checks

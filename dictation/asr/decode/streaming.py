@@ -39,7 +39,9 @@ Trailing silence: ``finish(end=n)`` transcribes the first ``n`` samples only (th
 silence after the last word once the recording stopped), still equal to ``transcribe(audio[:n])``.
 
 The decoder prompt is thus prefilled in other pieces than by ``transcribe`` (which uses 1024-token
-pieces): the same maths, so the same greedy tokens, with logits equal up to float rounding.
+pieces): the same maths, so the same greedy tokens, with logits equal up to float rounding. On CUDA
+those pieces (an extended window, the tail at finish or preview) run as bucketed rows, one captured
+CUDA graph per bucket (``AsrModel.forward_rows``), so that the finish is a few launches too.
 """
 
 from __future__ import annotations

@@ -306,6 +306,24 @@ class Attention(_Projections):
         o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
         return self.o_proj(o.reshape(1, 1, self.n_heads * self.head_dim))
 
+    def forward_rows(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: StaticKVCache,
+        layer: int,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Rows ``x [1, s, hidden]`` at the device positions ``positions [s]`` (``cos``/``sin`` their
+        table rows), every shape fixed by the cache size: k/v written by index, attention over the
+        whole cache with ``mask [s, max_len]`` (bool) hiding what each row must not see
+        (``AsrModel.forward_rows``)."""
+        q, k, v = self._qkv(x, cos, sin)
+        keys, values = cache.write_at(layer, positions, k, v)
+        return self.o_proj(self._folded_attention(q, keys, values, mask))
+
     def forward_decode(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: StaticKVCache, layer: int, position
     ) -> torch.Tensor:
@@ -349,15 +367,31 @@ class DecoderLayer(nn.Module):
         h = h + self.self_attn.forward_static(self.input_layernorm(h), cos, sin, cache, layer, position, visible)
         return h + self.mlp(self.post_attention_layernorm(h))
 
+    def forward_rows(self, h, cos, sin, cache: StaticKVCache, layer: int, positions, mask) -> torch.Tensor:
+        h = h + self.self_attn.forward_rows(self.input_layernorm(h), cos, sin, cache, layer, positions, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
     def forward_fused(
-        self, h: torch.Tensor, delta: torch.Tensor | None, cos, sin, cache: StaticKVCache, layer: int, at
+        self,
+        h: torch.Tensor,
+        delta: torch.Tensor | None,
+        cos,
+        sin,
+        cache: StaticKVCache,
+        layer: int,
+        at,
+        mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer with the fused kernels: takes and returns the residual stream as ``(h, delta)``,
         whose sum it is (``delta`` None before the first layer); each add is done by the norm after it.
         ``at``: the first position (an int: prefill, as :meth:`forward`) or one token's device position
-        (a tensor: the decode step, as :meth:`forward_static`, with the whole RoPE tables)."""
+        (a tensor: the decode step, as :meth:`forward_static`, with the whole RoPE tables); with
+        ``mask``, the rows' device positions (:meth:`forward_rows`; q/k norm, RoPE and the cache write
+        as torch operations)."""
         h, x = fused.rms_norm(h, delta, self.input_layernorm)
-        if isinstance(at, torch.Tensor):
+        if mask is not None:
+            attn = self.self_attn.forward_rows(x, cos, sin, cache, layer, at, mask)
+        elif isinstance(at, torch.Tensor):
             attn = self.self_attn.forward_decode(x, cos, sin, cache, layer, at)
         else:
             attn = self.self_attn(x, cos, sin, cache, layer, at, kernels=True)
@@ -461,6 +495,18 @@ class TextDecoder(nn.Module):
         """One token through every layer with static shapes (see ``Attention.forward_static``)."""
         for i, layer in enumerate(self.layers):
             h = layer.forward_static(h, cos, sin, cache, i, position, visible)
+        return self.norm(h)
+
+    def forward_rows(self, h, cos, sin, cache: StaticKVCache, positions, mask) -> torch.Tensor:
+        """Rows ``h [1, s, hidden]`` at the device positions ``positions [s]`` through every layer with
+        static shapes (``AsrModel.forward_rows``); every row final-normed."""
+        if self.uses_kernels(h):
+            delta = None
+            for i, layer in enumerate(self.layers):
+                h, delta = layer.forward_fused(h, delta, cos, sin, cache, i, positions, mask)
+            return fused.rms_norm(h, delta, self.norm)[1]
+        for i, layer in enumerate(self.layers):
+            h = layer.forward_rows(h, cos, sin, cache, i, positions, mask)
         return self.norm(h)
 
     def forward_fused_step(self, h, cos, sin, cache: StaticKVCache, position) -> torch.Tensor:

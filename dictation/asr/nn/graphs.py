@@ -2,7 +2,8 @@
 replayed, and the GPU timing the kernel choices use.
 
 - :class:`StaticCall`: static input buffers and ``fn`` run on them, captured as one CUDA graph: the
-  audio encoder per bucket of 8-s windows (``encoder.py``) and the bucketed prefill (``model.py``). A
+  audio encoder per bucket of 8-s windows (``encoder.py``), the bucketed prefill and the bucketed rows
+  after a cached prompt (``model.py``: a streaming finish's tail, extended windows, draft checks). A
   call copies its inputs into the buffers, replays, and returns a copy of the output. Warm-up runs of
   ``fn`` on the one capture stream per GPU (:func:`capture_stream`), then the capture; the first
   replay must reproduce the last warm-up's output bit for bit, else the graph is dropped (logged) and

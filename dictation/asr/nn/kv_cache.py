@@ -32,8 +32,8 @@ class StaticKVCache:
     def write_at(
         self, layer: int, position: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store one position's ``k, v [1, kv_heads, 1, head_dim]`` at the device index ``position [1]``
-        (no host read, so a CUDA graph can replay it); return the whole layer ``[1, kv_heads, max_len, hd]``."""
+        """Store ``k, v [1, kv_heads, s, head_dim]`` at the device indices ``position [s]`` (no host read,
+        so a CUDA graph can replay it); return the whole layer ``[1, kv_heads, max_len, hd]``."""
         keys, values = self.keys[layer], self.values[layer]
         keys.index_copy_(2, position, k)
         values.index_copy_(2, position, v)

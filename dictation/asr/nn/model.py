@@ -27,8 +27,18 @@ CACHE_ROUND = 512
 PREFILL_BUCKETS = (64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024)
 # None: bucketed on CUDA only; True / False force it (the CPU tests).
 PREFILL_BUCKETED: bool | None = None
-# False: never capture (the bucketed prefill then runs eagerly on CUDA).
+# False: never capture (the bucketed prefill and rows then run eagerly on CUDA).
 USE_PREFILL_GRAPH = True
+# Row buckets (issue 16): on CUDA, decoder work that continues a prompt already in the cache (the
+# prompt tail at a streaming finish or preview, an 8-s window extended while the user speaks, a draft
+# check) runs padded to the smallest of these lengths that holds it, as one CUDA graph per bucket
+# that takes its first position as a device tensor (AsrModel.forward_rows): attention spans the whole
+# cache under a mask built from it. The padding's cache positions lie after the real rows and are
+# overwritten before any later query sees them (as with a rejected draft). Longer pieces, and pieces
+# that would reach past the cache's end, run as before.
+ROW_BUCKETS = (16, 32, 64, 128, 192, 256, 384, 512)
+# None: bucketed on CUDA only; True / False force it (the CPU tests).
+ROWS_BUCKETED: bool | None = None
 
 
 class AsrModel(nn.Module):
@@ -46,8 +56,10 @@ class AsrModel(nn.Module):
         # The captured CUDA-graph decode step (graphs.DecodeGraph) for this cache; released with it.
         self.decode_graph = None
         self.graph_failed = False  # capturing failed once: decode without a graph from then on
-        # Bucketed prefills (graphs.StaticCall) by length, for ``_prefill_for``: this cache and weights.
+        # Bucketed prefills and rows (graphs.StaticCall) by length, for ``_prefills_for``: this cache and
+        # these weights.
         self._prefills: dict[int, object] = {}
+        self._rows: dict[int, object] = {}
         self._prefills_for: tuple | None = None
         self._prefill_pool = None  # one memory pool for all of them: they never run at the same time
         # The static step compiled by torch.compile (compiled.py) instead of the default one; the
@@ -188,11 +200,47 @@ class AsrModel(nn.Module):
         return self.logits(self.decoder.norm(h.index_select(1, last)))
 
     def _bucketed_prefill(self, embeds: torch.Tensor, bucket: int) -> torch.Tensor:
-        from dictation.asr.nn.graphs import StaticCall
-
         total = embeds.shape[1]
         padded = F.pad(embeds, (0, 0, 0, bucket - total))
         last = torch.tensor([total - 1], device=self.device)
+        return self._static_call("prefill", bucket, [padded, last])
+
+    def row_bucket(self, start: int, total: int) -> int | None:
+        """The padded length ``total`` rows continuing the cache at ``start`` run at (ROW_BUCKETS), or
+        None (unpadded): bucketing off, no bucket holds them, or the padding would pass the cache's end."""
+        on = self.device.type == "cuda" if ROWS_BUCKETED is None else ROWS_BUCKETED
+        if not on or self.cache is None:
+            return None
+        bucket = next((b for b in ROW_BUCKETS if b >= total), None)
+        return None if bucket is None or start + bucket > self.cache.max_len else bucket
+
+    def forward_rows(self, embeds: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """``embeds [1, R, hidden]`` at positions ``start .. start+R-1``, after the first ``start`` cache
+        positions, for the device index ``start [1]`` (int64): k/v written by index, attention over
+        the whole cache under a causal mask built from ``start``. Returns every row's final-normed
+        hidden state ``[1, R, hidden]``. Static shapes: what a CUDA graph captures per row bucket. The
+        caller keeps ``start + R <= cache.max_len``; every cache position must hold finite values."""
+        cache = self.cache
+        assert cache is not None and self._rope is not None
+        positions = start + cache.positions[: embeds.shape[1]]
+        mask = cache.positions[None, :] <= positions[:, None]  # [R, max_len]
+        cos, sin = self._rope
+        cos, sin = cos.index_select(0, positions), sin.index_select(0, positions)
+        return self.decoder.forward_rows(embeds, cos, sin, cache, positions, mask)
+
+    def _bucketed_rows(self, embeds: torch.Tensor, start: int, bucket: int) -> torch.Tensor:
+        """:meth:`forward_rows` of ``embeds`` padded to ``bucket``; the real rows ``[1, S, hidden]``."""
+        total = embeds.shape[1]
+        padded = F.pad(embeds, (0, 0, 0, bucket - total))
+        at = torch.tensor([start], device=self.device)
+        return self._static_call("rows", bucket, [padded, at])[:, :total]
+
+    def _static_call(self, kind: str, bucket: int, inputs: list[torch.Tensor]) -> torch.Tensor:
+        """:meth:`forward_prefill` (``kind`` "prefill") or :meth:`forward_rows` ("rows") of ``inputs``
+        through the StaticCall of ``bucket`` (made, on CUDA captured, at its first use). All of them
+        are dropped when the cache or the weights change."""
+        from dictation.asr.nn.graphs import StaticCall
+
         # The graphs hold the cache's and the weights' addresses. Not weights_key(): it also counts the
         # kernel layouts built lazily, which decoding adds to after the first prefill (entries added,
         # none replaced: a layout is only dropped with its layer or a fusion planned again).
@@ -203,22 +251,27 @@ class AsrModel(nn.Module):
         if key != self._prefills_for:
             self._drop_prefills()
             self._prefills_for = key
-        call = self._prefills.get(bucket)
+        calls, fn, name = (
+            (self._prefills, self.forward_prefill, "prefill")
+            if kind == "prefill"
+            else (self._rows, self.forward_rows, "decoder rows")
+        )
+        call = calls.get(bucket)
         if call is not None:
-            return call([padded, last])
+            return call(inputs)
         capture = USE_PREFILL_GRAPH and self.device.type == "cuda"
         if capture and self._prefill_pool is None:
             self._prefill_pool = torch.cuda.graph_pool_handle()
-        pool = self._prefill_pool
-        call = StaticCall(self.forward_prefill, [padded, last], capture=capture, name="prefill", pool=pool)
-        self._prefills[bucket] = call
-        return call([padded, last])
+        call = StaticCall(fn, inputs, capture=capture, name=name, pool=self._prefill_pool)
+        calls[bucket] = call
+        return call(inputs)
 
     @torch.inference_mode()
     def prepare_graphs(self) -> int:
-        """Build (on CUDA: capture) the bucketed encoder for every bucket and the bucketed prefill for
-        every bucket the cache holds, on zeros, so that no dictation pays for a capture (the warm-up
-        calls this). A no-op where nothing is bucketed. Returns how many were built."""
+        """Build (on CUDA: capture) the bucketed encoder for every bucket, and the bucketed prefill and
+        rows for every bucket the cache holds, on zeros, so that no dictation pays for a capture (the
+        warm-up calls this; the zeros' cache entries are overwritten before anything reads them). A
+        no-op where nothing is bucketed. Returns how many were built."""
         from dictation.asr.nn import encoder as encoder_mod
 
         built = 0
@@ -235,12 +288,18 @@ class AsrModel(nn.Module):
             if bucket not in self._prefills:
                 self._bucketed_prefill(torch.zeros(1, bucket, hidden, dtype=self.dtype, device=self.device), bucket)
                 built += 1
+        for bucket in ROW_BUCKETS:
+            if self.row_bucket(0, bucket) is None:
+                break
+            if bucket not in self._rows:
+                self._bucketed_rows(torch.zeros(1, bucket, hidden, dtype=self.dtype, device=self.device), 0, bucket)
+                built += 1
         return built
 
     def _drop_prefills(self) -> None:
-        for call in self._prefills.values():
+        for call in [*self._prefills.values(), *self._rows.values()]:
             call.close()
-        self._prefills, self._prefills_for, self._prefill_pool = {}, None, None
+        self._prefills, self._rows, self._prefills_for, self._prefill_pool = {}, {}, None, None
 
     @torch.inference_mode()
     def extend(self, embeds: torch.Tensor, start: int, headroom: int = 0) -> None:
@@ -257,7 +316,9 @@ class AsrModel(nn.Module):
     def _fill(self, embeds: torch.Tensor, start: int) -> torch.Tensor:
         h_last = None
         for offset in range(0, embeds.shape[1], PREFILL_CHUNK):
-            h_last = self._run(embeds[:, offset : offset + PREFILL_CHUNK], start + offset)
+            piece, at = embeds[:, offset : offset + PREFILL_CHUNK], start + offset
+            bucket = self.row_bucket(at, piece.shape[1])
+            h_last = self._run(piece, at) if bucket is None else self._bucketed_rows(piece, at, bucket)[:, -1:]
         return h_last
 
     def make_room(self, position: int) -> bool:
@@ -312,5 +373,9 @@ class AsrModel(nn.Module):
         cos, sin = self._rope
         stop = position + k
         h = self.decoder.embed_tokens(tokens).unsqueeze(0)
-        h = self.decoder(h, cos[position:stop], sin[position:stop], self.cache, position, last_only=False)
+        bucket = self.row_bucket(position, k)
+        if bucket is not None:
+            h = self._bucketed_rows(h, position, bucket)
+        else:
+            h = self.decoder(h, cos[position:stop], sin[position:stop], self.cache, position, last_only=False)
         return (h @ self.output_weight.T).reshape(k, -1)
