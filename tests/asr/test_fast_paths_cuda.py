@@ -479,3 +479,28 @@ def test_gpu_timing_spills_l2_and_sees_the_cost_of_the_bytes():
         times[rows] = graphs.gpu_time_ms([lambda w=w, x=x: torch.nn.functional.linear(x, w) for w in copies], device)
     assert times[8192] > 1.3 * times[4096]
 
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_one_pass_int4_dequantize_gives_torchs_bits_on_the_gpu(dtype):
+    from dictation.asr.nn.kernels import triton_dequant
+
+    assert quantized.one_pass_dequantize_usable(torch.device("cuda"), dtype)
+    gen = torch.Generator().manual_seed(5)
+    for out_f, in_f, group in [(4096, 2048, 128), (2048, 6144, 128), (12288, 2048, 64), (24, 2304, 32)]:
+        layer = quantized.Int4Linear.from_weight(torch.randn(out_f, in_f, generator=gen) / 16, group_size=group)
+        layer = layer.to("cuda")
+        scale, mid = layer._half_scales(dtype)
+        got = triton_dequant.int4_dequantize(layer.qweight, scale, mid, layer.group_size)
+        assert torch.equal(got, layer.torch_dequantized(dtype)), (out_f, in_f, group)
+
+
+def test_an_int4_prefill_gives_the_same_logits_with_the_one_pass_dequantize(ckpt_untied, monkeypatch):
+    engine = cuda_engine(ckpt_untied, variant="int4")
+    embeds = prompt_embeds(engine, synth_audio(6.5, seed=3))  # 100 positions: past the int4 kernels' rows
+    runs = []
+    with torch.inference_mode():
+        for devices in ((), ("cuda",)):
+            monkeypatch.setattr(quantized, "ONE_PASS_DEQUANTIZE", devices)
+            engine.model._drop_prefills()
+            runs.append(engine.model.prefill(embeds, 8).clone())
+    assert torch.equal(runs[0], runs[1])

@@ -22,6 +22,10 @@ no packed copy) and dequantize + matmul. Each that runs and answers right is tim
 and GPU on a decoder-sized layer, as GPU time in a CUDA graph over copies that spill the L2 cache
 (:func:`gpu_time_ms`, what a decode step sees), and the fastest decodes: the choice is made on the
 GPU that runs it. ``benchmarks/bench_gemv.py`` times every candidate on every layer shape.
+
+More rows than the kernels take (the prefill) go to dequantize + matmul; on CUDA an int4 layer then
+dequantizes in one Triton kernel (kernels/triton_dequant.py: 2.5 bytes of traffic per weight instead
+of torch's ~19) where it gives torch's bits (:func:`one_pass_dequantize_usable`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ from dictation.asr.nn.quant_format import (
 log = logging.getLogger(__name__)
 
 
+# Devices where int4 layers dequantize (for many rows) in one Triton kernel (kernels/triton_dequant.py),
+# where it gives torch's bits; () for torch's chain of operations everywhere. The tests add "cpu" in
+# Triton's interpreter.
+ONE_PASS_DEQUANTIZE = ("cuda",)
 # Set to False to always use dequantize + F.linear (a kernel that misbehaves on some machine).
 USE_KERNELS = True
 # Rows (tokens) up to which the kernel beats dequantize + matmul; beyond, the matmul wins (prefill).
@@ -130,6 +138,38 @@ def _probe(kind: str, device: torch.device, dtype: torch.dtype, path: str = "tor
             log.warning("%s; not using it", message)
             return False
         raise RuntimeError(f"{message}; set dictation.asr.nn.quantized.USE_KERNELS = False to avoid it")
+    return True
+
+
+_ONE_PASS_OK: dict[tuple, bool] = {}
+
+
+def one_pass_dequantize_usable(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the one-pass int4 dequantize (kernels/triton_dequant.py) runs on (device, dtype) and gives
+    ``Int4Linear.torch_dequantized``'s bits: checked once, on a layer with sizes off the kernel's block
+    multiples; False (one log line) where it does not."""
+    key = (device.type, device.index, dtype)
+    if key not in _ONE_PASS_OK:
+        _ONE_PASS_OK[key] = _check_one_pass(device, dtype)
+    return _ONE_PASS_OK[key]
+
+
+def _check_one_pass(device: torch.device, dtype: torch.dtype) -> bool:
+    from dictation.asr.nn.kernels import triton_dequant
+
+    gen = torch.Generator().manual_seed(4)
+    with torch.inference_mode(False), torch.no_grad():
+        layer = Int4Linear.from_weight(torch.randn(24, 2304, generator=gen) / 16, group_size=64).to(device)
+        want = layer.torch_dequantized(dtype)
+        try:
+            scale, mid = layer._half_scales(dtype)
+            got = triton_dequant.int4_dequantize(layer.qweight, scale, mid, layer.group_size)
+        except Exception as exc:  # no Triton, a Triton too old for this code, a GPU it cannot compile for
+            log.info("no one-pass int4 dequantize on %s for %s (%s); using torch's", device, dtype, exc)
+            return False
+        if not torch.equal(got, want):
+            log.warning("the one-pass int4 dequantize on %s (%s) differs from torch's; not using it", device, dtype)
+            return False
     return True
 
 
@@ -438,6 +478,16 @@ class Int4Linear(_QuantLinear):
         return self._dequantized(torch.float32)
 
     def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        if self.qweight.device.type in ONE_PASS_DEQUANTIZE and dtype in (torch.bfloat16, torch.float16):
+            from dictation.asr.nn.kernels import triton_dequant
+
+            if one_pass_dequantize_usable(self.qweight.device, dtype):
+                scale, mid = self._half_scales(dtype)
+                return triton_dequant.int4_dequantize(self.qweight, scale, mid, self.group_size)
+        return self.torch_dequantized(dtype)
+
+    def torch_dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight in ``dtype`` by torch operations (what :meth:`_dequantized` gives on any device)."""
         q = unpack_int4(self.qweight).view(self.out_features, -1, self.group_size).to(dtype)
         if dtype == torch.float32:
             w = q * self.scales[..., None] + self.zeros[..., None]
