@@ -106,7 +106,8 @@ if [ "$DRY" = 1 ]; then
     echo "skipped (dry run): $(tail -n 1 "$OUT/gpu-tests-collected.txt")" >"$OUT/gpu-tests.txt"
     DEVICE=cpu
 else
-    step gpu-tests 170 "$PY" -m pytest -m gpu tests/asr -n 8 --timeout 120 -q -p no:cacheprovider \
+    # -v: one line per finished test, so a step cut at its limit still shows which tests never ended.
+    step gpu-tests 170 "$PY" -m pytest -m gpu tests/asr -n 8 --timeout 120 -v -p no:cacheprovider \
         --junitxml "$OUT/gpu-tests.xml" -o junit_family=xunit1 2>&1 | tee "$OUT/gpu-tests.txt" | tail -n 40
     DEVICE=cuda
 fi

@@ -132,6 +132,25 @@ def test_the_summary_has_the_tests_the_diagnosis_and_each_variants_decode_and_en
     assert (tmp_path / "summary.txt").read_text(encoding="utf-8").strip() == out.strip()
 
 
+def test_a_test_step_cut_at_its_limit_is_summed_up_from_its_verbose_lines(tmp_path):
+    (tmp_path / "gpu-tests.txt").write_text(
+        "bringing up nodes...\n"
+        "[gw0] [ 10%] PASSED tests/asr/test_cuda.py::test_a \n"
+        "[gw1] [ 20%] FAILED tests/asr/test_fast_paths_cuda.py::test_b[bf16] \n"
+        "[gw2] [ 30%] SKIPPED tests/asr/test_cuda.py::test_c \n"
+        "[gw3] [ 40%] PASSED tests/asr/test_cuda.py::test_d \n",
+        encoding="utf-8",
+    )
+    assert gpu_check.test_summary(tmp_path) == [
+        "gpu tests (cut at the step's limit, no report): 2 passed, 1 failed, 1 skipped before the cut",
+        "  FAILED tests/asr/test_fast_paths_cuda.py::test_b[bf16]",
+    ]
+    (tmp_path / "gpu-tests.txt").write_text("bringing up nodes...\nsomething else\n", encoding="utf-8")
+    assert gpu_check.test_summary(tmp_path) == ["gpu tests: something else"]
+    (tmp_path / "gpu-tests.txt").unlink()
+    assert gpu_check.test_summary(tmp_path) == ["gpu tests: not run"]
+
+
 def test_the_wheel_lists_of_both_scripts_agree():
     fetch = (REPO / "benchmarks" / "fetch_gpu_wheels.sh").read_text(encoding="utf-8")
 
