@@ -147,6 +147,17 @@ SCRIPT = textwrap.dedent(
             count = kernel_count.decode_step(model, embeds.shape[1])
             entry["gemv_count"] = {"path": count.path, "per_layer": count.per_layer, "first_layer": count.first_layer}
             model.decoder.gemv = None
+            # Bucketed rows (model.ROW_BUCKETS) after a cached prompt: the fused rope into scratch
+            # rows, copied into the cache by index; the tail as one piece, then a draft check.
+            model_mod.PREFILL_CHUNK = 1024
+            model_mod.ROWS_BUCKETED = True
+            longer = plain_run(engine, embeds, max_new_tokens=12).token_ids  # the plain path's
+            draft = longer[:8] + [(t + 1) % 1000 for t in longer[8:]]
+            engine.pipeline.cache_owner = None
+            model.extend(embeds[:, :-12], 0)
+            rows = decode(engine, embeds[:, -12:], max_new_tokens=12, start=embeds.shape[1] - 12, draft=draft)
+            entry["rows"] = [longer, rows.token_ids, rows.draft_accepted, sorted(model._rows)]
+            model_mod.ROWS_BUCKETED = None
         model_mod.PREFILL_CHUNK = 1024
         generate_mod.STATIC_STEP = None
         report["e2e"][variant] = entry
@@ -203,6 +214,8 @@ def test_decoding_with_the_kernels_gives_the_plain_ids(interpreted):
         assert entry["graph"] == "DecodeGraph"  # the static step (here run uncaptured)
     fp32 = interpreted["e2e"]["fp32"]
     assert fp32["split"] == fp32["plain"] and fp32["gemv"] == fp32["plain"]
+    plain, rows, accepted, buckets = fp32["rows"]
+    assert len(plain) == 12 and rows == plain and accepted >= 8 and 16 in buckets
 
 
 def test_one_fused_decode_step_launches_at_most_8_kernels_per_layer(interpreted):

@@ -315,13 +315,23 @@ class Attention(_Projections):
         layer: int,
         positions: torch.Tensor,
         mask: torch.Tensor,
+        kernels: bool = False,
     ) -> torch.Tensor:
         """Rows ``x [1, s, hidden]`` at the device positions ``positions [s]`` (``cos``/``sin`` their
         table rows), every shape fixed by the cache size: k/v written by index, attention over the
         whole cache with ``mask [s, max_len]`` (bool) hiding what each row must not see
-        (``AsrModel.forward_rows``)."""
-        q, k, v = self._qkv(x, cos, sin)
-        keys, values = cache.write_at(layer, positions, k, v)
+        (``AsrModel.forward_rows``). ``kernels``: q/k norm and RoPE by the fused kernel, into a
+        scratch k/v copied into the cache by index (the kernel writes at a host position)."""
+        if kernels:
+            q, k, v = self.project(x)
+            s = x.shape[1]
+            k_rows = k.new_empty(1, self.n_kv_heads, s, self.head_dim)
+            v_rows = v.new_empty(1, self.n_kv_heads, s, self.head_dim)
+            q = fused.rope_qk_cache(q, k, v, self.q_norm, self.k_norm, cos, sin, k_rows, v_rows, 0)
+            keys, values = cache.write_at(layer, positions, k_rows, v_rows)
+        else:
+            q, k, v = self._qkv(x, cos, sin)
+            keys, values = cache.write_at(layer, positions, k, v)
         return self.o_proj(self._folded_attention(q, keys, values, mask))
 
     def forward_decode(
@@ -386,11 +396,10 @@ class DecoderLayer(nn.Module):
         whose sum it is (``delta`` None before the first layer); each add is done by the norm after it.
         ``at``: the first position (an int: prefill, as :meth:`forward`) or one token's device position
         (a tensor: the decode step, as :meth:`forward_static`, with the whole RoPE tables); with
-        ``mask``, the rows' device positions (:meth:`forward_rows`; q/k norm, RoPE and the cache write
-        as torch operations)."""
+        ``mask``, the rows' device positions (:meth:`forward_rows`)."""
         h, x = fused.rms_norm(h, delta, self.input_layernorm)
         if mask is not None:
-            attn = self.self_attn.forward_rows(x, cos, sin, cache, layer, at, mask)
+            attn = self.self_attn.forward_rows(x, cos, sin, cache, layer, at, mask, kernels=True)
         elif isinstance(at, torch.Tensor):
             attn = self.self_attn.forward_decode(x, cos, sin, cache, layer, at)
         else:
