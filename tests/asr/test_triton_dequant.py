@@ -4,12 +4,8 @@ compiled ahead of time for sm_80/89/90, and how quantized.py takes it or leaves 
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -17,6 +13,7 @@ import torch
 
 from dictation.asr.nn import quantized
 from dictation.asr.nn.kernels import triton_dequant
+from tests.asr.interpreter import run_interpreted
 
 SCRIPT = textwrap.dedent(
     """
@@ -65,10 +62,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(SCRIPT)
 
 
 def test_the_kernel_gives_torchs_bits(interpreted):

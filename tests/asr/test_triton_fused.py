@@ -16,12 +16,8 @@ On a GPU: test_fused_cuda.py.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -35,6 +31,7 @@ from dictation.asr.nn.kernels import fused, triton_fused
 from dictation.asr.tune import writers
 from dictation.asr.tune.adapters import LoraLinear
 from dictation.bench import kernel_count
+from tests.asr.interpreter import run_interpreted
 from tests.asr.test_fast_paths import CLIPS, decode, fresh, plain_run, prompt_embeds
 from tests.asr.test_variants import write_adapter
 from tests.oracle import synth_audio
@@ -168,17 +165,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def interpreted(ckpt_untied):
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(ckpt_untied)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(SCRIPT, str(ckpt_untied), timeout=900)
 
 
 # Relative to max |reference|. fp32: the order of sums. fp16: the kernels round where torch rounds,

@@ -7,11 +7,7 @@ TRITON_INTERPRET=1 before the kernel is built, so the kernel runs in a child pro
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -19,6 +15,7 @@ import torch
 
 from dictation.asr.nn import quant_format, quantized
 from dictation.asr.nn.kernels import triton_gemv
+from tests.asr.interpreter import run_interpreted
 
 SCRIPT = textwrap.dedent(
     """
@@ -76,10 +73,7 @@ TOLERANCE = {"fp32": 1e-5, "bf16": 8e-3, "fp16": 1e-3}
 
 @pytest.fixture(scope="module")
 def interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(SCRIPT)
 
 
 def test_the_kernel_matches_the_exact_product_for_every_block_size_and_dtype(interpreted):
