@@ -478,10 +478,10 @@ class Int4Linear(_QuantLinear):
         return self._dequantized(torch.float32)
 
     def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
-        if self.qweight.device.type in ONE_PASS_DEQUANTIZE and dtype in (torch.bfloat16, torch.float16):
+        if self.qweight.device.type in ONE_PASS_DEQUANTIZE:
             from dictation.asr.nn.kernels import triton_dequant
 
-            if one_pass_dequantize_usable(self.qweight.device, dtype):
+            if dtype in triton_dequant.DTYPES and one_pass_dequantize_usable(self.qweight.device, dtype):
                 scale, mid = self._half_scales(dtype)
                 return triton_dequant.int4_dequantize(self.qweight, scale, mid, self.group_size)
         return self.torch_dequantized(dtype)
