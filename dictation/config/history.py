@@ -418,11 +418,13 @@ class History:
 
     def _prune(self, conn: sqlite3.Connection) -> None:
         """Keep the newest ``max_entries`` entries the user did not correct; corrected ones are kept
-        besides them (they are the user's training material and count against no limit)."""
+        besides them (they are the user's training material and count against no limit). A pending
+        entry is never pruned however old: a take a crash left untranscribed (or a text whose
+        typing was cut short) waits for the next start, and `kept_audio` keeps its recording."""
         removed = conn.execute(
-            "DELETE FROM dictations WHERE corrected = 0 AND id < (SELECT MIN(id) FROM (SELECT id FROM dictations"
-            " WHERE corrected = 0 ORDER BY id DESC LIMIT ?))",
-            (self._max_entries,),
+            "DELETE FROM dictations WHERE corrected = 0 AND outcome != ? AND id < (SELECT MIN(id) FROM"
+            " (SELECT id FROM dictations WHERE corrected = 0 ORDER BY id DESC LIMIT ?))",
+            (Outcome.PENDING, self._max_entries),
         ).rowcount
         if removed:
             log.debug("history: pruned %d old entries (limit %d)", removed, self._max_entries)

@@ -59,6 +59,7 @@ from dictation.output.paste import (
 )
 from dictation.output.process import Host, SystemHost
 from dictation.output.typing_backend import TypingBackend
+from dictation.textclean import strip_controls
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class OutputChain:
         return Availability(False, "; ".join(reasons) or "no backend")
 
     def deliver(self, text: str) -> DeliveryResult:
+        text = strip_controls(text)  # never typed as keystrokes a terminal acts on (dictation/textclean.py)
         with self._lock:
             return self._deliver(text)
 

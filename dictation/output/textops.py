@@ -2,7 +2,9 @@
 
 `apply(text, options)` runs these steps, in this order:
 
-1. Strip leading and trailing whitespace (the model's output often starts with a space).
+1. Remove control characters other than newline and tab (`dictation.textclean`: the engine's
+   output has none, but any text stored and typed passes here), then leading and trailing
+   whitespace (the model's output often starts with a space).
 2. Replacements, in list order; each sees the output of the ones before it, so "a" -> "b" then
    "b" -> "c" turns "a" into "c". Literal text (no regular expressions), case-sensitive unless a
    rule says otherwise; `whole_word` matches only where the neighbours are not letters, digits or
@@ -18,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from dictation.textclean import strip_controls
 
 if TYPE_CHECKING:
     from dictation.config.settings import OutputSettings
@@ -76,7 +80,7 @@ def capitalize_first_letter(text: str) -> str:
 
 
 def apply(text: str, options: TextOptions) -> str:
-    text = text.strip()
+    text = strip_controls(text).strip()
     for rule in options.replacements:
         text = rule.apply(text)
     if options.capitalize_first:

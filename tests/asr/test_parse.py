@@ -31,6 +31,21 @@ def test_parse_cases(raw, forced, expected):
     assert parse_output(raw, forced) == expected
 
 
+@pytest.mark.parametrize(
+    ("raw", "forced", "expected"),
+    [
+        ("language English<asr_text>Hello\x1a world.\x1b[2J", None, ("English", "Hello world.[2J")),
+        ("language English\x00<asr_text>\x07Line one\r\nline\ttwo\x85\x9b", None, ("English", "Line one\nline\ttwo")),
+        ("\x1a\x03", None, ("", "")),
+        ("\x08Bonjour", "French", ("French", "Bonjour")),
+    ],
+)
+def test_control_characters_but_newline_and_tab_are_removed(raw, forced, expected):
+    """Typed as they are, a ``\\x1a`` flushed part of a terminal line: the text the CLI prints, the
+    history stores and the app types comes from here without them."""
+    assert parse_output(raw, forced) == expected
+
+
 def _random_text(rng: random.Random) -> str:
     pieces = []
     for _ in range(rng.randint(0, 6)):

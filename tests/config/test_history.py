@@ -112,7 +112,7 @@ def test_recent_get_delete_clear(history):
 
 def test_cap_keeps_the_newest_entries_and_applies_a_new_limit_at_once(db_path):
     with History(db_path, max_entries=5) as h:
-        ids = [h.add(f"n{i}") for i in range(8)]
+        ids = [h.add(f"n{i}", outcome=Outcome.PASTED) for i in range(8)]  # pending ones are never pruned
         assert h.count() == 5
         assert _texts(h.recent(10)) == ["n7", "n6", "n5", "n4", "n3"]
         assert h.get(ids[2]) is None
@@ -495,6 +495,54 @@ def test_corrected_entries_and_their_recordings_survive_pruning(db_path, tmp_pat
         assert _texts(h.recent(10)) == ["take 7", "Old one, corrected."]
         # the user can still delete it
         assert h.delete(first) and _texts(h.recent(10)) == ["take 7"] and h.kept_audio() == set()
+
+
+def _recording(folder: Path, second: int) -> Path:
+    path = folder / f"rec-20260101T0000{second:02d}.000Z.wav"
+    path.write_bytes(b"RIFF")
+    return path
+
+
+def test_a_pending_take_and_its_recording_survive_every_prune(db_path, tmp_path):
+    """A take a crash left untranscribed (pending, no text) and a text whose typing was cut short
+    (pending, with text) wait for the next start: newer entries past the limit, a smaller limit and
+    the recordings' prune (protecting `kept_audio`, as the history worker does) all leave them."""
+    from dictation.audio.recordings import list_recordings, prune_recordings
+
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    with History(db_path, max_entries=3) as h:
+        crashed = h.add("", audio_path=_recording(folder, 0))
+        cut_short = h.add("typed when it crashed", audio_path=_recording(folder, 1))
+        for i in range(2, 10):
+            h.add(f"take {i}", audio_path=_recording(folder, i), outcome=Outcome.PASTED)
+        assert [e.id for e in h.pending_takes()] == [crashed]
+        assert _texts(h.recent(10)) == ["take 9", "take 8", "take 7", "typed when it crashed", ""]
+        h.max_entries = 1
+        assert _texts(h.recent(10)) == ["take 9", "typed when it crashed", ""]
+        prune_recordings(1, directory=folder, protect=h.kept_audio())
+        kept = {p.name for p in list_recordings(folder)}
+        assert kept == {
+            h.get(crashed).audio_path.name,
+            h.get(cut_short).audio_path.name,
+            "rec-20260101T000009.000Z.wav",
+        }
+        # once transcribed it is an ordinary entry and goes with the next prune
+        h.update(crashed, text="Recovered.", outcome=Outcome.RECOVERED)
+        h.add("take 10", outcome=Outcome.PASTED)
+        assert h.get(crashed) is None and h.get(cut_short) is not None
+
+
+def test_a_recent_corrected_entry_does_not_count_against_the_limit(db_path):
+    """The limit counts only uncorrected entries: correcting a recent one must not push an older
+    take out (counting it, the next take would prune "take 0")."""
+    with History(db_path, max_entries=3) as h:
+        ids = [h.add(f"take {i}", outcome=Outcome.PASTED) for i in range(3)]
+        h.correct(ids[2], "Take two, corrected.")
+        h.add("take 3", outcome=Outcome.PASTED)
+        assert _texts(h.recent(10)) == ["take 3", "Take two, corrected.", "take 1", "take 0"]
+        h.add("take 4", outcome=Outcome.PASTED)
+        assert _texts(h.recent(10)) == ["take 4", "take 3", "Take two, corrected.", "take 1"]
 
 
 def test_corrected_is_a_field_and_a_version_2_history_gains_it(history, db_path):

@@ -52,6 +52,37 @@ def test_append_errors_name_the_file(tmp_path, monkeypatch):
     assert caught.value.errno == errno.ENOSPC
 
 
+def test_append_fsyncs_the_journal_after_writing_the_whole_record(tmp_path, monkeypatch):
+    """Durable when append returns: the record's bytes are in the file when it is fsynced."""
+    journal = Journal(tmp_path / "j.jsonl")
+    synced = []
+    real_fsync = os.fsync
+
+    def spy(fd):
+        synced.append((os.path.realpath(f"/proc/self/fd/{fd}"), os.fstat(fd).st_size))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    journal.append(Record("a", T0, fields={"text": "kept"}))
+    journal.append(Record("b", T0, fields={"text": "also kept"}))
+    sizes = [len(line) + 1 for line in journal.path.read_bytes().decode().splitlines()]
+    assert synced == [(str(journal.path.resolve()), sizes[0]), (str(journal.path.resolve()), sum(sizes))]
+
+
+def test_an_fsync_failure_is_an_error_naming_the_file(tmp_path, monkeypatch):
+    import errno
+
+    journal = Journal(tmp_path / "j.jsonl")
+
+    def failing(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError, match="j.jsonl: Input/output error") as caught:
+        journal.append(Record("a", T0, fields={"text": "x"}))
+    assert caught.value.errno == errno.EIO
+
+
 def test_replay_brings_the_history_to_the_records_and_twice_changes_nothing(tmp_path):
     with History(tmp_path / "history.sqlite3") as history:
         existing = history.add("", audio_path=tmp_path / "rec-1.wav")

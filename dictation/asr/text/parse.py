@@ -1,10 +1,12 @@
 """The model's raw output → (language, text) (spec §6.4): the ``language X<asr_text>`` prefix, a
-forced language, and runs of repeated characters or phrases collapsed.
+forced language, runs of repeated characters or phrases collapsed, and control characters other
+than newline and tab removed (`dictation.textclean`: typed into a terminal they would act).
 """
 
 from __future__ import annotations
 
 from dictation.asr.text.tokenizer import ASR_TEXT
+from dictation.textclean import strip_controls
 
 REPEAT_THRESHOLD = 20
 _MAX_PATTERN = 20
@@ -50,7 +52,7 @@ def fix_repetitions(text: str, threshold: int = REPEAT_THRESHOLD) -> str:
 
 def parse_output(raw: str, forced_language: str | None = None) -> tuple[str, str]:
     """Raw decoded text → ``(language, text)``; ``("", "")`` for no speech (``language None``)."""
-    s = (raw or "").strip()
+    s = strip_controls(raw or "").strip()
     if not s:
         return "", ""
     s = fix_repetitions(s)
