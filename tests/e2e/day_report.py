@@ -58,16 +58,31 @@ class Report:
     leaked: list[str] = field(default_factory=list)
     clipped: list[str] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
+    marks: dict[int, set[str]] = field(default_factory=dict)  # dictation number -> kinds found for it
+
+    def add(self, kind: str, line: str, d: Dictation | None = None) -> None:
+        getattr(self, kind).append(line)
+        if d is not None:
+            self.marks.setdefault(d.n, set()).add(kind)
 
     def lines(self) -> list[str]:
         return self.lost + self.leaked + self.clipped + self.other
 
     def summary(self, dictations: list[Dictation]) -> str:
+        def count(kind: str, ds: list[Dictation]) -> int:
+            return sum(kind in self.marks.get(d.n, ()) for d in ds)
+
         head = (
-            f"{len(dictations)} dictations: {len(self.lost)} lost, {len(self.leaked)} leaked keys, "
-            f"{len(self.clipped)} clipped starts, {len(self.other)} other problems"
+            f"{len(dictations)} dictations: {count('lost', dictations)} lost, {count('leaked', dictations)} "
+            f"with leaked keys, {count('clipped', dictations)} with a clipped start; {len(self.lines())} findings"
         )
-        return "\n".join([head, *self.lines()])
+        patterns = list(dict.fromkeys(d.pattern for d in dictations))
+        table = ["lost / leaked / clipped, by pattern:"]
+        for pattern in patterns:
+            ds = [d for d in dictations if d.pattern == pattern]
+            figures = " / ".join(str(count(kind, ds)) for kind in ("lost", "leaked", "clipped"))
+            table.append(f"  {pattern}: {figures} of {len(ds)}")
+        return "\n".join([head, *table, *self.lines()])
 
 
 SAVED = re.compile(r"recording \d+ saved: (?P<path>\S*rec-(?P<t>\d{8}T\d{6}\.\d{3})Z\.wav) \((?P<what>[^)]*)\)")
@@ -91,27 +106,28 @@ def saved_takes(log: str) -> list[SavedTake]:
     return takes
 
 
-def _why_no_entry(d: Dictation, takes: list[SavedTake], log: str) -> str:
-    """What the app's log and the recording say about a dictation that has no history entry."""
+def _why_no_entry(d: Dictation, takes: list[SavedTake], log: str) -> tuple[str, bool]:
+    """What the app's log and the recording say about a dictation that has no history entry, and
+    whether the recording it made lacks the start of the speech."""
     from dictation.audio.wav import load_audio_16k
 
     end = (d.released or d.pressed + d.clip.seconds) + 0.5
     mine = [t for t in takes if d.pressed - 1.0 <= t.started <= end]
     if not mine:
-        return "the app never recorded it (no recording began between its press and its release)"
+        return "the app never recorded it (no recording began between its press and its release)", False
     take = mine[0]
-    held = "its file is gone"
+    held, clipped = "its file is gone", False
     if take.path.is_file():
         found = locate_clip(load_audio_16k(take.path), [d.clip])
         if found is None:
             held = "the file holds none of the speech"
         elif found.clipped_s > CLIP_TOLERANCE_S:
-            held = f"the file lacks the first {found.clipped_s * 1000:.0f} ms of the speech"
+            held, clipped = f"the file lacks the first {found.clipped_s * 1000:.0f} ms of the speech", True
         else:
             held = "the file holds all of the speech"
     notes = log.count(NO_SPEECH)
     said = f"; the log says {NO_SPEECH!r} for {notes} takes of the day" if notes else ""
-    return f"the app recorded it ({take.path.name}, {take.what}: {held}) but kept no history entry{said}"
+    return f"the app recorded it ({take.path.name}, {take.what}: {held}) but kept no history entry{said}", clipped
 
 
 def _entry_owner(entry, dictations: list[Dictation], found) -> Dictation | None:
@@ -145,40 +161,53 @@ def check_history(dictations: list[Dictation], entries: list, log: str, report: 
         found_of[entry.id] = found
         owner = _entry_owner(entry, dictations, found)
         if owner is None:
-            report.other.append(f"history entry #{entry.id} ({entry.outcome!r}) belongs to no dictation of the day")
+            report.add("other", f"history entry #{entry.id} ({entry.outcome!r}) belongs to no dictation of the day")
             continue
         owned[owner.n].append(entry)
     for d in dictations:
         mine = owned[d.n]
         if d.expect == "cancelled":
             for entry in mine:
-                report.lost.append(
-                    f"{d.name()}: cancelled, yet history entry #{entry.id} holds it (outcome {entry.outcome!r})"
+                report.add(
+                    "lost",
+                    f"{d.name()}: cancelled, yet history entry #{entry.id} holds it (outcome {entry.outcome!r})",
+                    d,
                 )
             continue
         if not mine:
-            report.lost.append(f"{d.name()}: LOST - no history entry: {_why_no_entry(d, takes, log)}")
+            why, clipped = _why_no_entry(d, takes, log)
+            report.add("lost", f"{d.name()}: LOST - no history entry: {why}", d)
+            if clipped:
+                report.marks[d.n].add("clipped")
             continue
         if len(mine) > 1:
-            report.other.append(f"{d.name()}: split over history entries {[e.id for e in mine]}")
+            report.add("other", f"{d.name()}: split over history entries {[e.id for e in mine]}", d)
         entry = mine[0]
         want = TYPED_OUTCOMES if d.expect == "typed" else ("recovered",)
         if entry.outcome not in want or not entry.text.strip():
-            report.lost.append(
+            report.add(
+                "lost",
                 f"{d.name()}: LOST - history entry #{entry.id} says {entry.outcome!r} with "
-                f"{len(entry.text.strip())} characters of text (expected {' or '.join(want)}, with text)"
+                f"{len(entry.text.strip())} characters of text (expected {' or '.join(want)}, with text)",
+                d,
             )
         found = found_of[entry.id]
         if entry.audio_path is None or not entry.audio_path.is_file():
-            report.other.append(f"{d.name()}: history entry #{entry.id} has no recording on disk ({entry.audio_path})")
+            report.add(
+                "other", f"{d.name()}: history entry #{entry.id} has no recording on disk ({entry.audio_path})", d
+            )
         elif found is None or found.clip != d.n - 1:
-            report.clipped.append(
-                f"{d.name()}: CLIPPED - its recording (history entry #{entry.id}) holds none of its speech"
+            report.add(
+                "clipped",
+                f"{d.name()}: CLIPPED - its recording (history entry #{entry.id}) holds none of its speech",
+                d,
             )
         elif found.clipped_s > CLIP_TOLERANCE_S:
-            report.clipped.append(
+            report.add(
+                "clipped",
                 f"{d.name()}: CLIPPED START - the recording (history entry #{entry.id}) begins "
-                f"{found.clipped_s * 1000:.0f} ms into the speech"
+                f"{found.clipped_s * 1000:.0f} ms into the speech",
+                d,
             )
     return owned
 
@@ -231,7 +260,24 @@ def align(pieces: list[str], text: str) -> tuple[list[bool], list[tuple[int, int
     return there, extra[::-1]
 
 
-def check_typed(dictations: list[Dictation], owned: dict[int, list], target_text: str, report: Report) -> None:
+PASTED = re.compile(r"^(?P<t>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*dictation\.output\.paste: pasted ", re.M)
+
+
+def paste_times(log: str) -> list[float]:
+    """When the app sent each paste, from its log (local time, as logging writes it), in order."""
+    return [datetime.strptime(m["t"], "%Y-%m-%d %H:%M:%S,%f").timestamp() for m in PASTED.finditer(log)]
+
+
+def _held_at(t: float, dictations: list[Dictation]) -> str:
+    held = [d for d in dictations if d.released and d.pressed <= t <= d.released]
+    if not held:
+        return ""
+    return f" (sent {t - held[0].pressed:.1f} s after the press of dictation #{held[0].n}, while its hotkey was held)"
+
+
+def check_typed(
+    dictations: list[Dictation], owned: dict[int, list], target_text: str, log: str, report: Report
+) -> None:
     """The target's text against the typed entries, in history order: missing, extra, reordered."""
     field = as_field_shows(target_text)
     by_entry = {e.id: d for d in dictations for e in owned[d.n]}
@@ -242,23 +288,32 @@ def check_typed(dictations: list[Dictation], owned: dict[int, list], target_text
     pieces = [as_field_shows(e.text) for e in typed]
     there, extra = align(pieces, field)
     stretches = [field[a:b] for a, b, _ in extra]
+    pasted = [e.id for e in typed if e.outcome == "pasted"]
+    sent = paste_times(log)
+    sent_at = dict(zip(pasted, sent, strict=True)) if len(sent) == len(pasted) else {}
     for k, entry in enumerate(typed):
         if there[k]:
             continue
         d = by_entry[entry.id]
         late = [j for j, stretch in enumerate(stretches) if pieces[k] in stretch]
-        where = ""
+        where = _held_at(sent_at[entry.id], dictations) if entry.id in sent_at else ""
         if late:  # it arrived, but not in its place
             j = late[0]
             stretches[j] = stretches[j].replace(pieces[k], "", 1)
-            where = f" in its place: it arrived out of order, {_after(typed, there, extra[j][2], by_entry)}"
-        report.lost.append(
+            where += f"; not in its place: it arrived out of order, {_after(typed, there, extra[j][2], by_entry)}"
+        report.add(
+            "lost",
             f"{d.name()}: LOST - history entry #{entry.id} says {entry.outcome!r}, but its text "
-            f"{entry.text!r} never arrived{where}"
+            f"({_short(entry.text)}) never arrived{where}",
+            d,
         )
     for (_a, _b, i), stretch in zip(extra, stretches, strict=True):
         if stretch:
-            report.leaked.append(f"EXTRA TEXT {stretch!r} arrived, {_after(typed, there, i, by_entry)}")
+            report.add("leaked", f"EXTRA TEXT ({_short(stretch)}) arrived, {_after(typed, there, i, by_entry)}")
+
+
+def _short(text: str) -> str:
+    return f"{text!r}" if len(text) <= 40 else f"{text[:40]!r}…, {len(text)} characters"
 
 
 def _after(typed: list, there: list[bool], i: int, by_entry: dict) -> str:
@@ -276,11 +331,12 @@ def check_keys(dictations: list[Dictation], events: list[KeyEvent], report: Repo
         end = (d.released or d.pressed) + 0.5
         mine = [e for e in spaces if d.pressed - 0.05 <= e.t <= end]
         if mine:
-            repeats = sum(e.autorepeat for e in mine)
-            report.leaked.append(
-                f"{d.name()}: LEAKED KEYS - {len(mine)} Space presses ({repeats} auto-repeats) reached the "
-                "target window while the hotkey was held"
+            report.add(
+                "leaked",
+                f"{d.name()}: LEAKED KEYS - {len(mine)} presses of the hotkey's Space (auto-repeat included) "
+                "reached the target window",
+                d,
             )
         spaces = [e for e in spaces if e not in mine]
     for e in spaces:
-        report.leaked.append(f"LEAKED KEY - a Space press reached the target window at {e.t:.2f}, in no dictation")
+        report.add("leaked", f"LEAKED KEY - a Space press reached the target window at {e.t:.2f}, in no dictation")

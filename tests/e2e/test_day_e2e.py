@@ -221,7 +221,7 @@ def test_a_day_of_dictation_loses_nothing_leaks_nothing_clips_nothing(desk, puls
     report = Report(other=list(day.notes))
     log = day.app.log()
     owned = check_history(day.dictations, day.app.history(), log, report)
-    check_typed(day.dictations, owned, target.text(), report)
+    check_typed(day.dictations, owned, target.text(), log, report)
     check_keys(day.dictations, target.key_events(), report)
     if "Traceback" in log:
         report.other.append("the app's log holds a traceback:\n" + log[log.index("Traceback") :][:3000])

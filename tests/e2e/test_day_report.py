@@ -45,7 +45,7 @@ def _typed(texts: list[str], field: str) -> list[str]:
     dictations = [Dictation(k + 1, "test", _clip(k, 0.6, k)) for k in range(len(texts))]
     owned = {d.n: [Entry(d.n, "pasted", text)] for d, text in zip(dictations, texts, strict=True)}
     report = Report()
-    check_typed(dictations, owned, field, report)
+    check_typed(dictations, owned, field, "", report)
     return report.lines()
 
 
@@ -53,12 +53,12 @@ def test_check_typed_names_the_lost_the_reordered_and_the_extra():
     assert _typed(["one ", "two ", "three "], "one two three ") == []
     lines = _typed(["one ", "two ", "three "], "one three two ")
     assert len(lines) == 1 and lines[0].startswith("dictation #2 (test, 0.60 s of speech): LOST")
-    assert "it arrived out of order, after the text of dictation #3" in lines[0]
+    assert lines[0].endswith("never arrived; not in its place: it arrived out of order, after the text of dictation #3")
     lines = _typed(["one ", "two ", "three "], " one three x")
     assert lines[0].startswith("dictation #2 (test, 0.60 s of speech): LOST") and lines[0].endswith("never arrived")
     assert lines[1:] == [
-        "EXTRA TEXT ' ' arrived, at the start of the field",
-        "EXTRA TEXT 'x' arrived, after the text of dictation #3",
+        "EXTRA TEXT (' ') arrived, at the start of the field",
+        "EXTRA TEXT ('x') arrived, after the text of dictation #3",
     ]
 
 
