@@ -333,8 +333,8 @@ def check_keys(dictations: list[Dictation], events: list[KeyEvent], report: Repo
         if mine:
             report.add(
                 "leaked",
-                f"{d.name()}: LEAKED KEYS - {len(mine)} presses of the hotkey's Space (auto-repeat included) "
-                "reached the target window",
+                f"{d.name()}: LEAKED KEYS - {len(mine)} press{'es' if len(mine) > 1 else ''} of the hotkey's Space "
+                "(auto-repeat included) reached the target window",
                 d,
             )
         spaces = [e for e in spaces if e not in mine]

@@ -226,4 +226,5 @@ def test_a_day_of_dictation_loses_nothing_leaks_nothing_clips_nothing(desk, puls
     if "Traceback" in log:
         report.other.append("the app's log holds a traceback:\n" + log[log.index("Traceback") :][:3000])
     print(f"\n{report.summary(day.dictations)}\n(the day took {time.monotonic() - t0:.0f} s)")
-    assert not report.lines(), report.summary(day.dictations)
+    # the day's files stay for a closer look: day.json, target.txt, target-keys.log, home/ (log, history, recordings)
+    assert not report.lines(), f"{report.summary(day.dictations)}\n(the day's files: {tmp_path})"
