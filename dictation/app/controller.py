@@ -360,7 +360,7 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def attach_log(self, bridge: Any) -> None:
         self._log_bridge = bridge
-        bridge.record.connect(self.log_record)
+        bridge.attach(self.log_record, lambda problem: self._notify("warning", problem))
 
     def recent_log(self) -> list[logging.LogRecord]:
         return list(self._log_bridge.records) if self._log_bridge is not None else []
