@@ -242,8 +242,11 @@ REFUSED_RETRY_S = 0.3  # a socket that exists but refuses: the app may be betwee
 def _connect(path: str, timeout: float) -> socket.socket:
     """A connection to the app's socket. A socket file that refuses connections is either left by a
     crashed app or one the app has just bound and is about to listen on (the moment it starts):
-    that is retried for `REFUSED_RETRY_S` before the app is called not running."""
-    deadline = time.monotonic() + REFUSED_RETRY_S
+    that is retried for `REFUSED_RETRY_S` before the app is called not running. A socket whose
+    backlog is full (EAGAIN: a flood of other connections the app has not accepted yet) is retried
+    until ``timeout``."""
+    started = time.monotonic()
+    deadline = started + REFUSED_RETRY_S
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
@@ -257,6 +260,11 @@ def _connect(path: str, timeout: float) -> socket.socket:
             sock.close()
             if time.monotonic() > deadline:
                 raise NotRunning("dictation is not running (start it with `dictation`)") from None
+            time.sleep(0.01)
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() > started + timeout:
+                raise IpcError(f"the running app at {path} took no new connection within {timeout:g} s") from None
             time.sleep(0.01)
         except OSError as exc:
             sock.close()
