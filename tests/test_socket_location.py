@@ -123,7 +123,9 @@ def test_a_socket_path_too_long_for_the_system_is_passed_over(no_runtime, monkey
 
 
 @pytest.mark.parametrize("loose", [0o750, 0o705, 0o755, 0o1777], ids=["750", "705", "755", "1777"])
-def test_a_runtime_folder_open_to_group_or_others_is_passed_over_with_the_reason(no_runtime, monkeypatch, caplog, loose):
+def test_a_runtime_folder_open_to_group_or_others_is_passed_over_with_the_reason(
+    no_runtime, monkeypatch, caplog, loose
+):
     """Issue 25, 4b: XDG_RUNTIME_DIR with group or other permission bits was not guarded by any test."""
     runtime = no_runtime / "xdg"
     runtime.mkdir()

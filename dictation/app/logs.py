@@ -15,6 +15,7 @@ file (they are written again once there is room) and go to stderr and the Log pa
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import logging.handlers
 import os
@@ -52,10 +53,8 @@ class LogBridge(QObject):
     def report_write_failure(self, problem: str) -> None:
         """Any thread: the log file failed to take a line; said once (``file_failed``)."""
         self.write_problem = problem
-        try:
+        with contextlib.suppress(RuntimeError):  # the bridge was deleted at shutdown
             self.file_failed.emit(problem)
-        except RuntimeError:  # the bridge was deleted at shutdown
-            pass
 
 
 class _PrivateLogFile(logging.handlers.RotatingFileHandler):

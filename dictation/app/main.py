@@ -21,6 +21,7 @@ stderr, in the log and as a desktop notification, and exit status 1, where Qt wo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -172,10 +173,8 @@ def leave(status: int) -> None:
     waiting for the call and without Qt destroying a running thread (which aborts the process)."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(status)
 
 

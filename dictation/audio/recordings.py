@@ -84,7 +84,9 @@ def recordings_folder(directory: str | os.PathLike | None = None) -> Path:
     if not stat.S_ISDIR(st.st_mode):
         raise NotADirectoryError(f"{folder} is a link to {target}, which is not a folder")
     if st.st_uid != os.getuid():
-        raise PermissionError(f"{folder} is a link to {target}, a folder of another user (uid {st.st_uid}); not writing there")
+        raise PermissionError(
+            f"{folder} is a link to {target}, a folder of another user (uid {st.st_uid}); not writing there"
+        )
     if st.st_mode & 0o077:
         raise PermissionError(
             f"{folder} is a link to {target}, which other users can open (mode {stat.S_IMODE(st.st_mode):o}); "

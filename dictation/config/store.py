@@ -191,7 +191,9 @@ class SettingsStore:
     def _too_large(self, size: int) -> LoadReport:
         """The file is over `MAX_SETTINGS_BYTES`: renamed aside (not copied), the defaults used."""
         limit = f"{MAX_SETTINGS_BYTES / (1 << 20):g} MB"
-        reason = f"is {size / (1 << 20):.1f} MB, over the {limit} a settings file can be" if size else f"is over {limit}"
+        reason = (
+            f"is {size / (1 << 20):.1f} MB, over the {limit} a settings file can be" if size else f"is over {limit}"
+        )
         aside: Path | None = self._free_name(f"too-large-{_stamp()}")
         try:
             os.replace(self.path, aside)

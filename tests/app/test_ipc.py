@@ -314,7 +314,9 @@ def test_a_client_waits_while_the_apps_backlog_is_full(tmp_path):
             conn, _ = listener.accept()
             line = conn.makefile("rb").readline()
             if line:
-                conn.sendall(json.dumps({"ok": True, "status": "idle", "asked": json.loads(line)["command"]}).encode() + b"\n")
+                conn.sendall(
+                    json.dumps({"ok": True, "status": "idle", "asked": json.loads(line)["command"]}).encode() + b"\n"
+                )
                 conn.close()
                 return
             conn.close()

@@ -270,7 +270,9 @@ def test_a_write_error_of_the_log_file_is_said_once(tmp_path, qtbot):
     said: list[str] = []
     bridge.attach(lambda record: None, said.append)
     try:
-        [handler] = [h for h in logging.getLogger().handlers if getattr(h, "_dictation", False) and hasattr(h, "on_failure")]
+        [handler] = [
+            h for h in logging.getLogger().handlers if getattr(h, "_dictation", False) and hasattr(h, "on_failure")
+        ]
 
         class Full(io.StringIO):
             def write(self, text):
@@ -279,8 +281,10 @@ def test_a_write_error_of_the_log_file_is_said_once(tmp_path, qtbot):
         real, handler.stream = handler.stream, Full()
         for n in range(5):
             logging.getLogger("test").warning("line %d", n)
-        assert said == [f"Cannot write the log file {path}: No space left on device. "
-                        "Dictation goes on; this session's log is on the Log page"]
+        assert said == [
+            f"Cannot write the log file {path}: No space left on device. "
+            "Dictation goes on; this session's log is on the Log page"
+        ]
         handler.stream = real  # room again: lines are written again
         logging.getLogger("test").warning("after")
         handler.flush()

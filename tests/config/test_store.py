@@ -332,4 +332,3 @@ def test_a_30_mb_settings_file_is_set_aside_unread_and_the_defaults_used(path, c
     assert store.load_report().problems == ()
     store.save(_changed())
     assert store.load() == _changed()
-

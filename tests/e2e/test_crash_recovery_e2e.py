@@ -54,7 +54,9 @@ def launch(xvfb, pulse_server, tray_host, tmp_path, ckpt_untied):
         app = RunningApp(env, home, module="tests.e2e.stalled_app" if stall else "dictation")
         running.append(app)
         if ready:
-            wait_until(lambda: app.status().get("model_state") == "ready", 120, what=f"the model to load\n{app.output()}")
+            wait_until(
+                lambda: app.status().get("model_state") == "ready", 120, what=f"the model to load\n{app.output()}"
+            )
         return app
 
     yield start
