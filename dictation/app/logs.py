@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 
 from dictation.paths import LOG_FILE, LOG_FORMAT, log_dir
 from dictation.private import private_dir, repair
@@ -42,13 +42,24 @@ class LogBridge(QObject):
         self.records: collections.deque[logging.LogRecord] = collections.deque(maxlen=KEEP_RECORDS)
         self.file_problem = ""  # why no log file is written this session ("" when it is)
         self.write_problem = ""  # why the log file stopped taking lines ("" while it takes them)
+        self._on_file_failed: Callable[[str], None] | None = None
+        self._told = False
+        # queued, also from this thread: never inside the failing handler, always on the GUI thread
+        self.file_failed.connect(self._tell, Qt.ConnectionType.QueuedConnection)
 
     def attach(self, on_record: Callable, on_file_failed: Callable[[str], None]) -> None:
-        """Hear every new record, and the log file's write failure (once; also one that came before)."""
+        """Hear every new record, and the log file's write failure (once, on this object's thread;
+        also one that came before, once the event loop runs: the tray that shows it exists by then)."""
         self.record.connect(on_record)
-        self.file_failed.connect(on_file_failed)
-        if self.write_problem:  # once the event loop runs: the tray that shows it exists by then
-            QTimer.singleShot(0, self, lambda: on_file_failed(self.write_problem))
+        self._on_file_failed = on_file_failed
+        if self.write_problem:
+            QTimer.singleShot(0, self, lambda: self._tell(self.write_problem))
+
+    @Slot(str)
+    def _tell(self, problem: str) -> None:
+        if self._on_file_failed is not None and not self._told:
+            self._told = True
+            self._on_file_failed(problem)
 
     def report_write_failure(self, problem: str) -> None:
         """Any thread: the log file failed to take a line; said once (``file_failed``)."""

@@ -281,6 +281,7 @@ def test_a_write_error_of_the_log_file_is_said_once(tmp_path, qtbot):
         real, handler.stream = handler.stream, Full()
         for n in range(5):
             logging.getLogger("test").warning("line %d", n)
+        qtbot.waitUntil(lambda: bool(said), timeout=5000)  # queued to the bridge's (this) thread
         assert said == [
             f"Cannot write the log file {path}: No space left on device. "
             "Dictation goes on; this session's log is on the Log page"
