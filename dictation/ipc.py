@@ -10,8 +10,9 @@ Where the socket lives:
   ``$XDG_RUNTIME_DIR/dictation``, ``/run/user/<uid>/dictation`` (the same place when the variable
   is unset, as under su or cron), ``<user cache dir>/dictation/run`` (in the user's home, where no
   one else can create anything) and, last, ``<tmp>/dictation-<uid>``. Usable means a real folder
-  (not a link), owned by this user, mode 0700 (set if it is ours), in a runtime folder that is ours,
-  with a socket path short enough for the system. A folder someone else created is passed over, so
+  (not a link), owned by this user, mode 0700 (set if it is ours), in a runtime folder that is ours
+  and closed to group and others, with a socket path short enough for the system; each folder passed
+  over is logged with the reason. A folder someone else created is passed over, so
   another user cannot keep the app from starting or listen in its place. With ``DICTATION_HOME`` set
   (tests, portable installs) the folder name carries a hash of it, so separate homes run separate apps.
 - Windows: the named pipe ``\\\\.\\pipe\\dictation-<user>[-<hash>]``.
@@ -96,7 +97,7 @@ def socket_dir() -> Path:
         if reason is None:
             return folder
         refused.append(f"{folder}: {reason}")
-        log.debug("not using %s for the app's socket: %s", folder, reason)
+        log.info("not using %s for the app's socket: %s", folder, reason)
     raise IpcError("no private folder for the app's socket: " + "; ".join(refused))
 
 
@@ -132,8 +133,13 @@ def _claim(folder: Path, parent_must_be_private: bool) -> str | None:
             st = os.stat(folder.parent)
         except OSError as exc:
             return f"no runtime folder ({exc.strerror or exc})"
-        if st.st_uid != uid or st.st_mode & 0o077:
-            return f"the runtime folder belongs to uid {st.st_uid} with mode {st.st_mode & 0o777:o}"
+        if st.st_uid != uid:
+            return f"the runtime folder {folder.parent} belongs to another user (uid {st.st_uid}); passing it over"
+        if st.st_mode & 0o077:  # others could reach the socket's folder, or replace it: not private
+            return (
+                f"the runtime folder {folder.parent} is open to group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):o}); passing it over"
+            )
     else:
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
@@ -242,8 +248,11 @@ REFUSED_RETRY_S = 0.3  # a socket that exists but refuses: the app may be betwee
 def _connect(path: str, timeout: float) -> socket.socket:
     """A connection to the app's socket. A socket file that refuses connections is either left by a
     crashed app or one the app has just bound and is about to listen on (the moment it starts):
-    that is retried for `REFUSED_RETRY_S` before the app is called not running."""
-    deadline = time.monotonic() + REFUSED_RETRY_S
+    that is retried for `REFUSED_RETRY_S` before the app is called not running. A socket whose
+    backlog is full (EAGAIN: a flood of other connections the app has not accepted yet) is retried
+    until ``timeout``."""
+    started = time.monotonic()
+    deadline = started + REFUSED_RETRY_S
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
@@ -257,6 +266,11 @@ def _connect(path: str, timeout: float) -> socket.socket:
             sock.close()
             if time.monotonic() > deadline:
                 raise NotRunning("dictation is not running (start it with `dictation`)") from None
+            time.sleep(0.01)
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() > started + timeout:
+                raise IpcError(f"the running app at {path} took no new connection within {timeout:g} s") from None
             time.sleep(0.01)
         except OSError as exc:
             sock.close()

@@ -120,3 +120,21 @@ def test_a_socket_path_too_long_for_the_system_is_passed_over(no_runtime, monkey
     folder = socket_dir()
     assert folder == tmp_candidate(no_runtime)
     assert not deep.exists()
+
+
+@pytest.mark.parametrize("loose", [0o750, 0o705, 0o755, 0o1777], ids=["750", "705", "755", "1777"])
+def test_a_runtime_folder_open_to_group_or_others_is_passed_over_with_the_reason(
+    no_runtime, monkeypatch, caplog, loose
+):
+    """Issue 25, 4b: XDG_RUNTIME_DIR with group or other permission bits was not guarded by any test."""
+    runtime = no_runtime / "xdg"
+    runtime.mkdir()
+    runtime.chmod(loose)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    with caplog.at_level("INFO", logger="dictation.ipc"):
+        folder = socket_dir()
+    assert folder == no_runtime / "cache" / "dictation" / f"run{ipc._home_suffix()}"
+    assert not (runtime / f"dictation{ipc._home_suffix()}").exists()  # nothing made in it
+    assert mode(runtime) == loose  # not ours to change: the session's folder
+    reason = f"the runtime folder {runtime} is open to group or others (mode {loose:o}); passing it over"
+    assert f"not using {runtime / f'dictation{ipc._home_suffix()}'} for the app's socket: {reason}" in caplog.messages

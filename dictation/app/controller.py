@@ -56,6 +56,7 @@ from dictation.app.workers import (
     RecorderConfig,
     start_thread,
     stop_thread,
+    stop_threads,
 )
 from dictation.config import History, Settings
 from dictation.config.schema import FieldError, validate
@@ -159,6 +160,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._output_description = "text output: not configured yet"
         self._sounds: Any = None
         self._threads: list[Any] = []
+        self.left_running: list[Any] = []  # threads quitting did not wait for (the busy engine): main.run
         self._log_bridge: Any = None
         self._started = False
         self._held_notes: list[tuple[str, str]] | None = None  # notes before the windows exist (start_input)
@@ -258,9 +260,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._s.download_worker.cancel()
         self._output_flush.emit()
         self._audio_close.emit()
-        for thread in self._threads:
-            stop_thread(thread)
-        self._threads = []
+        self.left_running, self._threads = stop_threads(self._threads, self._s.engine_worker), []
         # The workers have stopped; results they queued for us (a delivery's outcome, a finished
         # transcript) are handled now, and what that asks of the history worker is done before
         # it stops: it drains its queue, answers, then closes its connection.
@@ -360,7 +360,7 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def attach_log(self, bridge: Any) -> None:
         self._log_bridge = bridge
-        bridge.record.connect(self.log_record)
+        bridge.attach(self.log_record, lambda problem: self._notify("warning", problem))
 
     def recent_log(self) -> list[logging.LogRecord]:
         return list(self._log_bridge.records) if self._log_bridge is not None else []

@@ -114,7 +114,7 @@ class EngineWorker(QObject):
             engine = (self._factory or AsrEngine)(options)
             engine.prepare()
         except Exception as exc:  # every failure becomes one message for the user
-            log.warning("loading %s failed", options.model, exc_info=True)
+            log_failure(f"loading {options.model} failed", exc)
             gpu_failure = is_cuda_failure(exc, str(options.device))
             if previous is not None and not gpu_failure and self._reload(previous):
                 self.kept_previous.emit(_message(exc), self._engine.model_label)
@@ -149,8 +149,8 @@ class EngineWorker(QObject):
         self._warmed = True
         try:
             log.info("warm-up pass took %.2f s", engine.warm_up())
-        except Exception:
-            log.warning("the warm-up pass failed", exc_info=True)
+        except Exception as exc:
+            log_failure("the warm-up pass failed", exc)
 
     def _reload(self, options: Any) -> bool:
         """Load the model that worked before a failed switch; True if it is back."""
@@ -159,8 +159,8 @@ class EngineWorker(QObject):
         try:
             engine = (self._factory or AsrEngine)(options)
             engine.prepare()
-        except Exception:
-            log.warning("reloading the previous model %s failed too", options.model, exc_info=True)
+        except Exception as exc:
+            log_failure(f"reloading the previous model {options.model} failed too", exc)
             return False
         self._engine, self._options, self._warmed = engine, self._without_skipped(engine, options), False
         return True
@@ -181,7 +181,7 @@ class EngineWorker(QObject):
         try:
             engine.set_adapters(options.adapters)
         except Exception as exc:  # a bad adapter: the model keeps the adapters it had
-            log.warning("applying adapters failed", exc_info=True)
+            log_failure("applying adapters failed", exc)
             self.adapters_failed.emit(_message(exc))
             self.loaded.emit(engine.model_label, 0.0)
             return True
@@ -212,7 +212,7 @@ class EngineWorker(QObject):
         try:
             result = self._engine.transcribe(samples, language=language, context=context)
         except Exception as exc:
-            log.warning("transcription %s failed", key, exc_info=True)
+            log_failure(f"transcription {key} failed", exc)
             result = self._retry_on_cpu(exc, samples, language, context)
             if result is None:
                 self.transcribe_failed.emit(key, _message(exc))
@@ -314,8 +314,8 @@ class EngineWorker(QObject):
             if take.stream is None:
                 take.stream = self._engine.stream(language=take.language, context=take.context)
             take.stream.feed(chunk)
-        except Exception:
-            log.warning("transcribing take %d while recording failed", take.take_id, exc_info=True)
+        except Exception as exc:
+            log_failure(f"transcribing take {take.take_id} while recording failed", exc)
             self._fail(take, "an error while feeding the audio")
             return
         take.fed += len(chunk)
@@ -334,8 +334,8 @@ class EngineWorker(QObject):
         fed = take.fed
         try:
             preview = take.stream.preview(draft_ids=draft, should_stop=lambda: self._interrupted(take.take_id))
-        except Exception:
-            log.warning("the live preview of take %d failed", take.take_id, exc_info=True)
+        except Exception as exc:
+            log_failure(f"the live preview of take {take.take_id} failed", exc)
             self._fail(take, "an error in the live preview")
             return
         elapsed = preview.elapsed_s if preview is not None else 0.0
@@ -377,8 +377,8 @@ class EngineWorker(QObject):
                 take.stream.feed(saved.samples[take.fed :])
             draft = take.last_preview.token_ids if take.last_preview is not None else None
             return take.stream.finish(draft, end=saved.end)
-        except Exception:
-            log.warning("finishing take %d's stream failed; transcribing the saved take", take.take_id, exc_info=True)
+        except Exception as exc:
+            log_failure(f"finishing take {take.take_id}'s stream failed; transcribing the saved take", exc)
             take.stream.cancel()
             return None
 
@@ -419,8 +419,8 @@ class EngineWorker(QObject):
             engine = (self._factory or AsrEngine)(cpu_options)
             engine.prepare()
             result = engine.transcribe(samples, language=language, context=context)
-        except Exception:
-            log.warning("the CPU could not take over either", exc_info=True)
+        except Exception as exc:
+            log_failure("the CPU could not take over either", exc)
             return None
         self._engine, self._options = engine, cpu_options
         self.moved_to_cpu.emit(_message(exc), engine.model_label)
@@ -462,6 +462,31 @@ def _empty_cuda_cache() -> None:
             torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001 - best effort after a GPU failure
         log.debug("emptying the CUDA cache failed", exc_info=True)
+
+
+def is_ordinary(exc: BaseException) -> bool:
+    """A failure users meet without a bug: the engine's own errors (a missing model folder, truncated
+    weights, a bad adapter), a file that cannot be read, memory that ran out."""
+    from dictation.asr import AsrError
+
+    if isinstance(exc, (AsrError, OSError, MemoryError)):
+        return True
+    try:
+        import torch
+
+        return isinstance(exc, torch.OutOfMemoryError)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
+
+
+def log_failure(what: str, exc: BaseException) -> None:
+    """``what`` failed: an ordinary failure is one line (its traceback at debug level only); anything
+    else is a bug and keeps its traceback."""
+    if is_ordinary(exc):
+        log.warning("%s: %s", what, _message(exc))
+        log.debug("%s: the traceback", what, exc_info=exc)
+    else:
+        log.warning("%s", what, exc_info=exc)
 
 
 def _message(exc: BaseException) -> str:

@@ -12,6 +12,11 @@ when the request had none or not a number). It returns the reply, or None to ans
 ``answer(reply)`` (a `start` is answered once the recording has begun); a reply not given within
 `DEFERRED_LIMIT_S` is given by the server, so no client waits for its own timeout. Sockets are
 user-only: the folder is 0700 and the server uses UserAccessOption on Windows.
+
+A client that sends no request line within `IDLE_LIMIT_S` is dropped, and at most `MAX_WAITING`
+connections wait for their request: a new one beyond that drops the oldest. So idle clients (a
+stuck script, a hundred of them) never lock out the one that asks something, nor use up the app's
+file descriptors.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ Answer = Callable[[dict], None]
 Handler = Callable[[str, "float | None", Answer], "dict | None"]
 _MAX_REQUEST = 64 * 1024
 DEFERRED_LIMIT_S = 2.5  # under the client's default timeout (3 s)
+IDLE_LIMIT_S = 3.0  # a client sends its request at once (dictation.ipc.send_command); one that does not is dropped
+MAX_WAITING = 32  # connections waiting for their request line; a new one beyond drops the oldest
 
 
 class IpcServer(QObject):
@@ -47,6 +54,7 @@ class IpcServer(QObject):
             self._server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
         self._server.newConnection.connect(self._accept)
         self.name = ""
+        self._waiting: list[QLocalSocket] = []  # connected, no request line yet: oldest first
 
     def listen(self) -> bool:
         """Claim the socket; False when another instance is running (it answered a status request)."""
@@ -80,12 +88,30 @@ class IpcServer(QObject):
                 buffer += bytes(conn.readAll().data())
                 if b"\n" in buffer or len(buffer) > _MAX_REQUEST:
                     conn.readyRead.disconnect()
+                    self._forget(conn)
                     self._answer(conn, bytes(buffer).split(b"\n", 1)[0])
 
+            self._waiting.append(conn)
             conn.readyRead.connect(on_ready)
+            conn.disconnected.connect(lambda conn=conn: self._forget(conn))
             conn.disconnected.connect(conn.deleteLater)
+            QTimer.singleShot(round(IDLE_LIMIT_S * 1000), conn, lambda conn=conn: self._drop(conn, "idle"))
             if conn.bytesAvailable():
                 on_ready()
+        while len(self._waiting) > MAX_WAITING:
+            self._drop(self._waiting[0], "too many connections waiting")
+
+    def _forget(self, conn: QLocalSocket) -> None:
+        if conn in self._waiting:
+            self._waiting.remove(conn)
+
+    def _drop(self, conn: QLocalSocket, why: str) -> None:
+        """Close a connection that sent no request (yet): idle too long, or the oldest of too many."""
+        if conn not in self._waiting:
+            return  # its request came: it is answered (and closed) by `_answer`
+        self._waiting.remove(conn)
+        log.debug("dropped a command connection that sent no request (%s)", why)
+        conn.abort()  # disconnected -> deleteLater
 
     def _answer(self, conn: QLocalSocket, line: bytes) -> None:
         try:

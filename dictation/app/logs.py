@@ -4,17 +4,27 @@ Users never see stdout (DESIGN.md principle 8), so every line that matters goes 
 ``<log dir>/dictation.log`` (1 MB x 3 files, readable by the user alone) and into `LogBridge`,
 which keeps the last lines for a settings window opened later and re-emits new ones as a Qt signal
 (queued to the GUI thread, whatever thread logged them).
+
+A log file that stops taking lines (a full disk, an I/O error) is said once, not with Python's
+"--- Logging error ---" traceback for every line: the first failed write sets
+``LogBridge.write_problem`` and emits ``LogBridge.file_failed``, which the controller turns into one
+warning (stderr, the Log page) and a notification (`LogBridge.attach`). Later lines still try the
+file (they are written again once there is room) and go to stderr and the Log page as usual.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import logging.handlers
 import os
+import stat
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 
 from dictation.paths import LOG_FILE, LOG_FORMAT, log_dir
 from dictation.private import private_dir, repair
@@ -25,23 +35,85 @@ KEEP_RECORDS = 1000
 
 class LogBridge(QObject):
     record = Signal(object)  # logging.LogRecord
+    file_failed = Signal(str)  # the log file stopped taking lines (once a session): one line for the user
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.records: collections.deque[logging.LogRecord] = collections.deque(maxlen=KEEP_RECORDS)
         self.file_problem = ""  # why no log file is written this session ("" when it is)
+        self.write_problem = ""  # why the log file stopped taking lines ("" while it takes them)
+        self._on_file_failed: Callable[[str], None] | None = None
+        self._told = False
+        # queued, also from this thread: never inside the failing handler, always on the GUI thread
+        self.file_failed.connect(self._tell, Qt.ConnectionType.QueuedConnection)
+
+    def attach(self, on_record: Callable, on_file_failed: Callable[[str], None]) -> None:
+        """Hear every new record, and the log file's write failure (once, on this object's thread;
+        also one that came before, once the event loop runs: the tray that shows it exists by then)."""
+        self.record.connect(on_record)
+        self._on_file_failed = on_file_failed
+        if self.write_problem:
+            QTimer.singleShot(0, self, lambda: self._tell(self.write_problem))
+
+    @Slot(str)
+    def _tell(self, problem: str) -> None:
+        if self._on_file_failed is not None and not self._told:
+            self._told = True
+            self._on_file_failed(problem)
+
+    def report_write_failure(self, problem: str) -> None:
+        """Any thread: the log file failed to take a line; said once (``file_failed``)."""
+        self.write_problem = problem
+        with contextlib.suppress(RuntimeError):  # the bridge was deleted at shutdown
+            self.file_failed.emit(problem)
 
 
 class _PrivateLogFile(logging.handlers.RotatingFileHandler):
     """The rotating log file, created 0600 (an older one is made 0600); rotation renames, so the
-    older files keep that mode."""
+    older files keep that mode. A write that fails (a full disk) calls ``on_failure`` once with one
+    line for the user, instead of Python's traceback for every line."""
+
+    on_failure: Callable[[str], None] | None = None
+    _failed = False
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):  # not the file: a bug (a bad format string) keeps Python's report
+            super().handleError(record)
+            return
+        self._failed_write(exc)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            self._failed_write(exc)
+
+    def close(self) -> None:  # at quit: what is still buffered cannot be written either
+        try:
+            super().close()
+        except OSError as exc:
+            self._failed_write(exc)
+
+    def _failed_write(self, exc: OSError) -> None:
+        if self._failed:
+            return
+        self._failed = True
+        problem = (
+            f"Cannot write the log file {self.baseFilename}: {exc.strerror or exc}. "
+            "Dictation goes on; this session's log is on the Log page"
+        )
+        if self.on_failure is not None:
+            self.on_failure(problem)
 
     def _open(self):
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         fd = os.open(self.baseFilename, flags, 0o600)
         try:
             st = os.fstat(fd)
-            if hasattr(os, "fchmod") and st.st_uid == os.getuid() and st.st_mode & 0o077:
+            # a regular file only: a log linked to a device (/dev/null, /dev/full) is left as it is
+            ours = stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+            if hasattr(os, "fchmod") and ours and st.st_mode & 0o077:
                 os.fchmod(fd, st.st_mode & 0o700)
             return open(fd, self.mode, encoding=self.encoding, errors=self.errors)  # noqa: SIM115
         except BaseException:
@@ -93,6 +165,7 @@ def setup_logging(verbose: bool = False, folder: Path | None = None) -> tuple[Lo
         )
     else:
         file_handler.setFormatter(logging.Formatter(FORMAT))
+        file_handler.on_failure = bridge.report_write_failure
         handlers.append(file_handler)
     stderr = logging.StreamHandler()
     stderr.setLevel(logging.INFO if verbose else logging.WARNING)

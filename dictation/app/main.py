@@ -21,7 +21,9 @@ stderr, in the log and as a desktop notification, and exit status 1, where Qt wo
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -159,7 +161,21 @@ def run(verbose: bool = False) -> int:
     started = start(verbose)
     if isinstance(started, int):
         return started
-    return started.qapp.exec()
+    status = started.qapp.exec()
+    if started.controller.left_running:
+        leave(status)
+    return status
+
+
+def leave(status: int) -> None:
+    """Quitting left the engine's thread in a call that cannot be interrupted (controller shutdown,
+    `workers.stop_threads`): everything else is saved and closed, so the process ends now, without
+    waiting for the call and without Qt destroying a running thread (which aborts the process)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(status)
 
 
 def start(verbose: bool = False) -> App | int:

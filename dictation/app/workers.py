@@ -53,10 +53,40 @@ def start_thread(worker: QObject, name: str) -> QThread:
     return thread
 
 
-def stop_thread(thread: QThread, timeout_ms: int = 10_000) -> None:
+def stop_thread(thread: QThread, timeout_ms: int = 10_000) -> bool:
+    """Ask ``thread`` to stop once its current slot returns, and wait for it; False if it did not stop in time."""
     thread.quit()
     if not thread.wait(timeout_ms):
         log.warning("the %s thread did not stop within %.0f s", thread.objectName(), timeout_ms / 1000)
+        return False
+    return True
+
+
+# Quitting waits this long for the engine's thread. A torch call (loading the weights, a transcription,
+# the warm-up pass) cannot be interrupted, and a take being transcribed is already safe on disk with
+# its pending history entry (DESIGN.md principle 7), which the next start transcribes: so quitting
+# does not wait for the call to end; the app ends its process without it (main.py, `leave`).
+ENGINE_STOP_WAIT_MS = 500
+
+
+def stop_threads(threads: list[QThread], engine: QObject) -> list[QThread]:
+    """Stop the workers' threads in order; returns those left running: the engine's, when it is in
+    a call longer than `ENGINE_STOP_WAIT_MS`. Whatever it says after that (``engine``'s signals) is
+    dropped: the app is quitting, and its take is transcribed at the next start."""
+    left = []
+    for thread in threads:
+        if thread.objectName() != "engine":
+            stop_thread(thread)
+            continue
+        thread.quit()
+        if not thread.wait(ENGINE_STOP_WAIT_MS):
+            engine.blockSignals(True)
+            log.info(
+                "quitting while the engine is busy (loading, transcribing or warming up cannot be "
+                "interrupted): a take it was transcribing stays pending and is transcribed at the next start"
+            )
+            left.append(thread)
+    return left
 
 
 # ---- audio --------------------------------------------------------------------------------------

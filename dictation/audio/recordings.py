@@ -11,6 +11,10 @@ Files are named ``rec-YYYYmmddTHHMMSS.fffZ.wav`` in UTC (``-2``, ``-3``... when 
 same millisecond), so names sort by time, never collide across time zones or clock changes, and
 pruning can tell our files from anything else a user put in the folder: only names matching that
 pattern are ever deleted.
+
+The folder is the user's alone (`recordings_folder`): a real folder is made 0700; a link in its
+place (recordings moved to another disk) is followed only to a folder of this user that no one
+else can open. Otherwise nothing is written there and the error says why and what to do.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 import struct
 from collections.abc import Collection
 from datetime import datetime, timezone
@@ -51,8 +56,7 @@ def save_recording(
     """
     if keep is not None and keep < 1:
         raise ValueError(f"keep must be at least 1 (or None to keep everything), got {keep}")
-    folder = Path(directory) if directory is not None else recordings_dir()
-    private_dir(folder)  # 0700; the file itself is created 0600 (_reserve_name, write_wav)
+    folder = recordings_folder(directory)  # 0700; the file itself is created 0600 (_reserve_name, write_wav)
     path = _reserve_name(folder, now or datetime.now(timezone.utc))
     try:
         write_wav(path, samples, sample_rate)
@@ -62,6 +66,33 @@ def save_recording(
     if keep is not None:
         prune_recordings(keep, directory=folder, protect=path)
     return path
+
+
+def recordings_folder(directory: str | os.PathLike | None = None) -> Path:
+    """The folder takes are written to (``directory``, default `recordings_dir()`), made ready: a real
+    folder is created or made private (0700). A link there is followed only to a folder of this
+    user's that group and others cannot open; otherwise OSError says why and what to do, and nothing
+    is written (its files would be 0600, but their names and times would be listed to anyone)."""
+    folder = Path(directory) if directory is not None else recordings_dir()
+    if not os.path.islink(folder):
+        return private_dir(folder)
+    target = os.path.realpath(folder)
+    try:
+        st = os.stat(folder)
+    except OSError as exc:
+        raise OSError(f"{folder} is a link to {target}, which cannot be used ({exc.strerror or exc})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(f"{folder} is a link to {target}, which is not a folder")
+    if st.st_uid != os.getuid():
+        raise PermissionError(
+            f"{folder} is a link to {target}, a folder of another user (uid {st.st_uid}); not writing there"
+        )
+    if st.st_mode & 0o077:
+        raise PermissionError(
+            f"{folder} is a link to {target}, which other users can open (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"not writing recordings there: make it private (chmod 700 {target}) or remove the link",
+        )
+    return folder
 
 
 def list_recordings(directory: str | os.PathLike | None = None) -> list[Path]:
@@ -151,8 +182,7 @@ class TakeFile:
         directory: str | os.PathLike | None = None,
         now: datetime | None = None,
     ) -> TakeFile:
-        folder = Path(directory) if directory is not None else recordings_dir()
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder = recordings_folder(directory)
         path = _reserve_name(folder, now or datetime.now(timezone.utc))
         try:
             fd = os.open(path, os.O_WRONLY)

@@ -8,7 +8,9 @@ Load never fails and never throws a user's settings away:
   and the repaired settings are written back (so the same problem is not reported on every start);
 - an older schema: the original is copied to ``settings.json.v<N>``, migrated, and written back;
 - a newer schema (a downgrade): loaded as far as understood; its version number and unknown keys
-  are kept, so the newer version can still read what this one writes.
+  are kept, so the newer version can still read what this one writes;
+- a file larger than `MAX_SETTINGS_BYTES` (no settings this app writes come near it): not read, not
+  copied; it is renamed aside to ``settings.json.too-large-<UTC time>`` and the defaults are used.
 
 Save writes a temporary file in the same folder, flushes it to disk, then renames it over the old
 file: a crash or a full disk leaves either the old file or the new one, never a mix. The folder is
@@ -36,6 +38,10 @@ log = logging.getLogger(__name__)
 
 VERSION_KEY = "schema_version"
 KEEP_BAD_BACKUPS = 5
+# The vocabulary is capped at 20,000 characters; with every other setting and a long list of
+# replacements a real file is tens of kilobytes. A larger one is not the app's (and reading and
+# backing up 30 MB at every start is no use): it is set aside unread.
+MAX_SETTINGS_BYTES = 1 << 20
 
 
 class SettingsError(ValueError):
@@ -93,12 +99,16 @@ class SettingsStore:
 
     def _load(self) -> LoadReport:
         try:
-            raw = self.path.read_bytes()
+            with open(self.path, "rb") as f:
+                raw = f.read(MAX_SETTINGS_BYTES + 1)  # a bounded read: /dev/zero or 30 MB never fill memory
+                size = os.fstat(f.fileno()).st_size
         except FileNotFoundError:
             return LoadReport(Settings())
         except OSError as e:
             log.error("cannot read %s (%s); using the default settings", self.path, e)
             return LoadReport(Settings(), notes=(f"cannot read the settings file: {e}",))
+        if len(raw) > MAX_SETTINGS_BYTES:
+            return self._too_large(size)
 
         try:
             data = json.loads(raw.decode("utf-8"))
@@ -178,12 +188,34 @@ class SettingsStore:
             repaired=repaired,
         )
 
-    def _backup(self, suffix: str) -> Path | None:
+    def _too_large(self, size: int) -> LoadReport:
+        """The file is over `MAX_SETTINGS_BYTES`: renamed aside (not copied), the defaults used."""
+        limit = f"{MAX_SETTINGS_BYTES / (1 << 20):g} MB"
+        reason = (
+            f"is {size / (1 << 20):.1f} MB, over the {limit} a settings file can be" if size else f"is over {limit}"
+        )
+        aside: Path | None = self._free_name(f"too-large-{_stamp()}")
+        try:
+            os.replace(self.path, aside)
+        except OSError as e:
+            reason, action = f"{reason} and cannot be set aside ({e.strerror or e})", "using the default settings"
+            aside = None
+        else:
+            action = f"kept as {aside.name}, unread; using the default settings"
+        problem = Problem("settings", None, reason, action, private=True)
+        log.warning("%s: %s", self.path.name, problem)
+        return LoadReport(Settings(), problems=(problem,), backup=aside)
+
+    def _free_name(self, suffix: str) -> Path:
         target = self.path.with_name(f"{self.path.name}.{suffix}")
         n = 1
         while target.exists():
             n += 1
             target = self.path.with_name(f"{self.path.name}.{suffix}-{n}")
+        return target
+
+    def _backup(self, suffix: str) -> Path | None:
+        target = self._free_name(suffix)
         try:
             shutil.copy2(self.path, target)
             make_private(target)  # copy2 copied the mode of an older, 0644 original

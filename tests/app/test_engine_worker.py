@@ -7,8 +7,11 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import logging
+import shutil
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -136,3 +139,68 @@ def test_the_saved_take_reaches_the_engine_while_the_gui_thread_is_busy(rig, ckp
     r.qtbot.waitUntil(lambda: bool(blocked), timeout=20_000)
     assert blocked == [True]
     r.qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
+
+
+# ---- failures: one line for what users meet, a traceback for bugs (issue 25, section 4) ----------
+
+
+def _failure_records(caplog) -> list:
+    return [r for r in caplog.records if r.name == "dictation.app.engine_worker"]
+
+
+def _broken_model(kind: str, ckpt: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / kind
+    if kind == "truncated":
+        shutil.copytree(ckpt, folder)
+        weights = folder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # an interrupted download
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["missing", "truncated"])
+def test_a_model_that_cannot_load_is_one_line_with_its_traceback_at_debug_level(
+    qapp, caplog, ckpt_untied, tmp_path, kind
+):
+    from dictation.asr import EngineOptions
+
+    folder = _broken_model(kind, ckpt_untied, tmp_path)
+    worker = EngineWorker()  # the real AsrEngine
+    failed: list[str] = []
+    worker.load_failed.connect(lambda message, gpu: failed.append(message))
+    with caplog.at_level(logging.DEBUG, logger="dictation.app.engine_worker"):
+        worker.load(EngineOptions(model=str(folder), device="cpu"))
+    expected = {"missing": f"{folder}: no such model folder", "truncated": f"{folder / 'model.safetensors'}: truncated"}
+    assert len(failed) == 1 and failed[0].startswith(expected[kind])
+    warnings = [r for r in _failure_records(caplog) if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [f"loading {folder} failed: {failed[0]}"]
+    assert warnings[0].exc_info is None and "\n" not in warnings[0].getMessage()
+    [debug] = [r for r in _failure_records(caplog) if r.levelno == logging.DEBUG]
+    assert debug.exc_info is not None  # the traceback, for `dictation -v` at debug level
+
+
+def test_a_take_while_the_model_is_unavailable_is_one_line(worker, caplog):
+    from dictation.asr import ModelError
+
+    def unavailable(samples, language=None, context=""):
+        raise ModelError("/models/gone: no such model folder")
+
+    worker.engine.transcribe = unavailable
+    with caplog.at_level(logging.INFO, logger="dictation.app.engine_worker"):
+        worker.take_saved(1, saved())
+        worker.transcribe_take(1, None, "")
+    assert worker.answers == [("failed", 1, "/models/gone: no such model folder")]
+    [record] = _failure_records(caplog)
+    assert record.getMessage() == "transcription 1 failed: /models/gone: no such model folder"
+    assert record.exc_info is None
+
+
+def test_an_unexpected_error_keeps_its_traceback(worker, caplog):
+    def bug(samples, language=None, context=""):
+        raise KeyError("a bug in the engine")
+
+    worker.engine.transcribe = bug
+    with caplog.at_level(logging.INFO, logger="dictation.app.engine_worker"):
+        worker.transcribe(2, np.zeros(10, np.float32), None, "")
+    assert worker.answers == [("failed", 2, "'a bug in the engine'")]
+    [record] = _failure_records(caplog)
+    assert record.getMessage() == "transcription 2 failed" and record.exc_info[0] is KeyError

@@ -12,8 +12,10 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
+from PySide6.QtNetwork import QLocalSocket
 
 from dictation.app.ipc import IpcServer
 from dictation.ipc import IpcError, NotRunning, send_command, server_name
@@ -224,3 +226,107 @@ def test_a_folder_another_user_made_in_tmp_does_not_stop_the_app(qtbot, tmp_path
         assert os.listdir(squatted) == []
     finally:
         server.close()
+
+
+# ---- idle clients (issue 25, section 4: 99 idle clients locked out the 100th) ----------------------
+
+
+def open_idle_clients(qtbot, n: int) -> list[socket.socket]:
+    """``n`` clients that connect and send nothing (connected from a thread: the server needs the Qt loop)."""
+    clients: list[socket.socket] = []
+
+    def connect_all():
+        for _ in range(n):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(server_name())  # blocking: waits while the app's backlog is full
+            clients.append(sock)
+
+    thread = threading.Thread(target=connect_all)
+    thread.start()
+    qtbot.waitUntil(lambda: not thread.is_alive(), timeout=20_000)
+    assert len(clients) == n
+    return clients
+
+
+def closed_by_the_app(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""  # end of stream: the app closed it
+    except BlockingIOError:
+        return False  # still open, nothing to read
+    except ConnectionResetError:
+        return True
+
+
+@pytest.fixture
+def server(qtbot):
+    server = IpcServer(lambda command, *_: {"ok": True, "status": "idle"})
+    assert server.listen()
+    yield server
+    server.close()
+    qtbot.waitUntil(lambda: not server.findChildren(QLocalSocket), timeout=10_000)  # every connection gone
+
+
+def test_a_client_gets_its_answer_with_over_a_hundred_idle_connections_open(qtbot, server):
+    idle = open_idle_clients(qtbot, 150)
+    try:
+        assert ask(qtbot, "status", timeout=3) == {"ok": True, "status": "idle"}
+        # the app keeps a few dozen of them at most: the oldest were closed as new ones came
+        still_open = [sock for sock in idle if not closed_by_the_app(sock)]
+        assert len(still_open) <= 32 and still_open == idle[-len(still_open) :]
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_a_client_that_sends_nothing_is_dropped_after_a_few_seconds(qtbot, server):
+    [idle] = open_idle_clients(qtbot, 1)
+    try:
+        t0 = time.monotonic()
+        qtbot.waitUntil(lambda: closed_by_the_app(idle), timeout=6000)
+        assert 2.5 < time.monotonic() - t0 < 5  # IDLE_LIMIT_S: 3 s
+        assert ask(qtbot, "status") == {"ok": True, "status": "idle"}  # an asking client is answered as before
+    finally:
+        idle.close()
+
+
+def test_a_client_waits_while_the_apps_backlog_is_full(tmp_path):
+    """A flood of connections fills the socket's backlog; a client then got EAGAIN ("Resource
+    temporarily unavailable") at once. It now retries until the app takes it, within its timeout."""
+    path = server_name()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    flood = []
+    for _ in range(8):  # as many as the backlog holds: the next connect would get EAGAIN
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(path)
+        except BlockingIOError:
+            sock.close()
+            break
+        flood.append(sock)
+
+    def app_catches_up():  # the app accepts the waiting connections, then answers the client
+        time.sleep(0.5)
+        while True:
+            conn, _ = listener.accept()
+            line = conn.makefile("rb").readline()
+            if line:
+                conn.sendall(
+                    json.dumps({"ok": True, "status": "idle", "asked": json.loads(line)["command"]}).encode() + b"\n"
+                )
+                conn.close()
+                return
+            conn.close()
+
+    thread = threading.Thread(target=app_catches_up)
+    thread.start()
+    try:
+        for sock in flood:
+            sock.close()  # the app reads nothing from these: each is closed at once after accept
+        assert send_command("status", timeout=3) == {"ok": True, "status": "idle", "asked": "status"}
+    finally:
+        thread.join(5)
+        listener.close()

@@ -5,6 +5,7 @@ file that cannot be used turned into one clear line while the app keeps running.
 from __future__ import annotations
 
 import errno
+import io
 import logging
 import logging.handlers
 import os
@@ -225,3 +226,73 @@ def test_a_folder_in_place_of_the_log_file(qtbot, home, start):
     line = one_line(app, "No log file: ")
     assert line.startswith(f"No log file: {home / 'log' / 'dictation.log'}: Is a directory. ")
     assert ask(qtbot, "status")["ok"] is True
+
+
+def full_device(path: Path) -> Path:
+    """``path`` as a device where every write fails with ENOSPC, as /dev/full does: a link to it, or
+    (as root, who owns /dev/full and could change it) a node of its own with /dev/full's numbers."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+    if os.getuid() != 0:
+        path.symlink_to("/dev/full")
+        return path
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.stat("/dev/full").st_rdev)
+    except OSError as exc:
+        pytest.skip(f"cannot make a device node here: {exc}")
+    os.chmod(path, 0o666)  # whatever the umask took off
+    return path
+
+
+def test_a_full_disk_under_the_log_is_said_once_and_the_app_goes_on(qtbot, home, start, capfd):
+    """The fault run: a "--- Logging error ---" traceback for every line (21 in a short session)."""
+    (home / "log").mkdir(parents=True)
+    device = full_device(home / "log" / "dictation.log")
+    app = start()
+    for n in range(20):
+        logging.getLogger("test").warning("line %d", n)
+    problem = f"Cannot write the log file {home / 'log' / 'dictation.log'}: No space left on device. "
+    qtbot.waitUntil(lambda: any(note.startswith(problem) for _, note in app.notes), timeout=5000)
+    line = one_line(app, problem)
+    assert line.endswith("Dictation goes on; this session's log is on the Log page")
+    assert ask(qtbot, "status")["ok"] is True
+    err = capfd.readouterr().err
+    assert "Logging error" not in err and "Traceback" not in err, err
+    assert err.count("Cannot write the log file") == 1, err
+    assert stat.S_IMODE(os.stat(device).st_mode) == 0o666  # a device is not a log file to make private
+
+
+def test_a_write_error_of_the_log_file_is_said_once(tmp_path, qtbot):
+    """The same without /dev/full: the handler's stream write raises OSError(ENOSPC)."""
+    from dictation.app.logs import setup_logging
+
+    bridge, path = setup_logging(folder=tmp_path / "log")
+    said: list[str] = []
+    bridge.attach(lambda record: None, said.append)
+    try:
+        [handler] = [
+            h for h in logging.getLogger().handlers if getattr(h, "_dictation", False) and hasattr(h, "on_failure")
+        ]
+
+        class Full(io.StringIO):
+            def write(self, text):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        real, handler.stream = handler.stream, Full()
+        for n in range(5):
+            logging.getLogger("test").warning("line %d", n)
+        qtbot.waitUntil(lambda: bool(said), timeout=5000)  # queued to the bridge's (this) thread
+        assert said == [
+            f"Cannot write the log file {path}: No space left on device. "
+            "Dictation goes on; this session's log is on the Log page"
+        ]
+        handler.stream = real  # room again: lines are written again
+        logging.getLogger("test").warning("after")
+        handler.flush()
+        assert path.read_text().rstrip().endswith("after")
+        assert bridge.write_problem == said[0] and len(said) == 1
+    finally:
+        root = logging.getLogger()
+        for h in [h for h in root.handlers if getattr(h, "_dictation", False)]:
+            root.removeHandler(h)
+            h.close()

@@ -193,3 +193,54 @@ def test_pruning_never_deletes_a_protected_recording(home):
     deleted = prune_recordings(2, protect={saved[0], saved[2]})
     assert deleted == [saved[1]]
     assert list_recordings() == [saved[0], saved[2], saved[3], saved[4]]
+
+
+# ---- a link in place of the recordings folder (issue 25, section 4) --------------------------------
+
+
+def _linked_recordings(home, mode: int):
+    target = home / "elsewhere" / "recs"
+    target.mkdir(parents=True)
+    target.chmod(mode)
+    (home / "data").mkdir(parents=True, exist_ok=True)
+    (home / "data" / "recordings").symlink_to(target)
+    return target
+
+
+@pytest.mark.parametrize("writer", ["take file", "save"])
+def test_a_linked_recordings_folder_others_can_open_is_refused(home, writer):
+    """The fault run: a symlinked recordings folder was followed while its target stayed 0755."""
+    from dictation.audio.recordings import TakeFile
+
+    target = _linked_recordings(home, 0o755)
+    with pytest.raises(PermissionError) as refused:
+        if writer == "take file":
+            TakeFile.create(now=T0)
+        else:
+            save_recording(tone(), now=T0)
+    assert str(refused.value) == (
+        f"{home / 'data' / 'recordings'} is a link to {target}, which other users can open (mode 755); "
+        f"not writing recordings there: make it private (chmod 700 {target}) or remove the link"
+    )
+    assert list(target.iterdir()) == [] and stat.S_IMODE(os.stat(target).st_mode) == 0o755  # untouched
+
+
+def test_a_linked_recordings_folder_of_the_users_alone_is_used(home):
+    from dictation.audio.recordings import TakeFile
+
+    target = _linked_recordings(home, 0o700)
+    take = TakeFile.create(now=T0)
+    take.append(tone(0.1))
+    take.close()
+    assert [p.name for p in target.iterdir()] == [take.path.name]
+    assert stat.S_IMODE(os.stat(take.path).st_mode) == 0o600
+
+
+def test_a_take_file_tightens_a_real_recordings_folder(home):
+    from dictation.audio.recordings import TakeFile
+
+    folder = home / "data" / "recordings"
+    folder.mkdir(parents=True, mode=0o755)
+    folder.chmod(0o755)
+    TakeFile.create(now=T0).discard()
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700

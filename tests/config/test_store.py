@@ -306,3 +306,29 @@ def test_invalid_private_settings_are_refused_without_quoting_them(path):
         SettingsStore(path).save(bad)
     assert "transcription.context" in str(info.value) and "longer than 20000" in str(info.value)
     assert "Zyxquorblat" not in str(info.value)
+
+
+def test_a_30_mb_settings_file_is_set_aside_unread_and_the_defaults_used(path, caplog):
+    """The fault run: a 30 MB settings file was accepted and copied (a backup at every start)."""
+    data = {"schema_version": SCHEMA_VERSION, **to_dict(_changed())}
+    data["transcription"]["context"] = "Kubernetes " * 3_000_000  # ~31 MB of JSON
+    _write(path, data)
+    original = path.read_bytes()
+    assert len(original) > 30_000_000
+    with caplog.at_level(logging.WARNING, logger="dictation.config.store"):
+        report = SettingsStore(path).load_report()
+    assert report.settings == Settings()
+    [aside] = _backups(path, "too-large-")
+    assert report.backup == aside and aside.read_bytes() == original  # the user's file, renamed, not copied
+    assert not path.exists() and _backups(path) == []  # nothing written back, no 30 MB backup copy
+    [problem] = report.problems
+    assert str(problem) == (
+        f"settings: the value is {len(original) / (1 << 20):.1f} MB, over the 1 MB a settings file can be; "
+        f"kept as {aside.name}, unread; using the default settings"
+    )
+    assert [r.getMessage() for r in caplog.records] == [f"settings.json: {problem}"]
+    assert "Kubernetes" not in caplog.text
+    store = SettingsStore(path)  # the next start: no file, the defaults, nothing to report
+    assert store.load_report().problems == ()
+    store.save(_changed())
+    assert store.load() == _changed()
