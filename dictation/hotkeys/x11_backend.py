@@ -245,6 +245,7 @@ class X11GrabBackend(HotkeyBackend):
         self._watcher: HotkeyBackend | None = None  # pynput, for modifier-only bindings
         self._problems: dict[str, str] = {}
         self.repeats_suppressed = 0
+        self.keys_taken = 0  # presses of other keys our grab took from the windows (dictation.output.hold)
         self.detectable_auto_repeat = False
         # Thread state (the backend's thread only).
         self._chords: dict[str, Chord] = {}
@@ -320,7 +321,8 @@ class X11GrabBackend(HotkeyBackend):
 
     def settle(self, timeout: float = 5.0) -> bool:
         """Wait until the backend's thread has carried out every earlier request (`set_enabled`), so
-        the grabs are in place on the server; False on timeout or when not running."""
+        the grabs are in place on the server, and has handled every key event the server sent before
+        (`keys_taken` counts them); False on timeout or when not running."""
         if not self.running or self._thread is None:
             return False
         done = threading.Event()
@@ -496,7 +498,9 @@ class X11GrabBackend(HotkeyBackend):
             if request[0] == "stop":
                 return True
             if request[0] == "barrier":
-                self._display.sync()
+                self._display.sync()  # every event sent before it is in our queue now: handle them
+                while self._pushback or self._display.pending_events():
+                    self._handle(self._pushback.pop(0) if self._pushback else self._display.next_event())
                 request[1].set()
                 continue
             _, name, enabled = request
@@ -569,6 +573,8 @@ class X11GrabBackend(HotkeyBackend):
             if not replayed:  # the keyboard is ours until this key goes up
                 self._grab_key = keycode
         if match is None:
+            if not activation:  # the keyboard was ours: the window never gets this key (ours, if we sent it)
+                self.keys_taken += 1
             return
         name, mask = match
         self._active[name] = (keycode, mask)
