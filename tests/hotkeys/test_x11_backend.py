@@ -310,6 +310,23 @@ def test_each_release_ends_only_its_own_chord_at_its_own_time(run, target):
     assert target.text.lower() == typed + "z" * (r.sentinels - sentinels)  # the z of the steps never arrived
 
 
+def test_a_key_disabled_while_it_is_held_still_reports_its_release(run):
+    """Esc cancels, the app disables the cancel key at once, Esc goes up: that release is reported,
+    or the output would think Esc held for ever and keep every text waiting (output.hold)."""
+    r = run()
+    r.backend.set_enabled("cancel", True)
+    assert r.backend.settle()
+    r.keys("keydown", "Escape")
+    assert r.held() == {"cancel"}
+    r.backend.set_enabled("cancel", False)  # the recording it cancelled has ended
+    assert r.backend.settle()
+    r.keys("keyup", "Escape")
+    assert r.held() == set()
+    r.keys("key", "Escape")  # and while disabled it is not reported at all: it goes to the window
+    reported, seen = r.sync()
+    assert reported == [] and keys_of(seen, "PRESS") == {QT_ESCAPE}
+
+
 def test_a_chord_another_program_holds_is_named_once_and_the_rest_works(run, xvfb_display):
     import Xlib.display
     from Xlib import XK, X
