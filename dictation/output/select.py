@@ -55,7 +55,7 @@ from dictation.output.base import Availability, DeliveryResult, OutputBackend, O
 from dictation.output.clipboard import platform_clipboard
 from dictation.output.environment import Session, detect_session
 from dictation.output.focus import FocusGuard
-from dictation.output.hold import HELD_TOO_LONG, PASTE_TAKEN, TYPING_TAKEN, KeyHold
+from dictation.output.hold import HELD_TOO_LONG, PASTE_TAKEN, TYPING_TAKEN, KeyHold, Mark
 from dictation.output.keys import PynputKeys, WtypeKeys, XdotoolKeys, YdotoolKeys
 from dictation.output.paste import (
     ON_CLIPBOARD,
@@ -107,6 +107,11 @@ class OutputChain:
         self.guard = guard
         self.hold = hold
         self._lock = threading.Lock()
+        self._sending: tuple[KeyHold | None, Mark | None] = (None, None)  # _deliver_one's hold, its mark
+        if hold is not None:
+            for backend in backends:
+                if hasattr(backend, "before_keys"):
+                    backend.before_keys = self._before_keys
 
     def is_available(self) -> Availability:
         reasons = []
@@ -183,8 +188,12 @@ class OutputChain:
         """One backend's delivery; if a hotkey press came while it sent and its grab took our keys, a
         paste is sent again after the release (nothing of it arrived), typed text is kept aside."""
         for _attempt in range(3):
-            mark = hold.mark() if hold is not None and self._hazard(backend) else None
-            result = backend.deliver(text)
+            sending = hold if hold is not None and self._hazard(backend) else None
+            self._sending = (sending, sending.mark() if sending is not None else None)
+            try:
+                result = backend.deliver(text)
+            finally:
+                mark, self._sending = self._sending[1], (None, None)
             if mark is None or not (result.ok or result.input_sent) or not hold.interrupted(mark):
                 return result
             hold.wait()
@@ -194,6 +203,15 @@ class OutputChain:
                 return self._hold_back(text, TYPING_TAKEN, backend.name, input_sent=True)
             log.warning("a hotkey press took the paste's keys; pasting again after its release")
         return self._hold_back(text, PASTE_TAKEN, backend.name)
+
+    def _before_keys(self) -> None:
+        """Called by the backend right before its keys go out, after its focus probe and clipboard
+        work (a paste spends 0.1-0.3 s there): a chord pressed meanwhile is waited out too, and the
+        mark is taken now, so `interrupted` speaks of the keys alone."""
+        hold = self._sending[0]
+        if hold is not None:
+            hold.wait()
+            self._sending = (hold, hold.mark())
 
     def _hold_back(self, text: str, why: str, detail: str, *, input_sent: bool = False) -> DeliveryResult:
         """Send nothing; leave the text on the clipboard for the user to paste where it belongs."""

@@ -239,3 +239,23 @@ def test_the_hold_counts_presses_not_repeats_and_a_reset_lets_waiting_text_go():
     hold.reset()  # the backend stopped (quit, new hotkey settings): no release will come
     waiter.join(5)
     assert done and done[0][1] is True and hold.held == frozenset()
+
+
+def test_a_press_while_the_paste_prepares_is_waited_out_before_the_keys():
+    """A paste spends 0.1-0.3 s on the focus probe and the clipboard before its keys: a chord
+    pressed then is waited out right before the keys, not sent into."""
+    hold = KeyHold(settle_s=SETTLE_S)
+    hold.backend, hold.taken = "x11", lambda: 0
+    chain, keys, clipboard = chain_for("xdotool-paste", hold)
+    write_text = clipboard.write_text
+
+    def write_while_pressed(text, selection):
+        write_text(text, selection)
+        if not hold.held:
+            hold.set("dictate", True)
+            threading.Timer(0.2, hold.set, ("dictate", False)).start()
+
+    clipboard.write_text = write_while_pressed
+    result = chain.deliver("words")
+    assert result.ok and keys.sent == ["shift+insert"]  # once: the press did not come during the keys
+    assert keys.held_at_send == [frozenset()]
