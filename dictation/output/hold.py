@@ -3,12 +3,12 @@
 Dictating back to back, the previous take's text is often ready while the hotkey is already held
 for the next one. Keys sent then do not arrive as they should (issue 25 §1: 3 of 20 pastes lost):
 
-| hotkey backend | xdotool / pynput (XTEST) | ydotool (uinput) | wtype          | clipboard         |
-|----------------|--------------------------|------------------|----------------|-------------------|
-| x11            | swallowed                | swallowed        | (not on X11)   | nothing is sent   |
-| evdev          | combined                 | combined         | combined       | nothing is sent   |
-| pynput         | combined                 | combined         | (not on X11)   | nothing is sent   |
-| portal         | combined                 | combined         | combined       | nothing is sent   |
+| hotkey backend | xdotool / pynput (XTEST) | ydotool (uinput) | wtype                | clipboard       |
+|----------------|--------------------------|------------------|----------------------|-----------------|
+| x11            | swallowed                | swallowed        | swallowed (XWayland) | nothing is sent |
+| evdev          | combined                 | combined         | combined             | nothing is sent |
+| pynput         | combined                 | combined         | combined (XWayland)  | nothing is sent |
+| portal         | combined                 | combined         | combined             | nothing is sent |
 
 - swallowed: while the chord is held the x11 backend's grab owns the keyboard, so the X server gives
   every key, our own Shift+Insert included, to the hotkey listener and none to the window.
