@@ -156,7 +156,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._model_label = ""
         self._preview_text = ""
         self._cpu_fallback = False
-        self._keys = HotkeyInput(self._clock, self)
+        self._keys = HotkeyInput(self._clock, self, hold=getattr(services.output_worker, "hold", None))
         self._output_description = "text output: not configured yet"
         self._sounds: Any = None
         self._threads: list[Any] = []

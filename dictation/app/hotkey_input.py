@@ -4,7 +4,8 @@ It starts the backend (`dictation.hotkeys`) with the dictate key and, where the 
 cancel key; the listener's thread stamps each press with the clock at once (a take's pre-roll
 counts from it) and hands it to the GUI thread as `event`. Paused hotkeys are no events (a new
 hotkey is being captured); the cancel key is on only while recording, so elsewhere Esc reaches the
-user's windows.
+user's windows. `hold` (`dictation.output.hold.KeyHold`) knows at every moment which hotkeys are
+held, straight from the listener's thread: the output waits for their release before it sends keys.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
+
+from dictation.output.hold import KeyHold
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +30,13 @@ class HotkeyInput(QObject):
 
     _error = Signal(str, bool)  # from the listener's thread: message, fatal
 
-    def __init__(self, clock: Callable[[], float], parent: QObject | None = None) -> None:
+    def __init__(self, clock: Callable[[], float], parent: QObject | None = None, hold: KeyHold | None = None) -> None:
         super().__init__(parent)
         self._clock = clock
         self.backend: Any = None  # the started HotkeyBackend, or None
         self.choice: Any = None  # the BackendChoice (why this backend), or None before the first start
         self.paused = False
+        self.hold = hold if hold is not None else KeyHold()  # the output worker's: it waits on it
         self._error.connect(self._on_error)  # queued: handled on this object's (the GUI) thread
 
     def start(self, hotkeys: Any, chooser: Callable[[str], Any], *, recording: bool) -> None:
@@ -68,6 +72,10 @@ class HotkeyInput(QObject):
             self.problem.emit("error", f"Global hotkeys could not start ({backend.name}): {exc}")
             return
         self.backend = backend
+        self.hold.backend = backend.name
+        grabs = getattr(backend, "keys_taken", None) is not None  # x11: its grab can take our own keys
+        self.hold.taken = (lambda: backend.keys_taken) if grabs else None
+        self.hold.catch_up = (lambda: backend.settle(1.0)) if grabs else None
 
     def update(self, *, recording: bool) -> None:
         """Paused hotkeys are off, and the cancel key is on only while recording: the x11 backend
@@ -83,6 +91,7 @@ class HotkeyInput(QObject):
         if self.backend is not None:
             self.backend.stop()
             self.backend = None
+        self.hold.reset()  # no release comes any more: a text waiting for one goes out
 
     def wait_ready(self, timeout: float) -> bool:
         return self.backend is None or self.backend.wait_ready(timeout)
@@ -95,5 +104,6 @@ class HotkeyInput(QObject):
 
     def _from_listener(self, name: str, pressed: bool) -> None:
         """Runs on the listener's thread: stamp the time now (the pre-roll counts from it), hand over."""
+        self.hold.set(name, pressed)  # at once, not via the GUI thread: a paste may be about to go out
         if not self.paused:  # paused (e.g. while a hotkey is being captured): keys are not events
             self.event.emit(name, pressed, self._clock())

@@ -34,6 +34,7 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 from dictation.app.engine_worker import EngineWorker
 from dictation.asr import SAMPLE_RATE
 from dictation.audio.trim import transcribed_part
+from dictation.output.hold import KeyHold
 from dictation.takes import SavedTake
 
 log = logging.getLogger(__name__)
@@ -382,6 +383,7 @@ class OutputWorker(QObject):
         super().__init__()
         self._factory = chain_factory
         self.own_window = own_window
+        self.hold = KeyHold()  # the hotkeys held now, fed by HotkeyInput: keys wait for their release
         self.chain: Any = None
         self._options: Any = None
 
@@ -398,7 +400,7 @@ class OutputWorker(QObject):
             if self._factory is not None:
                 self.chain = self._factory(options)
             else:
-                self.chain = choose_backend(options, own_window=self.own_window)
+                self.chain = choose_backend(options, own_window=self.own_window, hold=self.hold)
         except ValueError as exc:
             log.error("text output: %s", exc)
             self.chain = None

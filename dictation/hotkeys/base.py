@@ -12,7 +12,9 @@ Contract, shared by every backend:
   listener died), also from the backend's thread; ``error.fatal`` says whether hotkeys stopped.
   After a fatal error the backend stays "running" until ``stop()``; call it before starting again.
 - ``stop()`` is idempotent; after it returns no callback is made.
-- ``set_enabled(name, enabled)`` (any thread): a disabled binding is not reported, and a backend
+- ``set_enabled(name, enabled)`` (any thread): a disabled binding is not reported (except the
+  release of a press reported before: every reported press gets its release, so who tracks what is
+  held, e.g. `dictation.output.hold`, never sees Esc stay down after it cancelled), and a backend
   that takes keys away from other applications (x11) takes its key only while it is enabled. The app
   enables the cancel key only while it records, so Esc keeps working everywhere else. ``start(...,
   disabled=names)`` starts with those bindings disabled.
@@ -60,6 +62,7 @@ class HotkeyBackend(abc.ABC):
         self._ready = threading.Event()
         self.bindings: dict[str, Hotkey] = {}
         self._disabled: frozenset[str] = frozenset()
+        self._pressed: set[str] = set()  # reported pressed, not released yet (the backend's thread)
         self._enable_lock = threading.Lock()
 
     @abc.abstractmethod
@@ -86,6 +89,7 @@ class HotkeyBackend(abc.ABC):
             raise HotkeyBackendError(f"the {self.name} hotkey backend is already running", backend=self.name)
         self.bindings = normalise_bindings(bindings)
         self._disabled = frozenset(disabled)
+        self._pressed = set()
         self._on_event, self._on_error = on_event, on_error
         self._ready.clear()
         self._stopped.clear()
@@ -128,8 +132,9 @@ class HotkeyBackend(abc.ABC):
         for name, pressed in events:
             if self._stopped.is_set() or self._on_event is None:
                 return
-            if name in self._disabled:
+            if name in self._disabled and (pressed or name not in self._pressed):
                 continue
+            (self._pressed.add if pressed else self._pressed.discard)(name)
             try:
                 self._on_event(name, pressed)
             except Exception:

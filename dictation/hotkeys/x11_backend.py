@@ -13,6 +13,9 @@ so the X server gives its press, its repeats and its release to this app alone:
   released, whatever happens to the modifiers meanwhile (X delivers the key's release to the grab,
   also after Ctrl and Alt went up first). So the chord ends when its key is released, and what is
   pressed or released while it is held (auto-repeat, the modifiers' releases) never reaches the window.
+  Another chord of ours still held then (Esc, then the hotkey, then Esc up) keeps the keyboard ours
+  until its own key goes up: each chord ends at its own release. Other keys the grab takes meanwhile
+  are counted (`keys_taken`): the output tells from it whether its own keys were taken (`output.hold`).
 - XkbSetDetectableAutoRepeat: a held key then repeats as presses only, without the fake release
   before each one, so a held chord is one press and one release. Without XKB, a release directly
   followed by a press of the same key at the same server time is recognised as a repeat instead.
@@ -57,6 +60,7 @@ from dictation.hotkeys.base import HotkeyBackend
 from dictation.hotkeys.errors import HotkeyBackendError
 from dictation.hotkeys.hotkey import Hotkey, parse_hotkey
 from dictation.hotkeys.keys import KEYS, MODIFIER_SIDES
+from dictation.hotkeys.x11_xkb import set_detectable_auto_repeat
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +69,6 @@ log = logging.getLogger(__name__)
 EXTRA_KEYSYMS = {"right_alt": ("ISO_Level3_Shift",)}
 LOCK_KEYSYMS = ("Caps_Lock", "Num_Lock", "Scroll_Lock")
 MODIFIER_BITS = 0xFF  # Shift, Lock, Control, Mod1-Mod5; the higher bits of a key event's state are buttons
-XKB_USE_CORE_KBD = 0x100
-XKB_PCF_DETECTABLE_AUTO_REPEAT = 1
 STOP_JOIN_S = 2.0
 POLL_S = 1.0
 
@@ -78,82 +80,6 @@ def conflict_message(hotkey: Hotkey | str, name: str = "") -> str:
         "combination first), so it does nothing here: choose another key on the Recording page, or remove "
         "that shortcut from the other program (window manager, xbindkeys, ...)"
     )
-
-
-def _xkb_requests() -> tuple[type, type]:
-    """The two XKB requests python-xlib lacks: UseExtension and PerClientFlags (XKBproto.h)."""
-    from Xlib.protocol import rq
-
-    class UseExtension(rq.ReplyRequest):
-        _request = rq.Struct(
-            rq.Card8("opcode"),
-            rq.Opcode(0),
-            rq.RequestLength(),
-            rq.Card16("wanted_major"),
-            rq.Card16("wanted_minor"),
-        )
-        _reply = rq.Struct(
-            rq.ReplyCode(),
-            rq.Bool("supported"),
-            rq.Card16("sequence_number"),
-            rq.ReplyLength(),
-            rq.Card16("server_major"),
-            rq.Card16("server_minor"),
-            rq.Pad(20),
-        )
-
-    class PerClientFlags(rq.ReplyRequest):
-        _request = rq.Struct(
-            rq.Card8("opcode"),
-            rq.Opcode(21),
-            rq.RequestLength(),
-            rq.Card16("device_spec"),
-            rq.Pad(2),
-            rq.Card32("change"),
-            rq.Card32("value"),
-            rq.Card32("ctrls_to_change"),
-            rq.Card32("auto_ctrls"),
-            rq.Card32("auto_ctrl_values"),
-        )
-        _reply = rq.Struct(
-            rq.ReplyCode(),
-            rq.Card8("device_id"),
-            rq.Card16("sequence_number"),
-            rq.ReplyLength(),
-            rq.Card32("supported"),
-            rq.Card32("value"),
-            rq.Card32("auto_ctrls"),
-            rq.Card32("auto_ctrl_values"),
-            rq.Pad(8),
-        )
-
-    return UseExtension, PerClientFlags
-
-
-def set_detectable_auto_repeat(display: Any) -> bool:
-    """XkbSetDetectableAutoRepeat(True) for this connection; False where the server can't."""
-    try:
-        ext = display.query_extension("XKEYBOARD")
-        if ext is None or not ext.present:
-            return False
-        use_extension, per_client_flags = _xkb_requests()
-        used = use_extension(display=display.display, opcode=ext.major_opcode, wanted_major=1, wanted_minor=0)
-        if not used.supported:
-            return False
-        reply = per_client_flags(
-            display=display.display,
-            opcode=ext.major_opcode,
-            device_spec=XKB_USE_CORE_KBD,
-            change=XKB_PCF_DETECTABLE_AUTO_REPEAT,
-            value=XKB_PCF_DETECTABLE_AUTO_REPEAT,
-            ctrls_to_change=0,
-            auto_ctrls=0,
-            auto_ctrl_values=0,
-        )
-        return bool(reply.value & XKB_PCF_DETECTABLE_AUTO_REPEAT)
-    except Exception:  # an XKB that answers oddly: fall back to recognising the fake releases
-        log.debug("XkbSetDetectableAutoRepeat failed", exc_info=True)
-        return False
 
 
 @dataclass(frozen=True)
@@ -245,6 +171,7 @@ class X11GrabBackend(HotkeyBackend):
         self._watcher: HotkeyBackend | None = None  # pynput, for modifier-only bindings
         self._problems: dict[str, str] = {}
         self.repeats_suppressed = 0
+        self.keys_taken = 0  # presses of other keys our grab took from the windows (dictation.output.hold)
         self.detectable_auto_repeat = False
         # Thread state (the backend's thread only).
         self._chords: dict[str, Chord] = {}
@@ -320,7 +247,8 @@ class X11GrabBackend(HotkeyBackend):
 
     def settle(self, timeout: float = 5.0) -> bool:
         """Wait until the backend's thread has carried out every earlier request (`set_enabled`), so
-        the grabs are in place on the server; False on timeout or when not running."""
+        the grabs are in place on the server, and has handled every key event the server sent before
+        (`keys_taken` counts them); False on timeout or when not running."""
         if not self.running or self._thread is None:
             return False
         done = threading.Event()
@@ -496,7 +424,9 @@ class X11GrabBackend(HotkeyBackend):
             if request[0] == "stop":
                 return True
             if request[0] == "barrier":
-                self._display.sync()
+                self._display.sync()  # every event sent before it is in our queue now: handle them
+                while self._pushback or self._display.pending_events():
+                    self._handle(self._pushback.pop(0) if self._pushback else self._display.next_event())
                 request[1].set()
                 continue
             _, name, enabled = request
@@ -569,6 +499,8 @@ class X11GrabBackend(HotkeyBackend):
             if not replayed:  # the keyboard is ours until this key goes up
                 self._grab_key = keycode
         if match is None:
+            if not activation:  # the keyboard was ours: the window never gets this key (ours, if we sent it)
+                self.keys_taken += 1
             return
         name, mask = match
         self._active[name] = (keycode, mask)
@@ -582,14 +514,30 @@ class X11GrabBackend(HotkeyBackend):
             self.repeats_suppressed += 1
             return
         ended = [name for name, (code, _mask) in self._active.items() if code == keycode]
-        if keycode == self._grab_key:
-            # The server ended its grab with this release: whatever else is held is no longer ours.
-            ended += [name for name in self._active if name not in ended]
+        if keycode == self._grab_key:  # the server ended its grab with this release
             self._grab_key = None
-            self._let_go_of_keyboard()
+            ended += self._keep_held([name for name in self._active if name not in ended])
         for name in ended:
             del self._active[name]
         self._emit([(name, False) for name in ended])
+
+    def _keep_held(self, names: list[str]) -> list[str]:
+        """The key that gave us the keyboard went up while the chords ``names`` are still held: take
+        the keyboard until their keys go up too, so their releases come to us. Returns those that end
+        now (their key is up already, or the keyboard could not be taken)."""
+        from Xlib import X
+
+        if names and not self._keyboard_grabbed:
+            root = self._display.screen().root
+            status = root.grab_keyboard(False, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
+            self._keyboard_grabbed = status == X.GrabSuccess
+        keymap = self._display.query_keymap() if names and self._keyboard_grabbed else None
+        held = [name for name in names if keymap is not None and _is_down(keymap, self._active[name][0])]
+        if held:
+            self._grab_key = self._active[held[0]][0]
+        else:
+            self._let_go_of_keyboard()
+        return [name for name in names if name not in held]
 
     def _release_active(self) -> None:
         ended = list(self._active)

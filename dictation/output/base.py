@@ -74,7 +74,8 @@ class DeliveryResult:
     the window, so a caller must not retry with another method (the text could arrive twice).
     `held_back` says why nothing was sent on purpose (`focus.OWN_WINDOW`: one of our own windows has
     the focus; `focus.NO_WINDOW`: no window has it); the text is then on the clipboard when
-    `on_clipboard`.
+    `on_clipboard`. `waited_s`: how long it waited for a hotkey of ours to be released first
+    (`hold.KeyHold`): the text went out late, after the release, while the window could receive it.
     """
 
     method: str
@@ -86,6 +87,7 @@ class DeliveryResult:
     window_class: str | None = None
     restore: ClipboardRestore | None = field(default=None, compare=False, repr=False)
     held_back: str | None = None
+    waited_s: float = 0.0
 
 
 @runtime_checkable

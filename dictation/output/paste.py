@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dictation.output.base import Availability, ClipboardError, DeliveryResult, InjectionError, OutputOptions
@@ -208,6 +209,7 @@ class ClipboardPasteBackend:
     no keymap is involved, so any text the target can paste arrives intact."""
 
     unicode = "yes"
+    before_keys: Callable[[], None] | None = None  # called right before the chord (OutputChain: hold.KeyHold)
 
     def __init__(
         self, name: str, keeper: ClipboardKeeper, keys: KeySender, session: Session, host: Host, options: OutputOptions
@@ -250,6 +252,8 @@ class ClipboardPasteBackend:
                 self.keeper.put(text, selections)
             except ClipboardError as exc:
                 return DeliveryResult(self.name, False, f"setting the clipboard failed: {exc}", **fields)
+            if self.before_keys is not None:
+                self.before_keys()
             try:
                 self.keys.send_chord(chord)
             except InjectionError as exc:

@@ -35,6 +35,12 @@ Focus rule (`focus.FocusGuard`, checked before the first backend): when one of o
 no window has the keyboard focus, nothing is sent; the text goes on the clipboard and the result
 is ok=False with `held_back` saying which. A clipboard-only chain (backend "clipboard") skips the
 check: it sends nothing to any window.
+
+Hold rule (`hold.KeyHold`, before the focus check): while a hotkey of ours is held, keys we send are
+swallowed by the x11 backend's grab or combined with the chord's keys, so the chain waits for its
+release (deliveries stay one by one, in order) and then sends. A press that came during the send
+and took our keys (x11) gets the paste sent again after its release; typed text then stays on the
+clipboard (`held_back`), as it does when a hold outlasts `hold.MAX_WAIT_S`.
 """
 
 from __future__ import annotations
@@ -43,12 +49,13 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dictation.output.base import Availability, DeliveryResult, OutputBackend, OutputOptions
 from dictation.output.clipboard import platform_clipboard
 from dictation.output.environment import Session, detect_session
 from dictation.output.focus import FocusGuard
+from dictation.output.hold import HELD_TOO_LONG, PASTE_TAKEN, TYPING_TAKEN, KeyHold, Mark
 from dictation.output.keys import PynputKeys, WtypeKeys, XdotoolKeys, YdotoolKeys
 from dictation.output.paste import (
     ON_CLIPBOARD,
@@ -94,11 +101,18 @@ class OutputChain:
         session: Session,
         keeper: ClipboardKeeper,
         guard: FocusGuard | None = None,
+        hold: KeyHold | None = None,
     ):
         self.name, self.backends, self.fallback = name, backends, fallback
         self.session, self.keeper = session, keeper
         self.guard = guard
+        self.hold = hold
         self._lock = threading.Lock()
+        self._sending: tuple[KeyHold | None, Mark | None] = (None, None)  # _deliver_one's hold, its mark
+        if hold is not None:
+            for backend in backends:
+                if hasattr(backend, "before_keys"):
+                    backend.before_keys = self._before_keys
 
     def is_available(self) -> Availability:
         reasons = []
@@ -115,6 +129,21 @@ class OutputChain:
             return self._deliver(text)
 
     def _deliver(self, text: str) -> DeliveryResult:
+        hold = self.hold if text and any(self._hazard(b) for b in self.backends) else None
+        waited = 0.0
+        if hold is not None:
+            waited, released = hold.wait()
+            if waited:
+                log.info("waited %.2f s for the hotkey's release before sending the text", waited)
+            if not released:
+                return self._hold_back(text, HELD_TOO_LONG, f"held: {', '.join(sorted(hold.held))}")
+        result = self._send(text, hold)
+        return replace(result, waited_s=waited) if waited else result
+
+    def _hazard(self, backend: OutputBackend) -> str | None:
+        return self.hold.hazard(backend.name) if self.hold is not None else None
+
+    def _send(self, text: str, hold: KeyHold | None) -> DeliveryResult:
         if self.guard is not None and text and self.fallback is not None:
             focus = self.guard.check()
             if focus.held_back is not None:
@@ -127,7 +156,9 @@ class OutputChain:
             if not available:
                 failures.append(f"{backend.name}: {available.reason}")
                 continue
-            last = backend.deliver(text)
+            last = self._deliver_one(backend, text, hold)
+            if last.held_back:
+                return last
             if last.ok:
                 if failures:
                     log.info("delivered with %s after: %s", backend.name, "; ".join(failures))
@@ -155,13 +186,44 @@ class OutputChain:
             window_class=last.window_class if last else None,
         )
 
-    def _hold_back(self, text: str, why: str, detail: str) -> DeliveryResult:
+    def _deliver_one(self, backend: OutputBackend, text: str, hold: KeyHold | None) -> DeliveryResult:
+        """One backend's delivery; if a hotkey press came while it sent and its grab took our keys, a
+        paste is sent again after the release (nothing of it arrived), typed text is kept aside."""
+        for _attempt in range(3):
+            sending = hold if hold is not None and self._hazard(backend) else None
+            self._sending = (sending, sending.mark() if sending is not None else None)
+            try:
+                result = backend.deliver(text)
+            finally:
+                mark, self._sending = self._sending[1], (None, None)
+            if mark is None or not (result.ok or result.input_sent) or not hold.interrupted(mark):
+                return result
+            hold.wait()
+            if not hold.swallowed(mark):
+                return result  # the keys went out before the press: they arrived
+            if not isinstance(backend, ClipboardPasteBackend):
+                return self._hold_back(text, TYPING_TAKEN, backend.name, input_sent=True)
+            log.warning("a hotkey press took the paste's keys; pasting again after its release")
+        return self._hold_back(text, PASTE_TAKEN, backend.name)
+
+    def _before_keys(self) -> None:
+        """Called by the backend right before its keys go out, after its focus probe and clipboard
+        work (a paste spends 0.1-0.3 s there): a chord pressed meanwhile is waited out too, and the
+        mark is taken now, so `interrupted` speaks of the keys alone."""
+        hold = self._sending[0]
+        if hold is not None:
+            hold.wait()
+            self._sending = (hold, hold.mark())
+
+    def _hold_back(self, text: str, why: str, detail: str, *, input_sent: bool = False) -> DeliveryResult:
         """Send nothing; leave the text on the clipboard for the user to paste where it belongs."""
         kept = self.fallback.deliver(text)
         tail = f"{ON_CLIPBOARD}, paste it yourself" if kept.ok else f"the text is only in history ({kept.message})"
         log.warning("text not sent: %s (%s); %s", why, detail, tail)
         message = f"not delivered: {why}; {tail}"
-        return DeliveryResult(self.fallback.name, False, message, on_clipboard=kept.ok, held_back=why)
+        return DeliveryResult(
+            self.fallback.name, False, message, on_clipboard=kept.ok, input_sent=input_sent, held_back=why
+        )
 
     def flush(self) -> RestoreOutcome | None:
         """Call on quit: put the user's clipboard back now if a restore is pending, and undo
@@ -237,12 +299,14 @@ def choose_backend(
     platform: str | None = None,
     host: Host | None = None,
     own_window: Callable[[], str | None] | None = None,
+    hold: KeyHold | None = None,
 ) -> OutputChain:
     """The output path for this session, as one OutputBackend (an OutputChain).
 
     `options`: OutputOptions, a settings object with the same attribute names, or None.
     `environment`: defaults to os.environ; `platform` to sys.platform; `host` runs the tools.
     `own_window`: the app's answer to "which of our windows has the focus?" (see `focus.FocusGuard`).
+    `hold`: which hotkeys of ours are held; keys wait for their release (see `hold.KeyHold`).
     """
     options, session, host, keeper = _context(options, environment, platform, host)
     names, forced = plan_backends(session.kind, options.backend, options.method)
@@ -254,7 +318,7 @@ def choose_backend(
         else f"{options.backend}, {options.method} only"
     )
     guard = FocusGuard(session, host, own_window=own_window, timeout=options.command_timeout_s)
-    chain = OutputChain(label, backends, fallback, session, keeper, guard)
+    chain = OutputChain(label, backends, fallback, session, keeper, guard, hold)
     log.info("%s", chain.describe())
     return chain
 

@@ -8,6 +8,7 @@ text up front (nothing is sent), so the chain falls back instead of typing garba
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from dictation.output.base import Availability, DeliveryResult, InjectionError, OutputOptions
 from dictation.output.keys import KeySender
@@ -16,6 +17,8 @@ log = logging.getLogger(__name__)
 
 
 class TypingBackend:
+    before_keys: Callable[[], None] | None = None  # called right before the first key (OutputChain: hold.KeyHold)
+
     def __init__(self, name: str, keys: KeySender, options: OutputOptions):
         self.name, self.keys, self.options = name, keys, options
 
@@ -42,6 +45,8 @@ class TypingBackend:
             return DeliveryResult(self.name, False, available.reason)
         if not self.keys.unicode_typing and not text.isascii():
             return DeliveryResult(self.name, False, f"{self.keys.name} cannot type non-ASCII characters here")
+        if self.before_keys is not None:
+            self.before_keys()
         try:
             self.keys.type_text(text, self.options.type_delay_ms)
         except InjectionError as exc:

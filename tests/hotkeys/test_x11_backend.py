@@ -35,6 +35,7 @@ BINDINGS = {
     "cancel": "esc",
     "sided": "right_ctrl+F7",
     "sync": "F12",
+    "mark": "menu",  # Run.held()'s barrier: unlike F12 (Ctrl+Alt+F12 switches the console) it works with any modifier
 }
 
 
@@ -127,6 +128,7 @@ class Run:
         )
         assert self.backend.wait_ready(TIMEOUT)
         self.sentinels = 0
+        self.state: set[str] = set()  # held(): the bindings held, by the events reported
 
     def keys(self, *args: str) -> None:
         xdotool(self.display, *args)
@@ -149,6 +151,22 @@ class Run:
             reported.append((name, pressed))
             self.times.append(t)
         return reported, self.target.events_until_sentinel()
+
+    def held(self) -> set[str]:
+        """The bindings held now, by the backend's own events so far (Menu is the barrier: it is
+        grabbed, so it comes to the backend even while a chord holds the keyboard)."""
+        self.keys("key", "Menu")
+        while True:
+            try:
+                name, pressed, _t = self.events.get(timeout=TIMEOUT)
+            except queue.Empty:
+                pytest.fail(f"the backend never reported the Menu barrier; held so far {self.state}")
+            if name == "mark":
+                if not pressed:
+                    return set(self.state)
+                continue
+            assert pressed != (name in self.state), f"{name} {'pressed' if pressed else 'released'} twice"
+            self.state = self.state | {name} if pressed else self.state - {name}
 
     def stop(self):
         self.backend.stop()
@@ -251,6 +269,60 @@ def test_escape_is_taken_only_while_the_cancel_key_is_enabled(run):
     r.backend.set_enabled("cancel", False)  # and this when it ends
     assert r.backend.settle()
     r.keys("key", "Escape")
+    reported, seen = r.sync()
+    assert reported == [] and keys_of(seen, "PRESS") == {QT_ESCAPE}
+
+
+# (keys pressed, the bindings held afterwards): each release ends its own chord, no other, and no
+# earlier (issue 25 §4b: a release that ended every held chord left the final events the same)
+HOLD_STEPS = [
+    (("keydown", "F9"), {"ptt"}),
+    (("key", "Escape"), {"ptt"}),  # Esc's release ends the cancel key alone
+    (("keydown", "Escape"), {"ptt", "cancel"}),
+    (("keyup", "Escape"), {"ptt"}),
+    (("keyup", "F9"), set()),
+    (("keydown", "ctrl+alt+space"), {"dictate"}),
+    (("keyup", "ctrl"), {"dictate"}),  # a modifier goes up first: the chord lasts until Space does
+    (("key", "Escape"), {"dictate"}),
+    (("keydown", "F9"), {"dictate", "ptt"}),
+    (("keyup", "F9"), {"dictate"}),
+    (("keyup", "alt"), {"dictate"}),
+    (("keyup", "space"), set()),
+    (("keydown", "Escape"), {"cancel"}),
+    (("keydown", "F9"), {"cancel", "ptt"}),
+    (("keyup", "Escape"), {"ptt"}),  # the key that took the keyboard goes up first: F9 is still held
+    (("key", "z"), {"ptt"}),  # and the keyboard is still ours: z goes to the backend, not the window
+    (("keyup", "F9"), set()),
+]
+
+
+def test_each_release_ends_only_its_own_chord_at_its_own_time(run, target):
+    r = run()
+    r.backend.set_enabled("cancel", True)
+    assert r.backend.settle()
+    assert r.sync() == ([], [])
+    typed, sentinels = target.text.lower(), r.sentinels
+    for i, (keys, held) in enumerate(HOLD_STEPS):
+        r.keys(*keys)
+        assert r.held() == held, f"step {i}: after {' '.join(keys)}"
+    reported, seen = r.sync()
+    assert reported == [] and not [e for e in seen if e[1] in (QT_F9, QT_ESCAPE, QT_SPACE)]
+    assert target.text.lower() == typed + "z" * (r.sentinels - sentinels)  # the z of the steps never arrived
+
+
+def test_a_key_disabled_while_it_is_held_still_reports_its_release(run):
+    """Esc cancels, the app disables the cancel key at once, Esc goes up: that release is reported,
+    or the output would think Esc held for ever and keep every text waiting (output.hold)."""
+    r = run()
+    r.backend.set_enabled("cancel", True)
+    assert r.backend.settle()
+    r.keys("keydown", "Escape")
+    assert r.held() == {"cancel"}
+    r.backend.set_enabled("cancel", False)  # the recording it cancelled has ended
+    assert r.backend.settle()
+    r.keys("keyup", "Escape")
+    assert r.held() == set()
+    r.keys("key", "Escape")  # and while disabled it is not reported at all: it goes to the window
     reported, seen = r.sync()
     assert reported == [] and keys_of(seen, "PRESS") == {QT_ESCAPE}
 
