@@ -187,9 +187,7 @@ def test_paused_hotkeys_are_ignored_and_cancel_discards(rig, qtbot):
     r.hotkeys.release()
     r.c.set_hotkeys_paused(False)
 
-    r.recorders.next_samples(speech())
-    r.hotkeys.press()
-    r.wait_status(Status.RECORDING)
+    r.hold(speech())  # the start cue comes once the microphone is live; cancel after it
     r.hotkeys.press("cancel")
     r.wait_status(Status.IDLE)
     r.hotkeys.release()
