@@ -267,7 +267,9 @@ def test_the_tray_advice_fits_the_desktop():
     assert xfce.fix == openbox.fix
     sway = tray_check(False, {"WAYLAND_DISPLAY": "wayland-1", "SWAYSOCK": "/run/sway.sock"}, "linux", live=True)
     assert "swaybar" in sway.fix and "waybar" in sway.fix and "tint2" not in sway.fix
-    hyprland = tray_check(False, {"WAYLAND_DISPLAY": "wayland-1", "XDG_CURRENT_DESKTOP": "Hyprland"}, "linux", live=True)
+    hyprland = tray_check(
+        False, {"WAYLAND_DISPLAY": "wayland-1", "XDG_CURRENT_DESKTOP": "Hyprland"}, "linux", live=True
+    )
     assert "waybar" in hyprland.fix and "tint2" not in hyprland.fix
 
 

@@ -184,7 +184,9 @@ def _shown_whole(tree, item, column: int) -> bool:
     style = tree.style()
     area = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, tree)
     width = area.width() - 2 * (style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, tree) + 1)
-    needed = QFontMetrics(option.font).boundingRect(QRect(0, 0, width, 100_000), Qt.TextFlag.TextWordWrap, item.text(column))
+    needed = QFontMetrics(option.font).boundingRect(
+        QRect(0, 0, width, 100_000), Qt.TextFlag.TextWordWrap, item.text(column)
+    )
     return width > 0 and needed.height() <= area.height()
 
 
@@ -197,7 +199,11 @@ def test_every_check_name_and_result_is_shown_whole_at_the_default_size(qtbot, c
         window.bring_forward("diagnostics")
     qtbot.waitExposed(window)
     tree = page.tree
-    rows = [tree.topLevelItem(i).child(j) for i in range(tree.topLevelItemCount()) for j in range(tree.topLevelItem(i).childCount())]
+    rows = [
+        tree.topLevelItem(i).child(j)
+        for i in range(tree.topLevelItemCount())
+        for j in range(tree.topLevelItem(i).childCount())
+    ]
     assert {"Grab ctrl+alt+space", "Grab ctrl+alt+shift+super+F12"} <= {row.text(0) for row in rows}
     cut = [(row.text(0), column) for row in rows for column in (0, 1) if not _shown_whole(tree, row, column)]
     assert cut == []  # before: "Grab …"

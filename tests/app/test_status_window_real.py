@@ -85,7 +85,11 @@ def test_on_sway_the_status_window_floats_and_stays_small(sway, tmp_path):  # no
         app.ask(f"notify {NO_HOTKEYS}")
         grown = wait_until(
             lambda: next(
-                (n for n in _sway_windows(sway) if n["name"] == "Ready — Dictation" and n["rect"]["height"] > rect["height"]),
+                (
+                    n
+                    for n in _sway_windows(sway)
+                    if n["name"] == "Ready — Dictation" and n["rect"]["height"] > rect["height"]
+                ),
                 None,
             ),
             10,
