@@ -251,6 +251,8 @@ def cmd_train_adapter(args: argparse.Namespace) -> int:
         print(f"  base: NF4{dq}, {report.base_bits_per_parameter:.3f} bits per parameter")
     if report.before is not None and report.after is not None:
         print(f"  held out: before {report.before}; after {report.after}")
+    elif report.unscored:
+        print(f"  held out: {report.unscored}")
     return 0
 
 

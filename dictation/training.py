@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Fewer held-out clips give no WER/CER: one clip's figure is noise ("WER 960.0% on 1 held-out clip").
+# They are trained on instead, and the report says why there are no figures (``unscored``).
+MIN_HELD_OUT = 3
+
 __all__ = [
     "Progress",
     "Sample",
@@ -87,6 +91,7 @@ class TrainReport:
     val_clips: int
     before: Score | None = None  # the held-out clips without the adapter (None without ``val``)
     after: Score | None = None  # with it
+    unscored: str = ""  # why there are no figures although ``val`` asked for some ("" otherwise)
     losses: list[float] = field(default_factory=list)
 
 
@@ -255,6 +260,14 @@ def train_adapter(
             raise TrainingError(f"{out}: already exists; choose a new output folder (nothing is overwritten)")
         train.base_model_folder(model)  # before any work
         train_ids, val_ids = split(len(samples), val, options.seed)
+        unscored = ""
+        if 0 < len(val_ids) < MIN_HELD_OUT:
+            unscored = (
+                f"no WER/CER: {len(val_ids)} held-out clip{'s' * (len(val_ids) != 1)} would give no "
+                f"meaningful figure (it takes {MIN_HELD_OUT}), so all {len(samples)} clips were trained on"
+            )
+            train_ids, val_ids = sorted(train_ids + val_ids), []
+            status(unscored)
         examples = load_examples(samples, load_audio_16k)
         references = [samples[i].text for i in val_ids]
         held_out = [examples[i].audio for i in val_ids]
@@ -300,5 +313,6 @@ def train_adapter(
         val_clips=len(val_ids),
         before=before,
         after=after,
+        unscored=unscored,
         losses=list(result.losses),
     )

@@ -117,25 +117,42 @@ def test_real_peft_on_the_official_model_gives_our_ids_and_merged_equals_unmerge
     assert transcribe(capsys, merged, [clip])[0]["token_ids"] == ours
 
 
-def test_the_report_names_bits_per_parameter_and_the_held_out_scores(capsys, ckpt, data, tmp_path):
+def test_the_report_names_bits_per_parameter_and_the_held_out_scores(capsys, ckpt, tmp_path):
+    for i in range(4):  # three held out (the fewest that give figures), one trained on
+        write_wav(tmp_path / f"clip{i}.wav", synth_audio(1.0 + 0.25 * i, seed=40 + i), 16000)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"audio": f"clip{i}.wav", "text": LINES[i % 2]}) + "\n" for i in range(4)))
     out = tmp_path / "adapter"
     code, stdout, err = run(capsys, "train-adapter", "--model", ckpt, "--data", data, "--out", out, "--epochs", "2",
-                            "--rank", "2", "--val", "0.5", "--device", "cpu")  # fmt: skip
+                            "--rank", "2", "--val", "0.75", "--device", "cpu")  # fmt: skip
     assert code == 0, err
-    assert "2 steps on 1 clips" in stdout  # one clip held out: two epochs of the other
+    assert "2 steps on 1 clips" in stdout  # three clips held out: two epochs of the other
     assert re.search(r"base: NF4, 4\.1\d\d bits per parameter", stdout)  # 4.127 + the offset's 32 bits per layer
-    assert "step 2/2  loss" in err and "transcribing 1 held-out clip without the adapter" in err
-    # the figures are those of the engine's own transcripts of the held-out clip, without and with it
+    assert "step 2/2  loss" in err and "transcribing 3 held-out clips without the adapter" in err
+    # the figures are those of the engine's own transcripts of the held-out clips, without and with it
     from dictation.asr import AsrEngine, EngineOptions
     from dictation.training import score, split
 
-    (held,) = split(2, 0.5, seed=0)[1]
-    clip, text = load_audio_16k(data.parent / f"clip{held}.wav"), TEXTS[held]
+    held = split(4, 0.75, seed=0)[1]
+    clips, texts = [load_audio_16k(tmp_path / f"clip{i}.wav") for i in held], [TEXTS[i % 2] for i in held]
     expected = []
     for adapters in ([], [str(out)]):
         engine = AsrEngine(EngineOptions(model=str(ckpt), device="cpu", adapters=adapters))
-        expected.append(score([text], [engine.transcribe(clip).text]))
+        expected.append(score(texts, [engine.transcribe(clip).text for clip in clips]))
     assert f"held out: before {expected[0]}; after {expected[1]}" in stdout
+
+
+def test_one_held_out_clip_gives_no_figure_and_the_report_says_why(capsys, ckpt, data, tmp_path):
+    """One clip's WER said "960.0%": fewer than three held out are trained on, and no figure is given."""
+    out = tmp_path / "adapter"
+    code, stdout, err = run(capsys, "train-adapter", "--model", ckpt, "--data", data, "--out", out, "--steps", "1",
+                            "--rank", "2", "--bits", "16", "--val", "0.5", "--device", "cpu")  # fmt: skip
+    assert code == 0, err
+    assert "1 steps on 2 clips" in stdout and "before" not in stdout and "transcribing" not in err
+    assert (
+        "  held out: no WER/CER: 1 held-out clip would give no meaningful figure (it takes 3), "
+        "so all 2 clips were trained on\n"
+    ) in stdout
 
 
 def test_from_history_trains_on_the_corrected_dictations(capsys, ckpt, tmp_path, monkeypatch):

@@ -256,6 +256,23 @@ def test_tray_guess_from_the_session_bus(make_path, monkeypatch):
     assert tray.status == "info"
 
 
+def test_the_tray_advice_fits_the_desktop():
+    """The running app's answer (live): waybar only where a Wayland compositor may use it."""
+    from dictation.doctor import tray_check
+
+    openbox = tray_check(False, {"DISPLAY": ":0", "XDG_SESSION_TYPE": "x11"}, "linux", live=True)
+    assert openbox.status == "warning" and "waybar" not in openbox.fix  # before: "(waybar: the `tray` module)"
+    assert "tint2" in openbox.fix and "panel" in openbox.fix
+    xfce = tray_check(False, {"DISPLAY": ":0", "XDG_CURRENT_DESKTOP": "XFCE"}, "linux", live=True)
+    assert xfce.fix == openbox.fix
+    sway = tray_check(False, {"WAYLAND_DISPLAY": "wayland-1", "SWAYSOCK": "/run/sway.sock"}, "linux", live=True)
+    assert "swaybar" in sway.fix and "waybar" in sway.fix and "tint2" not in sway.fix
+    hyprland = tray_check(
+        False, {"WAYLAND_DISPLAY": "wayland-1", "XDG_CURRENT_DESKTOP": "Hyprland"}, "linux", live=True
+    )
+    assert "waybar" in hyprland.fix and "tint2" not in hyprland.fix
+
+
 def test_bus_name_has_owner_without_a_bus_is_none(tmp_path):
     bus_name_has_owner = REAL_BUS_NAME_HAS_OWNER
     assert bus_name_has_owner("org.kde.StatusNotifierWatcher", {"XDG_RUNTIME_DIR": str(tmp_path)}) is None

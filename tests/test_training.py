@@ -142,19 +142,40 @@ def test_stopping_while_scoring_the_held_out_clips(ckpt_root, tmp_path):
 
     ckpt = training_checkpoint(ckpt_root)
     samples = []
-    for i in range(2):
+    for i in range(4):  # three held out: the fewest that are scored
         write_wav(tmp_path / f"{i}.wav", synth_audio(0.5, seed=70 + i), 16000)
         samples.append(make_sample(tmp_path / f"{i}.wav", f"Clip {i}.", None, f"clip {i}"))
     options = TrainOptions(steps=1, rank=2, bits=16)
     with pytest.raises(TrainingCancelled, match="before it began; nothing was written"):
-        train_adapter(str(ckpt), samples, tmp_path / "a", options, device="cpu", val=0.5, should_stop=lambda: True)
+        train_adapter(str(ckpt), samples, tmp_path / "a", options, device="cpu", val=0.75, should_stop=lambda: True)
     assert not (tmp_path / "a").exists() and not (tmp_path / ".a.training").exists()
     statuses = []
 
     def scoring_the_adapter():
         return "with the adapter" in statuses[-1]
 
-    report = train_adapter(str(ckpt), samples, tmp_path / "b", options, device="cpu", val=0.5,
+    report = train_adapter(str(ckpt), samples, tmp_path / "b", options, device="cpu", val=0.75,
                            on_status=statuses.append, should_stop=scoring_the_adapter)  # fmt: skip
     assert report.before is not None and report.after is None and (tmp_path / "b" / "adapter_config.json").is_file()
     assert statuses[-1] == "scoring the adapter cancelled; the adapter is kept"
+
+
+def test_fewer_than_three_held_out_clips_are_trained_on_and_give_no_figures(ckpt_root, tmp_path):
+    """A figure on one or two clips is noise ("WER 960.0% on 1 held-out clip"): none is given, the
+    report says why, and those clips are trained on instead of being set aside for nothing."""
+    from dictation.asr.tune.data import make_sample
+    from dictation.training import MIN_HELD_OUT
+
+    ckpt = training_checkpoint(ckpt_root)
+    samples = []
+    for i in range(3):
+        write_wav(tmp_path / f"{i}.wav", synth_audio(0.5, seed=80 + i), 16000)
+        samples.append(make_sample(tmp_path / f"{i}.wav", f"Clip {i}.", None, f"clip {i}"))
+    assert len(split(3, 0.5, seed=0)[1]) == 2 < MIN_HELD_OUT == 3
+    statuses = []
+    report = train_adapter(str(ckpt), samples, tmp_path / "a", TrainOptions(steps=1, rank=2, bits=16), device="cpu",
+                           val=0.5, on_status=statuses.append)  # fmt: skip
+    assert (report.before, report.after, report.val_clips, report.train_clips) == (None, None, 0, 3)
+    why = "no WER/CER: 2 held-out clips would give no meaningful figure (it takes 3), so all 3 clips were trained on"
+    assert report.unscored == why
+    assert statuses == [why, "training on 3 clips"]  # nothing transcribed

@@ -4,7 +4,8 @@ A command's send time is the press time where it is plausible on this app's cloc
 `toggle` that starts) is answered once the microphone records, so a late or failed start is told to
 the command too (`late_ms`, `warning`, ``ok`` false), or after `START_REPLY_MS` all the same. The
 waiting answer is part of its take (`dictation.takes.Take.start_reply`). A mixin of `AppController`
-(its state and signals are the controller's), kept apart to be read alone.
+(its state and signals are the controller's), kept apart to be read alone. `show-settings` and
+`show-history` are answered before their window opens.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+
+from PySide6.QtCore import QTimer
 
 from dictation import session as S
 
@@ -51,8 +54,8 @@ class Commands:
             "stop": lambda: self._dispatch(S.StopRequested(t)),
             "cancel": self.cancel_dictation,
             "status": lambda: None,
-            "show-settings": lambda: self.show_settings_requested.emit(""),
-            "show-history": self.show_history_requested.emit,
+            "show-settings": lambda: self._after_the_reply(self.show_settings_requested.emit, ""),
+            "show-history": lambda: self._after_the_reply(self.show_history_requested.emit),
             "quit": self.quit_requested.emit,
         }
         if command not in actions:
@@ -68,6 +71,11 @@ class Commands:
                 self._reply_timer.start(START_REPLY_MS)
             return None
         return self._status_reply()
+
+    def _after_the_reply(self, emit: Callable[..., None], *args: Any) -> None:
+        """Open a window once the command is answered: the settings window is built on first use,
+        which can take longer than the client waits (a second `dictation` said "did not answer")."""
+        QTimer.singleShot(0, self, lambda: emit(*args))
 
     def command_time(self, sent: float | None) -> float:
         """The time a command was sent, on this app's clock, where plausible; else now."""

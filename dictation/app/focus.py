@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -95,8 +94,9 @@ class OwnFocus(QObject):
         return self._last
 
 
-def keep_unfocused_on_map(title_prefix: str) -> bool:
-    """Ask Sway not to focus our next window whose title starts with `title_prefix` when it appears.
+def keep_unfocused_on_map(title_pattern: str) -> bool:
+    """Ask Sway not to focus our next window whose title matches the regular expression
+    `title_pattern` when it appears.
 
     Sway focuses every new window (Qt's WindowDoesNotAcceptFocus does not reach it); its `no_focus`
     rule is the one way to appear without the focus there, for windows of this process with that
@@ -109,7 +109,7 @@ def keep_unfocused_on_map(title_prefix: str) -> bool:
     host = SystemHost()
     if host.which("swaymsg") is None:
         return False
-    criteria = f'[pid={os.getpid()} title="^{re.escape(title_prefix)}"]'
+    criteria = f'[pid={os.getpid()} title="{title_pattern}"]'
     result = host.run(["swaymsg", f"no_focus {criteria}"], timeout=2.0)
     if not result.ok:
         log.info("sway did not take the no_focus rule for the status window: %s", result.failure())

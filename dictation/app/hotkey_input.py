@@ -4,8 +4,10 @@ It starts the backend (`dictation.hotkeys`) with the dictate key and, where the 
 cancel key; the listener's thread stamps each press with the clock at once (a take's pre-roll
 counts from it) and hands it to the GUI thread as `event`. Paused hotkeys are no events (a new
 hotkey is being captured); the cancel key is on only while recording, so elsewhere Esc reaches the
-user's windows. `hold` (`dictation.output.hold.KeyHold`) knows at every moment which hotkeys are
-held, straight from the listener's thread: the output waits for their release before it sends keys.
+user's windows. Where no backend works the user is told why, with how to bind `dictation toggle`
+(or start/stop) in the desktop instead. `hold` (`dictation.output.hold.KeyHold`) knows at every
+moment which hotkeys are held, straight from the listener's thread: the output waits for their
+release before it sends keys.
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ log = logging.getLogger(__name__)
 
 DICTATE = "dictate"
 CANCEL = "cancel"
+
+
+def no_backend_message(description: str) -> str:
+    """What the user is told when no global hotkey works: the reason and how to bind the app's
+    commands in the desktop instead (the per-backend reasons stay in the log and on Diagnostics)."""
+    from dictation.hotkeys.choose import COMMANDS_HINT
+
+    head = description.splitlines()[0]
+    return head if COMMANDS_HINT in head else f"{head} {COMMANDS_HINT}"
 
 
 class HotkeyInput(QObject):
@@ -51,7 +62,7 @@ class HotkeyInput(QObject):
         self.choice = choice
         log.info("%s", choice.describe())
         if choice.backend is None:
-            self.problem.emit("warning", choice.describe().splitlines()[0])
+            self.problem.emit("warning", no_backend_message(choice.describe()))
             return
         bindings = {DICTATE: hotkeys.hotkey}
         if hotkeys.cancel_key and choice.backend.name != "portal":

@@ -3,7 +3,8 @@
 The engine worker reports a load, a failure (a GPU failure is retried on the CPU once), a new model
 that failed while the previous one was kept, a move to the CPU mid-dictation, adapters it could not
 apply or left out of a load (switched off in the saved settings, and said), and an unload; each
-becomes the model label and progress the windows show and the session event the lifecycle needs.
+becomes the model label and progress the windows show and the session event the lifecycle needs;
+`model_state_text` tells a window opened later where the model stands.
 A mixin of `AppController` (its state and signals are the controller's), kept apart to be read alone.
 """
 
@@ -19,6 +20,14 @@ from dictation.app.options import adapters_skipped_message, engine_options, with
 log = logging.getLogger("dictation.app.controller")  # the controller's part: its log lines stay its own
 
 NO_MODEL_MESSAGE = "No speech model is chosen yet: open Settings → Model to download one or choose a folder."
+# The model's state in words where no message about it was given (`ModelLifecycle.model_state_text`).
+STATE_TEXT = {
+    S.ModelState.LOADING: "Loading the speech model …",
+    S.ModelState.READY: "Loaded",
+    S.ModelState.FAILED: "Failed to load (the log says why)",
+    S.ModelState.UNLOADED: "Unloaded (idle); it loads again at the next dictation.",
+    S.ModelState.NOT_CHOSEN: NO_MODEL_MESSAGE,
+}
 
 
 class ModelLifecycle:
@@ -30,6 +39,20 @@ class ModelLifecycle:
     _status: S.Status
     _model_label: str
     _cpu_fallback: bool
+    _model_said: tuple[S.ModelState, str] | None = None  # the last progress message, for the state it told
+
+    @property
+    def model_state_text(self) -> str:
+        """The model's state in words, for a window opened after the progress messages went by (the
+        Model page's Status row): the last message given for the state the session is in, else
+        that state alone."""
+        state = self.session.model_state
+        said = self._model_said
+        return said[1] if said is not None and said[0] is state else STATE_TEXT[state]
+
+    def _say(self, state: S.ModelState, text: str) -> None:
+        self._model_said = (state, text)
+        self.model_progress.emit(text)
 
     def _request_load(self, device: str | None = None) -> None:
         if self.session.model_state is not S.ModelState.LOADING:
@@ -39,7 +62,7 @@ class ModelLifecycle:
     def _on_loaded(self, label: str, seconds: float) -> None:
         self._model_label = label
         self.model_label_changed.emit(label)
-        self.model_progress.emit(f"Loaded {label} in {seconds:.1f} s")
+        self._say(S.ModelState.READY, f"Loaded {label} in {seconds:.1f} s")
         log.info("speech model ready: %s (%.1f s)", label, seconds)
         self._dispatch(S.ModelReady())
         if self._status is S.Status.IDLE:
@@ -58,15 +81,16 @@ class ModelLifecycle:
                 f"The GPU could not be used ({message}). Loading the model on the CPU instead; "
                 "dictation will be slower.",
             )
-            self.model_progress.emit(f"GPU failed: {message}; loading on the CPU …")
+            self._say(S.ModelState.LOADING, f"GPU failed: {message}; loading on the CPU …")
             self._load.emit(functools.partial(engine_options, self._settings, device="cpu"))
             return
-        self.model_progress.emit(f"Failed: {message}")
+        self._say(S.ModelState.FAILED, f"Failed: {message}")
         self._dispatch(S.ModelFailed(message))
 
     def _on_kept_previous(self, message: str, label: str) -> None:
         self._notify("error", f"The new speech model could not be loaded: {message}. Still using {label}.")
         self._on_loaded(label, 0.0)
+        self._say(S.ModelState.READY, f"Still using {label}: the new model could not be loaded ({message})")
 
     def _on_moved_to_cpu(self, message: str, label: str) -> None:
         self._cpu_fallback = True
@@ -104,8 +128,8 @@ class ModelLifecycle:
         self.model_label_changed.emit("")
         if self._settings.engine.model and self.session.model_state is S.ModelState.READY:
             log.info("speech model unloaded after %d idle minutes", self._settings.engine.idle_unload_minutes)
-            self.model_progress.emit("Unloaded (idle); it loads again at the next dictation.")
+            self._say(S.ModelState.UNLOADED, STATE_TEXT[S.ModelState.UNLOADED])
             self._dispatch(S.ModelUnloaded())
         elif not self._settings.engine.model:
-            self.model_progress.emit(NO_MODEL_MESSAGE)
+            self._say(S.ModelState.NOT_CHOSEN, NO_MODEL_MESSAGE)
             self._dispatch(S.ModelNotChosen())

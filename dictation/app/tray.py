@@ -9,12 +9,16 @@ hotkeys and quit. Notifications from the controller appear as tray balloons.
 Without a system tray (bare X servers, GNOME without the AppIndicator extension, Sway without a
 status notifier host) the same menu lives on a small always-available window, and the log says why.
 That window never takes the keyboard focus (see `dictation.app.focus`): dictated text goes to the
-window the user was working in, and a click on its Menu button leaves the focus there too.
+window the user was working in, and a click on its Menu button leaves the focus there too. Its width
+is fixed (`STATUS_WIDTH`), so tiling compositors (Sway) float it instead of giving it half the
+screen, and its height follows its last message. Its title is "<status> — Dictation": Qt appends the
+application's display name to a title that does not end with it.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,8 +53,9 @@ STATUS_TEXT = {
 }
 VARIANTS = (("auto", "Automatic precision"), ("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32"))
 NO_MODEL_TEXT = "Choose a speech model"
-STATUS_TITLE, TITLE_SEPARATOR = "Dictation", " — "  # the status window's title: "Dictation — Ready"
+APP_TITLE, TITLE_SEPARATOR = "Dictation", " — "  # the application's display name (dictation.app.main)
 PAUSED_TEXT = "Ready (hotkeys paused)"
+STATUS_WIDTH = 340  # fixed: Sway floats a window whose minimum and maximum widths are equal
 _LEVEL_ICON = {
     "info": QSystemTrayIcon.MessageIcon.Information,
     "warning": QSystemTrayIcon.MessageIcon.Warning,
@@ -65,6 +70,18 @@ def status_text(controller: AppController) -> str:
     if controller.status is Status.IDLE and controller.hotkeys_paused:
         return PAUSED_TEXT
     return STATUS_TEXT[controller.status]
+
+
+def window_title(status: str) -> str:
+    """The status window's title, "Ready — Dictation" (ending with the display name, Qt adds nothing)."""
+    return f"{status}{TITLE_SEPARATOR}{APP_TITLE}"
+
+
+def status_title_pattern() -> str:
+    """A regular expression for every title the status window can have (Sway's `no_focus` rule):
+    "— Dictation" alone would match the other windows too ("Dictation settings — Dictation")."""
+    texts = sorted({*STATUS_TEXT.values(), NO_MODEL_TEXT, PAUSED_TEXT})
+    return f"^({'|'.join(map(re.escape, texts))}){re.escape(TITLE_SEPARATOR + APP_TITLE)}$"
 
 
 def elide(text: str, width: int = 48) -> str:
@@ -182,11 +199,12 @@ class StatusWindow(QWidget):
         super().__init__(None, Qt.WindowType.Window | Qt.WindowType.WindowDoesNotAcceptFocus)
         self.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.setWindowTitle(STATUS_TITLE)
+        self.setWindowTitle(APP_TITLE)
         self.icon_label = QLabel()
         self.status_label = QLabel()
         self.message_label = QLabel()
         self.message_label.setWordWrap(True)
+        self.message_label.hide()  # until there is a message
         menu_button = QPushButton("Menu")
         menu_button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         menu_button.setMenu(menu)
@@ -197,7 +215,23 @@ class StatusWindow(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.message_label)
-        self.resize(320, 90)
+        self.setFixedWidth(STATUS_WIDTH)
+        self.fit()
+
+    def show_message(self, message: str) -> None:
+        self.message_label.setText(message)
+        self.message_label.setVisible(bool(message))
+        self.fit()
+
+    def fit(self) -> None:
+        """As tall as the wrapped message needs at the fixed width (a minimum height, so a tiling
+        compositor sees a window that wants to float; the user may make it taller)."""
+        layout = self.layout()
+        layout.activate()
+        height = max(layout.totalHeightForWidth(STATUS_WIDTH), layout.totalMinimumSize().height())
+        self.setMinimumHeight(height)
+        if self.height() < height or not self.isVisible():
+            self.resize(STATUS_WIDTH, height)
 
 
 class Tray(QObject):
@@ -231,7 +265,7 @@ class Tray(QObject):
             self.window = StatusWindow(self.menu)
             self.window.setWindowIcon(icon("app"))
             self.refresh()  # its title is final before it appears (Sway's rule below matches it)
-            keep_unfocused_on_map(STATUS_TITLE + TITLE_SEPARATOR)
+            keep_unfocused_on_map(status_title_pattern())
             self.window.show()  # never raise_() or activateWindow(): it must not take the focus
         controller.status_changed.connect(self.refresh)
         controller.model_label_changed.connect(self.refresh)
@@ -269,13 +303,13 @@ class Tray(QObject):
             self.window.icon_label.setPixmap(shown.pixmap(24, 24))
             self.window.status_label.setText(status_text(self.controller))
             self.window.status_label.setToolTip(tip)
-            self.window.setWindowTitle(f"{STATUS_TITLE}{TITLE_SEPARATOR}{status_text(self.controller)}")
+            self.window.setWindowTitle(window_title(status_text(self.controller)))
 
     def notify(self, level: str, message: str) -> None:
         if self.tray is not None and QSystemTrayIcon.supportsMessages():
             self.tray.showMessage("Dictation", message, _LEVEL_ICON.get(level, _LEVEL_ICON["info"]), 6000)
         if self.window is not None:
-            self.window.message_label.setText(message)
+            self.window.show_message(message)
 
     def _activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:
         if reason == QSystemTrayIcon.ActivationReason.Trigger:

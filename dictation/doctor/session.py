@@ -204,8 +204,20 @@ def tray_check(available: bool | None, env: Mapping[str, str], platform: str, *,
     elif desktop == "kde":
         fix = "add the System Tray widget to a panel"
     else:
-        fix = "add a StatusNotifier tray to your panel or bar (waybar: the `tray` module)"
+        fix = _tray_fix(session.kind, desktop)
     return Check("Session", name, "warning", detail, fix)
+
+
+def _tray_fix(kind: str, desktop: str) -> str:
+    """How to get a tray where none was found, for this kind of session (waybar is Wayland-only)."""
+    if kind == "x11":
+        return (
+            "add a notification area (system tray) to your desktop's panel, or with a bare window manager "
+            "(openbox, i3, ...) run a panel that has one, such as `tint2` or `trayer`"
+        )
+    if desktop == "sway":
+        return "give swaybar a tray (`tray_output` in its `bar` block), or add the `tray` module to waybar"
+    return "add a StatusNotifier tray to your panel or bar (waybar: the `tray` module)"
 
 
 def bus_name_has_owner(name: str, env: Mapping[str, str] | None = None) -> bool | None:

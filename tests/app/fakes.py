@@ -53,6 +53,7 @@ class FakeController(QObject):
         self._history = History(Path(folder) / "history.sqlite3")
         self._status = Status.IDLE
         self._model_label = ""
+        self.model_state_text = "Loaded" if self._settings.engine.model else "No speech model is chosen yet"
         self._paused = False
         self.level = 0.0
         self.level_polls = 0

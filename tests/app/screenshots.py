@@ -182,6 +182,8 @@ def _tray_shots(controller) -> list[Path]:
     model_menu.close()
     menu.close()
 
+    paths.append(_status_window_shot(controller))
+
     states = [(status_icon(status), STATUS_TEXT[status]) for status in Status]
     states.append((status_icon(Status.IDLE, paused=True), PAUSED_TEXT))
     strip = QPixmap(len(states) * 190, 80)
@@ -196,6 +198,29 @@ def _tray_shots(controller) -> list[Path]:
     strip.save(str(path))
     paths.append(path)
     return paths
+
+
+def _status_window_shot(controller) -> Path:
+    """The status window (no system tray) telling that no global hotkey works, with its advice."""
+    from PySide6.QtCore import Signal
+    from PySide6.QtTest import QTest
+
+    from dictation.app.hotkey_input import no_backend_message
+    from dictation.app.tray import Tray
+    from dictation.hotkeys.choose import COMMANDS_HINT
+
+    class _Controller(type(controller)):
+        hotkeys_paused_changed = Signal(bool)
+
+    own = _Controller(controller.store.path.parent / "status-window")
+    tray = Tray(own, lambda page: None, lambda: None, force_window=True)
+    head = "Hotkeys: none of the global hotkey backends works in this Wayland session (sway)."
+    own.notified.emit("warning", no_backend_message(f"{head}\n{COMMANDS_HINT}"))
+    QTest.qWait(100)
+    path = save_screenshot(tray.window, "tray-status-window")
+    tray.hide()
+    own.close()
+    return path
 
 
 def main(argv: list[str]) -> int:

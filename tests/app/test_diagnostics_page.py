@@ -161,6 +161,54 @@ def test_the_real_checks_in_the_settings_window(qtbot, controller):
     assert (model.status, model.fix) == ("problem", NO_MODEL_FIX)  # the fake controller has no model
 
 
+LONG_NAMES = [
+    *FIRST,
+    Check("Hotkeys", "Grab ctrl+alt+space", "ok", "free: the app takes the hotkey from other programs"),
+    Check("Hotkeys", "Grab ctrl+alt+shift+super+F12", "ok", "free: the app takes the hotkey from other programs"),
+    Check("Output", "Text delivery", "ok", "xdotool-paste: " + "a long result that wraps onto more lines " * 6),
+]
+
+
+def _shown_whole(tree, item, column: int) -> bool:
+    """Whether the text of ``item`` in ``column`` fits the area the style draws it in (wrapped at its
+    width, as many lines as its height holds); text that does not is elided ("Grab …")."""
+    from PySide6.QtCore import QRect, Qt
+    from PySide6.QtGui import QFontMetrics
+    from PySide6.QtWidgets import QStyle, QStyleOptionViewItem
+
+    index = tree.indexFromItem(item, column)
+    option = QStyleOptionViewItem()
+    tree.initViewItemOption(option)  # as the tree paints: the icon size, word wrap
+    tree.itemDelegate().initStyleOption(option, index)
+    option.rect = tree.visualRect(index)
+    style = tree.style()
+    area = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, tree)
+    width = area.width() - 2 * (style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, tree) + 1)
+    needed = QFontMetrics(option.font).boundingRect(
+        QRect(0, 0, width, 100_000), Qt.TextFlag.TextWordWrap, item.text(column)
+    )
+    return width > 0 and needed.height() <= area.height()
+
+
+def test_every_check_name_and_result_is_shown_whole_at_the_default_size(qtbot, controller, monkeypatch):
+    monkeypatch.setattr(diagnostics, "doctor_in_a_process", Runner(LONG_NAMES))
+    window = SettingsWindow(controller)  # its default size
+    qtbot.addWidget(window)
+    page = window.page("diagnostics")
+    with qtbot.waitSignal(page.finished, timeout=10_000):
+        window.bring_forward("diagnostics")
+    qtbot.waitExposed(window)
+    tree = page.tree
+    rows = [
+        tree.topLevelItem(i).child(j)
+        for i in range(tree.topLevelItemCount())
+        for j in range(tree.topLevelItem(i).childCount())
+    ]
+    assert {"Grab ctrl+alt+space", "Grab ctrl+alt+shift+super+F12"} <= {row.text(0) for row in rows}
+    cut = [(row.text(0), column) for row in rows for column in (0, 1) if not _shown_whole(tree, row, column)]
+    assert cut == []  # before: "Grab …"
+
+
 def test_the_doctor_child_of_a_frozen_app_gets_the_users_environment(monkeypatch, tmp_path):
     """`dictation doctor --json` runs as a child process; in the frozen app it must not inherit the
     bundle's library path (issue 15, item 3). The child here records its environment and answers."""

@@ -353,7 +353,7 @@ def test_success_switches_the_adapter_on_and_shows_the_figures(qtbot, setup, tmp
     controller.change_settings_elsewhere(
         controller.settings.replace(engine=controller.settings.engine.replace(adapters=(older, other)))
     )
-    corrected_entries(controller, tmp_path, 5)
+    corrected_entries(controller, tmp_path, 15)
     settings_window = open_settings(controller)
     page = settings_window.page("model")
     panel = page.personalise
@@ -364,23 +364,59 @@ def test_success_switches_the_adapter_on_and_shows_the_figures(qtbot, setup, tmp
     qtbot.waitUntil(lambda: bool(finished), timeout=10_000)
     message, error = finished[0]
     out = trainer.calls[0]["out"]
-    assert trainer.calls[0]["val"] == 0.2  # five entries: one held out
+    assert trainer.calls[0]["val"] == 0.2  # fifteen entries: three held out
     assert not error
     assert message == (
-        "Personal adapter trained on 4 dictations in 1 min 15 s and switched on. Held-out dictations before: "
-        "WER 50.0%, CER 25.0% on 1 held-out clips; after: WER 12.5%, CER 6.2% on 1 held-out clips."
+        "Personal adapter trained on 12 dictations in 1 min 15 s and switched on. Held-out dictations before: "
+        "WER 50.0%, CER 25.0% on 3 held-out clips; after: WER 12.5%, CER 6.2% on 3 held-out clips."
     )
     assert panel.text() == message
     saved = controller.saved_settings().engine.adapters
     assert saved == (older.replace(enabled=False), other, Adapter(path=str(out), enabled=True))
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
     report = json.loads((out / P.REPORT_FILE).read_text())
-    assert report["before"]["wer"] == 0.5 and report["after"]["cer"] == 0.0625 and report["val_clips"] == 1
+    assert report["before"]["wer"] == 0.5 and report["after"]["cer"] == 0.0625 and report["val_clips"] == 3
     assert "my words" not in (out / P.REPORT_FILE).read_text()  # numbers, never the dictations' text
     assert stat.S_IMODE((out / P.REPORT_FILE).stat().st_mode) == 0o600
     item = page.adapter_list.table.item(2, 0)
     assert item.checkState() == Qt.CheckState.Checked
     assert "after: WER 12.5%" in item.toolTip() and str(out) in item.toolTip()
+
+
+@pytest.mark.parametrize("entries", [5, 12])
+def test_too_few_dictations_to_hold_three_out_give_no_figures_and_say_why(
+    qtbot, setup, tmp_path, make_adapter, entries
+):
+    """With 5 corrected dictations one was held out and its WER shown ("WER 960.0% on 1 held-out
+    clip"): a figure takes three held out, so 13 dictations; with fewer every one is trained on."""
+    assert round(P.HOLD_OUT_FROM * P.HOLD_OUT_SHARE) >= P.MIN_HELD_OUT > round((P.HOLD_OUT_FROM - 1) * P.HOLD_OUT_SHARE)
+    from dictation import training
+
+    assert P.MIN_HELD_OUT == training.MIN_HELD_OUT
+    trainer = FakeTrainer(make_adapter("trained"))
+    controller = setup(trainer)
+    corrected_entries(controller, tmp_path, entries)
+    p = controller.personaliser
+    assert "(with 13 or more, some are held out to measure it)" in p.describe()
+    assert p.start() is None
+    qtbot.waitUntil(lambda: not p.running, timeout=10_000)
+    assert trainer.calls[0]["val"] == 0.0 and not p.last_error
+    assert p.last_message == (
+        f"Personal adapter trained on {entries} dictations in 1 min 15 s and switched on. No figures: measuring it "
+        "takes 3 held-out dictations, so 13 or more corrected ones (one in five is held out); all of them were "
+        "trained on."
+    )
+    assert "WER" not in p.last_message
+
+
+def test_a_trainer_that_gives_no_figures_says_why_in_the_app():
+    from dictation.training import TrainReport
+
+    why = "no WER/CER: 2 held-out clips would give no meaningful figure (it takes 3), so all 9 clips were trained on"
+    report = TrainReport(Path("/a"), 3, 0.3, 75.0, 1.0, 16, None, 9, 0, unscored=why)
+    assert P.summary_text(report, 9) == (
+        "Personal adapter trained on 9 dictations in 1 min 15 s and switched on. No figures: " + why + "."
+    )
 
 
 def test_an_adapter_for_a_model_no_longer_in_use_is_listed_but_not_switched_on(qtbot, setup, tmp_path, make_adapter):

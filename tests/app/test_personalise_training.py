@@ -1,5 +1,6 @@
 """Personalise with the real trainer (`dictation.training`) on the tiny checkpoint, in the running app:
-corrected dictations with speech recordings → an adapter the engine loads, with before/after figures;
+corrected dictations with speech recordings → an adapter the engine loads (five: too few to measure
+it, and said so);
 a cancelled run leaves nothing behind (issue 18, "In the app")."""
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def test_personalise_trains_a_real_adapter_that_the_engine_loads(rig, qtbot, tmp
     r = rig()
     r.start()
     r.wait_status(Status.IDLE)
-    corrected(r, tmp_path, 5)  # five: one is held out and scored before and after
+    corrected(r, tmp_path, 5)  # five: one was held out and scored ("WER 960.0%"); now all are trained on
     p = r.c.personaliser
     p.options = TrainOptions(steps=4, rank=2)  # the default NF4 base, a few steps
     window = HistoryWindow(r.c, player=object())
@@ -53,9 +54,10 @@ def test_personalise_trains_a_real_adapter_that_the_engine_loads(rig, qtbot, tmp
     folder = p.adapters_dir / out.path.rsplit("/", 1)[1]
     assert {"adapter_config.json", "adapter_model.safetensors", P.REPORT_FILE} <= {f.name for f in folder.iterdir()}
     report = json.loads((folder / P.REPORT_FILE).read_text())
-    assert report["train_clips"] == 4 and report["val_clips"] == 1
-    assert report["before"]["clips"] == 1 and report["after"]["clips"] == 1
-    assert "Held-out dictations before: WER" in window.personalise.text()
+    assert report["train_clips"] == 5 and report["val_clips"] == 0
+    assert report["before"] is None and report["after"] is None
+    shown = window.personalise.text()
+    assert "No figures: measuring it takes 3 held-out dictations" in shown and "WER" not in shown
     assert [f.name for f in p.adapters_dir.iterdir()] == [folder.name]  # no work folder left
     qtbot.waitUntil(lambda: folder.name in r.c.model_label, timeout=30_000)  # the engine uses it
 

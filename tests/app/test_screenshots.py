@@ -20,6 +20,7 @@ from tests.output.conftest import running_xvfb
 
 EXPECTED = (
     ["settings-model-first-run.png", "history.png", "tray-menu.png", "tray-menu-model.png", "tray-icons.png"]
+    + ["tray-status-window.png"]
     + [f"settings-{page}.png" for page in PAGES]
     + [f"page-{page}.png" for page in PAGES]
 )

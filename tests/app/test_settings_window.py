@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -657,3 +658,45 @@ def test_streaming_settings_sit_on_their_pages_and_live_preview_greys_out_withou
     assert not preview.isEnabled()  # previews come from the streamed audio
     click_check(qtbot, preview.editor.check)  # greyed out: the click does nothing
     assert controller.saved_settings().general.live_preview is True
+
+
+def _model_status_row(qtbot, controller):
+    """The Status row of a settings window opened now (as the app makes it: on first use)."""
+    window = SettingsWindow(controller)
+    qtbot.addWidget(window)
+    window.bring_forward("model")
+    status = window.page("model").progress_label
+    assert status.isVisible()
+    text = status.text()
+    window.close()  # before the rig's controller shuts down
+    return text
+
+
+def test_a_model_page_opened_after_the_load_says_where_the_model_stands(rig, qtbot, tmp_path):
+    """The settings window is made when first opened, after the load's messages went by: its Status
+    row was empty. A real controller: loaded, then a new model that fails while the old one stays."""
+    r = rig()
+    r.start()
+    qtbot.waitUntil(lambda: r.c.model_label != "", timeout=60_000)
+    shown = _model_status_row(qtbot, r.c)
+    assert re.fullmatch(rf"Loaded {re.escape(r.c.model_label)} in \d+\.\d s", shown), shown
+
+    s = r.c.settings
+    assert r.c.apply_settings(s.replace(engine=s.engine.replace(model=str(tmp_path / "gone")))) == []
+    qtbot.waitUntil(lambda: r.c.model_state_text.startswith("Still using"), timeout=60_000)
+    shown = _model_status_row(qtbot, r.c)
+    assert shown.startswith(f"Still using {r.c.model_label}: the new model could not be loaded") and "gone" in shown
+
+
+def test_a_model_page_opened_after_a_failed_load_says_why(rig, qtbot, tmp_path):
+    from dictation.app.model_lifecycle import NO_MODEL_MESSAGE
+
+    settings = Settings()
+    r = rig(settings.replace(engine=settings.engine.replace(model=str(tmp_path / "gone"), device="cpu")))
+    r.start()
+    qtbot.waitUntil(lambda: r.c.model_state_text.startswith("Failed: "), timeout=60_000)
+    assert _model_status_row(qtbot, r.c) == f"Failed: {tmp_path / 'gone'}: no such model folder"
+
+    assert r.c.apply_settings(r.c.settings.replace(engine=r.c.settings.engine.replace(model=""))) == []
+    qtbot.waitUntil(lambda: r.c.model_state_text == NO_MODEL_MESSAGE, timeout=20_000)
+    assert _model_status_row(qtbot, r.c) == NO_MODEL_MESSAGE

@@ -15,6 +15,7 @@ shown. Commands on stdin, one per line; each answer is one line starting with "o
   id). Answers "ok deliver ok=… held_back=own|none|None on_clipboard=…".
 - `button`: "ok button X Y", the screen position of the status window's Menu button;
   `menu`: "ok menu visible=<whether its menu is open>"
+- `message`: "ok message fits=<all of it shows> <the status window's message>"
 - `search`: "ok search <text of the history window's search field>" (where a paste into it lands)
 """
 
@@ -53,6 +54,7 @@ class _NoPlayer:
 def main() -> None:
     folder = Path(sys.argv[1])
     app = QApplication(sys.argv[:1])
+    app.setApplicationDisplayName("Dictation")  # as the app does: Qt appends it to other titles
     app.setDesktopFileName("dictation")
     app.setQuitOnLastWindowClosed(False)
     controller = _Controller(folder)
@@ -101,6 +103,10 @@ def main() -> None:
             button = tray.window.findChild(QPushButton)
             centre = button.mapToGlobal(button.rect().center())
             answer(command, f"{centre.x()} {centre.y()}")
+        elif command == "message":  # the status window's message, and whether all of it shows
+            label = tray.window.message_label
+            fits = label.isVisible() and label.heightForWidth(label.width()) <= label.height()
+            answer(command, f"fits={fits} {label.text()}")
         elif command == "menu":
             answer(command, f"visible={tray.menu.isVisible()}")
         elif command == "search":

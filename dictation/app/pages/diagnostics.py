@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QSystemTrayIcon,
@@ -75,6 +76,7 @@ def doctor_in_a_process(settings: Settings) -> list[Check]:
 COLOURS = {"ok": "#2e7d32", "info": "#78909c", "warning": "#ef8f00", "problem": "#c62828"}
 STATUS_TEXT = {"ok": "OK", "info": "Note", "warning": "Warning", "problem": "Problem"}
 FIX_COLOUR = "#1565c0"
+NAME_WIDTH, NAME_GAP = 190, 12  # the Check column at least; wider when a name needs it (`_fill_tree`)
 
 
 def status_icon(status: str, size: int = 16) -> QIcon:
@@ -110,7 +112,9 @@ def worst(checks: list[Check]) -> str:
 
 
 class _WrapDelegate(QStyledItemDelegate):
-    """Row heights that fit the text wrapped at the column's width (QTreeView alone keeps one line)."""
+    """Row heights that fit the text wrapped at the width the style really gives it (the column less
+    the tree's indentation, the icon and the text margins): QTreeView alone keeps one line, and a
+    guess wider than the real text area wraps a line Qt then has no room for and elides ("Grab …")."""
 
     def __init__(self, tree: QTreeWidget):
         super().__init__(tree)
@@ -119,15 +123,23 @@ class _WrapDelegate(QStyledItemDelegate):
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
         size = super().sizeHint(option, index)
         text = index.data(Qt.ItemDataRole.DisplayRole) or ""
-        width = self.tree.columnWidth(index.column()) - 8
+        width = self.tree.columnWidth(index.column())
         if index.column() == 0:
             depth, parent = 0, index.parent()
             while parent.isValid():
                 depth, parent = depth + 1, parent.parent()
-            width -= self.tree.indentation() * (depth + 1) + self.tree.iconSize().width() + 8
+            width -= self.tree.indentation() * (depth + 1)
         if width <= 0 or not text:
             return size
-        metrics = QFontMetrics(index.data(Qt.ItemDataRole.FontRole) or option.font)
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.rect = QRect(0, 0, width, size.height())
+        style = self.tree.style()
+        area = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, opt, self.tree)
+        width = area.width() - 2 * (style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self.tree) + 1)
+        if width <= 0:
+            return size
+        metrics = QFontMetrics(opt.font)
         height = metrics.boundingRect(QRect(0, 0, width, 100_000), Qt.TextFlag.TextWordWrap, text).height()
         return QSize(size.width(), max(size.height(), height + 6))
 
@@ -186,7 +198,7 @@ class DiagnosticsPage(SettingsPage):
         header = self.tree.header()
         header.setStretchLastSection(True)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
-        header.resizeSection(0, 190)
+        header.resizeSection(0, NAME_WIDTH)
         header.sectionResized.connect(lambda *_: self.tree.doItemsLayout())  # re-wrap the long lines
         self.tree.setMinimumHeight(360)
         self._layout.addWidget(self.tree, 1)
@@ -278,6 +290,9 @@ class DiagnosticsPage(SettingsPage):
             top.setExpanded(True)
             for i in range(top.childCount()):
                 top.child(i).setExpanded(True)
+        # Every check's name whole on one line ("Grab ctrl+alt+space"); the results wrap beside them.
+        names = self.tree.sizeHintForColumn(0) + NAME_GAP
+        self.tree.header().resizeSection(0, min(max(NAME_WIDTH, names), self.tree.viewport().width() // 2))
 
     def report(self) -> str:
         return format_report(self.checks)

@@ -279,6 +279,7 @@ class ModelPage(SettingsPage):
 
         controller.model_label_changed.connect(self._show_model_label)
         controller.model_progress.connect(self.progress_label.setText)
+        self.progress_label.setText(controller.model_state_text)  # the messages before this page existed
         controller.download_progress.connect(self._on_download_progress)
         controller.download_finished.connect(self._on_download_finished)
         self._show_model_label(controller.model_label)
