@@ -47,15 +47,16 @@ from dictation.audio.devices import (
     InputDevice,
     find_input_device,
 )
+from dictation.audio.early_stream import stream_formats
 from dictation.audio.input_stream import InputBackend, InputStreamLike, SoundDeviceBackend
 from dictation.audio.resample import resample
 
 log = logging.getLogger(__name__)
 
 BLOCK_SECONDS = 0.02  # callback block: 20 ms (PortAudio's "low" latency alone gives 2-frame blocks)
-# ring = pre-roll + this: a start() up to 5 s after the press still gets it all (a press while the app
+# ring = pre-roll + this: a start() up to 10 s after the press still gets it all (a press while the app
 # starts up, or while its GUI thread is busy, is handled late but stamped with its own time)
-RING_EXTRA_SECONDS = 5.0
+RING_EXTRA_SECONDS = 10.0
 STALL_SECONDS = 1.0  # no audio for this long while waiting for the tail = device gone
 # The stream's clock is estimated over this long (see `_Live.anchor`): long enough to include a
 # block delivered on time, short enough to follow the sound card's drift against the system clock.
@@ -206,8 +207,12 @@ class _Live:
         self.latency = 0.0
 
     # -- callback thread -------------------------------------------------------------------
-    def callback(self, indata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
-        now = self.clock()
+    def callback(
+        self, indata: np.ndarray, frames: int, time_info: Any, status: Any, arrived: float | None = None
+    ) -> None:
+        """PortAudio's callback; ``arrived``: when the block came, for blocks held before this stream
+        was ours (`dictation.audio.early_stream`)."""
+        now = self.clock() if arrived is None else arrived
         try:
             if self.channels == 1:
                 x = indata[:frames, 0]
@@ -643,12 +648,7 @@ class Recorder:
 
 def _stream_formats(device: InputDevice) -> list[tuple[int, int]]:
     """(rate, channels) to try in order: 16 kHz mono first (no resampling), then the device's own."""
-    rates = [SAMPLE_RATE] + ([device.default_samplerate] if device.default_samplerate != SAMPLE_RATE else [])
-    channel_options = [1] + [c for c in (2, device.channels) if 1 < c <= device.channels]
-    formats = []
-    for channels in dict.fromkeys(channel_options):
-        formats += [(rate, channels) for rate in rates if rate > 0]
-    return formats
+    return stream_formats(device, SAMPLE_RATE)
 
 
 def _make_take(

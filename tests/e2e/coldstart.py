@@ -18,6 +18,7 @@ issue: ``DICTATION_COLDSTART_RUNS=5 pytest tests/e2e/test_cold_start_e2e.py -k r
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -140,12 +141,14 @@ def socket_path(env: dict[str, str]) -> Path:
     return Path(out.stdout.strip())
 
 
-def write_settings(home: Path, model: Path) -> None:
+def write_settings(home: Path, model: Path, keep_open: bool = True) -> None:
     settings = Settings()
     settings = settings.replace(
         engine=settings.engine.replace(model=str(model), device="cpu", dtype="fp32"),
         hotkeys=settings.hotkeys.replace(hotkey=HOTKEY, backend="x11"),
-        recording=settings.recording.replace(sounds=False),  # only the burst in the recording
+        # only the burst in the recording; the microphone opened ahead, or at each press
+        recording=settings.recording.replace(sounds=False, keep_mic_open=keep_open),
+        output=settings.output.replace(method="paste"),  # no Space key of ours in the target window
     )
     SettingsStore(home / "config" / "settings.json").save(settings)
 
@@ -268,3 +271,109 @@ def cold_start(way: str, xvfb: dict, pulse, home: Path, model: Path, burst: Path
         out.close()
         if keyboard is not None:
             keyboard.close()
+
+
+# --- a press at a set time after the launch (issue 25 §2) ---------------------------------------------
+
+LATE_WARNING = re.compile(r"The recording began (\d+) ms after the press")
+STARTUP_LINE = re.compile(r"start-up: .*")
+
+
+@dataclass
+class TimedPress:
+    """The app launched, its hotkey pressed ``delay_s`` after the launch, the burst played from the press."""
+
+    delay_s: float
+    keep_open: bool
+    home: Path
+    pressed_after_s: float = 0.0  # from the launch to the press, as it happened
+    found: BurstFound | None = None
+    leaked: int = 0  # presses of the chord's Space that reached the focused window
+    warning_ms: int | None = None  # the late-start warning's amount, None: no warning
+    exit_code: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def log(self) -> str:
+        path = self.home / "log" / "dictation.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def line(self) -> str:
+        if self.found is None:
+            what = "no recording"
+        elif self.found.onset_s is None:
+            what = "recording without the burst"
+        else:
+            what = (
+                f"burst at {self.found.onset_s * 1000:.0f} ms in the take, {self.found.missing_s * 1000:.0f} ms missing"
+            )
+        startup = STARTUP_LINE.search(self.log())
+        mic = "mic kept open" if self.keep_open else "mic per take"
+        return (
+            f"pressed {self.pressed_after_s:.2f} s after launch ({mic}): "
+            f"{what}; {self.leaked} keys leaked; warning {self.warning_ms} ms"
+            f"{'; ' + startup.group(0) if startup else ''}{' ' + '; '.join(self.notes) if self.notes else ''}"
+        )
+
+
+def timed_press(
+    delay_s: float, xvfb: dict, pulse, home: Path, model: Path, burst: Path, target, *, keep_open: bool = True
+) -> TimedPress:
+    """Launch `python -m dictation`, press Ctrl+Alt+Space ``delay_s`` after, play the burst from the press,
+    let go after it, and read the take, the target window's keys and the log (see TimedPress)."""
+    from dictation.audio.wav import load_audio_16k
+    from tests.hotkeys.test_x11_backend import xdotool
+
+    write_settings(home, model, keep_open=keep_open)
+    env = app_env(xvfb, pulse.env, home)
+    run = TimedPress(delay_s, keep_open, home)
+    target.focus()
+    keyboard = Keyboard(xvfb["DISPLAY"])
+    out = open(home / "app-stdout.log", "ab")  # noqa: SIM115 - closed below
+    t_launch = time.monotonic()
+    app = subprocess.Popen([sys.executable, "-m", "dictation", "-v"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(max(0.0, t_launch + delay_s - time.monotonic()))
+        keyboard.press()
+        run.pressed_after_s = time.monotonic() - t_launch
+        player = pulse.play(burst)
+        player.wait(30)
+        time.sleep(0.3)
+        keyboard.release()
+        wav = _saved_wav(home / "log" / "dictation.log", 60)
+        if wav is not None:
+            run.found = find_burst(load_audio_16k(wav))
+        else:
+            run.notes.append(f"no take saved (app exit {app.poll()})")
+        xdotool(xvfb["DISPLAY"], "key", "z")  # the target's sentinel: every key it got before is counted
+        space = [e for e in target.events_until_sentinel() if e[0] == "PRESS" and e[1] == QT_SPACE]
+        run.leaked = len(space)
+        match = LATE_WARNING.search(run.log())
+        run.warning_ms = int(match.group(1)) if match else None
+        # pressed before the model was ready: the take is transcribed once it is
+        if not _wait_for(home / "log" / "dictation.log", TAKE_DONE, 90):
+            run.notes.append("the take was not transcribed")
+        return run
+    finally:
+        if app.poll() is None:
+            _send(env, "quit")
+            try:
+                app.wait(30)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                app.wait(10)
+        run.exit_code = app.returncode
+        out.close()
+        keyboard.close()
+
+
+QT_SPACE = 0x20
+TAKE_DONE = re.compile(r"transcribed job 1:|job 1: no speech|No speech recognised")
+
+
+def _wait_for(log: Path, pattern: re.Pattern, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if log.exists() and pattern.search(log.read_text(errors="replace")):
+            return True
+        time.sleep(0.1)
+    return False
