@@ -238,6 +238,9 @@ def begin(environ: Mapping[str, str] | None = None) -> Early:
     Never raises for what it takes: whatever fails here is left to the app, which tries again and
     tells the user as usual."""
     early = Early()
+    # Loading PortAudio and connecting to the sound server mostly waits (a library load, the server's
+    # answers): let it wait while this thread reads the lock and the settings.
+    threading.Thread(target=_load_audio_library, name="audio-library", daemon=True).start()
     root = logging.getLogger()
     early._log = _HeldLog()
     root.addHandler(early._log)
@@ -308,6 +311,15 @@ def _start_hotkeys(hotkeys: Any, environ: Mapping[str, str] | None) -> EarlyHotk
         log.info("hotkeys left to the app: %s", exc)
         return None
     return early
+
+
+def _load_audio_library() -> None:
+    from dictation.audio.devices import AudioDeviceError, import_sounddevice
+
+    try:
+        import_sounddevice()  # initialises PortAudio too
+    except AudioDeviceError:  # said when the microphone is opened
+        pass
 
 
 def _open_microphone(early: Early, recording: Any) -> None:
