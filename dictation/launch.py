@@ -314,12 +314,12 @@ def _start_hotkeys(hotkeys: Any, environ: Mapping[str, str] | None) -> EarlyHotk
 
 
 def _load_audio_library() -> None:
+    import contextlib
+
     from dictation.audio.devices import AudioDeviceError, import_sounddevice
 
-    try:
+    with contextlib.suppress(AudioDeviceError):  # said when the microphone is opened
         import_sounddevice()  # initialises PortAudio too
-    except AudioDeviceError:  # said when the microphone is opened
-        pass
 
 
 def _open_microphone(early: Early, recording: Any) -> None:
