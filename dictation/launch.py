@@ -173,10 +173,26 @@ class Early:
         self.report: Any = None  # its LoadReport
         self.hotkeys: EarlyHotkeys | None = None
         self.hotkeys_preference = ""
+        self.hotkeys_ready_at: float | None = None
         self.stream: Any = None  # an open dictation.audio.early_stream.EarlyStream
         self.recorder_key: tuple | None = None  # (device, max_seconds, keep_open) the app's recorder needs
         self._log: _HeldLog | None = None
         self._opening: threading.Thread | None = None  # opens the microphone
+
+    def describe(self) -> str:
+        """What was taken, and when after the process started (for the log)."""
+        age = process_age()
+        started = None if age is None else time.monotonic() - age
+
+        def when(t: float | None) -> str:
+            return "" if t is None or started is None else f" {(t - started) * 1000:.0f} ms after the process started"
+
+        stream = self.stream
+        return (
+            f"hotkeys grabbed ({self.hotkeys.name}){when(self.hotkeys_ready_at)}"
+            if self.hotkeys is not None
+            else "hotkeys left to the app"
+        ) + (f", microphone open{when(stream.opened_at)}" if stream is not None else ", microphone left to the app")
 
     def wait_microphone(self, timeout: float | None = None) -> None:
         """Until the microphone was opened (or failed to open), at most ``timeout`` seconds."""
@@ -238,9 +254,15 @@ def begin(environ: Mapping[str, str] | None = None) -> Early:
     Never raises for what it takes: whatever fails here is left to the app, which tries again and
     tells the user as usual."""
     early = Early()
-    # Loading PortAudio and connecting to the sound server mostly waits (a library load, the server's
-    # answers): let it wait while this thread reads the lock and the settings.
-    threading.Thread(target=_load_audio_library, name="audio-library", daemon=True).start()
+    # The default microphone, which most settings name, opens on its own thread as soon as PortAudio
+    # is loaded and the lock is ours: loading it and the sound server's answers are mostly waiting,
+    # done while this thread reads the lock and the settings. Settings that name another microphone
+    # (or none ahead of time) close it again.
+    claimed = threading.Event()
+    early._opening = threading.Thread(
+        target=_open_default_microphone, args=(early, claimed), name="microphone-at-start", daemon=True
+    )
+    early._opening.start()
     root = logging.getLogger()
     early._log = _HeldLog()
     root.addHandler(early._log)
@@ -251,30 +273,33 @@ def begin(environ: Mapping[str, str] | None = None) -> Early:
         early.instance = claim_instance()
     except IpcError as exc:
         early.instance_error = exc
-        return early
-    if early.instance is None:  # another app runs, or is starting: it keeps the keys and the microphone
+    finally:
+        claimed.set()
+    if early.instance is None:  # another app runs or is starting (it keeps the keys and the microphone)
         return early
     from dictation.config.store import SettingsStore
 
     early.store = SettingsStore()
     early.report = early.store.load_report()
     settings = early.report.settings
-    if settings.recording.keep_mic_open:  # opened while the key is grabbed: both wait on the servers
-        early._opening = threading.Thread(
-            target=_open_microphone, args=(early, settings.recording), name="microphone-at-start", daemon=True
-        )
-        early._opening.start()
+    early.recorder_key = recorder_key(settings.recording)
+    if early.recorder_key[0] is not None or not settings.recording.keep_mic_open:
+        early.wait_microphone()
+        if early.stream is not None:
+            early.stream.close()
+            early.stream = None
+        if settings.recording.keep_mic_open:  # a named microphone, opened while the key is grabbed
+            early._opening = threading.Thread(
+                target=_open_microphone, args=(early, early.recorder_key[0]), name="microphone-at-start", daemon=True
+            )
+            early._opening.start()
     early.hotkeys = _start_hotkeys(settings.hotkeys, environ)
     if early.hotkeys is not None:
         early.hotkeys_preference = settings.hotkeys.backend
     early.wait_microphone(MICROPHONE_WAIT_S)
-    age = process_age()
-    log.info(
-        "start-up: %s, %s%s",
-        f"hotkeys grabbed ({early.hotkeys.name})" if early.hotkeys is not None else "hotkeys left to the app",
-        "microphone open" if early.stream is not None else "microphone left to the app",
-        f", {age * 1000:.0f} ms after the process started" if age is not None else "",
-    )
+    if early.hotkeys is not None and early.hotkeys.wait_ready(MICROPHONE_WAIT_S):
+        early.hotkeys_ready_at = time.monotonic()
+    log.info("start-up: %s", early.describe())
     return early
 
 
@@ -313,24 +338,27 @@ def _start_hotkeys(hotkeys: Any, environ: Mapping[str, str] | None) -> EarlyHotk
     return early
 
 
-def _load_audio_library() -> None:
-    import contextlib
-
+def _open_default_microphone(early: Early, claimed: threading.Event) -> None:
     from dictation.audio.devices import AudioDeviceError, import_sounddevice
 
-    with contextlib.suppress(AudioDeviceError):  # said when the microphone is opened
-        import_sounddevice()  # initialises PortAudio too
+    try:
+        import_sounddevice()  # loads and initialises PortAudio
+    except AudioDeviceError as exc:  # the app's audio worker tries again and says so
+        log.info("microphone left to the app: %s", exc)
+        return
+    claimed.wait()
+    if early.instance is not None:
+        _open_microphone(early, None)
 
 
-def _open_microphone(early: Early, recording: Any) -> None:
+def _open_microphone(early: Early, device: str | None) -> None:
     from dictation.audio.devices import AudioDeviceError
     from dictation.audio.early_stream import EarlyStream
 
-    key = recorder_key(recording)
     stream = EarlyStream()
     try:
-        stream.open(key[0])
+        stream.open(device)
     except (AudioDeviceError, OSError) as exc:  # the app's audio worker tries again and says so
         log.info("microphone left to the app: %s", exc)
         return
-    early.stream, early.recorder_key = stream, key
+    early.stream = stream

@@ -51,6 +51,7 @@ class EarlyStream:
         self.rate = 0
         self.channels = 0
         self.latency = 0.0
+        self.opened_at: float | None = None  # clock() once it was started
         self._stream: Any = None
         self._lock = threading.Lock()
         self._held: collections.deque[tuple[bytes, int, Any, float]] = collections.deque()
@@ -93,6 +94,7 @@ class EarlyStream:
                 self.refused[(rate, channels)] = errors[-1]
                 continue
             self._stream, self.device, self.rate, self.channels = stream, device, rate, channels
+            self.opened_at = self.clock()
             latency = getattr(stream, "latency", 0.0)
             self.latency = float(latency) if isinstance(latency, (int, float)) else 0.0
             return
