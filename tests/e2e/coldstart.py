@@ -41,9 +41,9 @@ THRESHOLD = 0.05  # the burst's RMS is ~0.35; the virtual microphone's silence i
 TOLERANCE_S = 0.03  # fade-in, envelope frames, a block boundary
 
 
-def write_burst(path: Path) -> Path:
-    """``BURST_S`` of a ``BURST_HZ`` sine at half scale (5-ms fades), 16 kHz mono 16-bit."""
-    n = round(BURST_S * RATE)
+def write_burst(path: Path, seconds: float = BURST_S) -> Path:
+    """``seconds`` of a ``BURST_HZ`` sine at half scale (5-ms fades), 16 kHz mono 16-bit."""
+    n = round(seconds * RATE)
     t = np.arange(n) / RATE
     x = 0.5 * np.sin(2 * np.pi * BURST_HZ * t)
     fade = round(0.005 * RATE)
