@@ -226,6 +226,8 @@ def start(verbose: bool = False, early: Early | None = None) -> App | int:
         if early is not None and early.instance_error is not None:
             raise early.instance_error
         instance = early.instance if early is not None else claim_instance()
+        if early is not None:
+            early.instance = None  # the app holds it from here on
     except IpcError as exc:
         return _fail(exc)
     if instance is None:  # another one runs, or is starting: it shows its settings

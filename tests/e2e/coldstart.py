@@ -339,7 +339,7 @@ def timed_press(
         player.wait(30)
         time.sleep(0.3)
         keyboard.release()
-        wav = _saved_wav(home / "log" / "dictation.log", 60)
+        wav = _saved_wav(home / "log" / "dictation.log", 30)
         if wav is not None:
             run.found = find_burst(load_audio_16k(wav))
         else:
@@ -350,7 +350,7 @@ def timed_press(
         match = LATE_WARNING.search(run.log())
         run.warning_ms = int(match.group(1)) if match else None
         # pressed before the model was ready: the take is transcribed once it is
-        if not _wait_for(home / "log" / "dictation.log", TAKE_DONE, 90):
+        if wav is not None and not _wait_for(home / "log" / "dictation.log", TAKE_DONE, 90):
             run.notes.append("the take was not transcribed")
         return run
     finally:
