@@ -17,6 +17,7 @@ issue: ``DICTATION_COLDSTART_RUNS=5 pytest tests/e2e/test_cold_start_e2e.py -k r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -316,10 +317,20 @@ class TimedPress:
 
 
 def timed_press(
-    delay_s: float, xvfb: dict, pulse, home: Path, model: Path, burst: Path, target, *, keep_open: bool = True
+    delay_s: float,
+    xvfb: dict,
+    pulse,
+    home: Path,
+    model: Path,
+    burst: Path,
+    target,
+    *,
+    keep_open: bool = True,
+    after_ready: bool = False,
 ) -> TimedPress:
     """Launch `python -m dictation`, press Ctrl+Alt+Space ``delay_s`` after, play the burst from the press,
-    let go after it, and read the take, the target window's keys and the log (see TimedPress)."""
+    let go after it, and read the take, the target window's keys and the log (see TimedPress).
+    ``after_ready``: press ``delay_s`` after the app logged "ready" instead of after the launch."""
     from dictation.audio.wav import load_audio_16k
     from tests.hotkeys.test_x11_backend import xdotool
 
@@ -328,16 +339,21 @@ def timed_press(
     run = TimedPress(delay_s, keep_open, home)
     target.focus()
     keyboard = Keyboard(xvfb["DISPLAY"])
+    player = Player(pulse.env, burst)
     out = open(home / "app-stdout.log", "ab")  # noqa: SIM115 - closed below
     t_launch = time.monotonic()
     app = subprocess.Popen([sys.executable, "-m", "dictation", "-v"], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
+        if after_ready:
+            if not _wait_for(home / "log" / "dictation.log", re.compile(r"dictation\.app\.main: ready"), 60):
+                run.notes.append("the app never logged 'ready'")
+                return run
+            t_launch = time.monotonic()
         time.sleep(max(0.0, t_launch + delay_s - time.monotonic()))
         keyboard.press()
         run.pressed_after_s = time.monotonic() - t_launch
-        player = pulse.play(burst)
-        player.wait(30)
-        time.sleep(0.3)
+        player.play()
+        time.sleep(player.seconds + 0.3)
         keyboard.release()
         wav = _saved_wav(home / "log" / "dictation.log", 30)
         if wav is not None:
@@ -364,6 +380,43 @@ def timed_press(
         run.exit_code = app.returncode
         out.close()
         keyboard.close()
+        player.close()
+
+
+class Player:
+    """The burst, played the moment `play` is called: a playback stream opened beforehand and fed
+    through a pipe, so the sound follows the press by the stream's 10 ms and not by a player's
+    start-up (paplay's is 10-60 ms under load), which would count as audio the take misses."""
+
+    def __init__(self, env: dict[str, str], wav: Path) -> None:
+        from dictation.audio.wav import load_audio_16k
+
+        samples = load_audio_16k(wav)
+        self.seconds = len(samples) / RATE
+        self.pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
+        self.proc = subprocess.Popen(
+            ["pacat", "--playback", "--latency-msec=10", "--raw", "--format=s16le", f"--rate={RATE}"]
+            + ["--channels=1", "--device=vsink"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.3)  # connected and waiting for data
+
+    def play(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(self.pcm)
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
 
 
 QT_SPACE = 0x20
