@@ -179,6 +179,11 @@ class Early:
         self._log: _HeldLog | None = None
         self._opening: threading.Thread | None = None  # opens the microphone
 
+    def first_audio(self) -> float | None:
+        """When the microphone opened here began to hear (None: not open, or not yet)."""
+        stream = self.stream
+        return None if stream is None else stream.opened_at
+
     def describe(self) -> str:
         """What was taken, and when after the process started (for the log)."""
         age = process_age()
@@ -293,7 +298,7 @@ def begin(environ: Mapping[str, str] | None = None) -> Early:
                 target=_open_microphone, args=(early, early.recorder_key[0]), name="microphone-at-start", daemon=True
             )
             early._opening.start()
-    early.hotkeys = _start_hotkeys(settings.hotkeys, environ)
+    early.hotkeys = _start_hotkeys(settings.hotkeys, environ, early.first_audio)
     if early.hotkeys is not None:
         early.hotkeys_preference = settings.hotkeys.backend
     early.wait_microphone(MICROPHONE_WAIT_S)
@@ -310,7 +315,9 @@ def recorder_key(recording: Any) -> tuple[str | None, float, bool]:
     return device, float(recording.max_seconds) + 5.0, bool(recording.keep_mic_open)
 
 
-def _start_hotkeys(hotkeys: Any, environ: Mapping[str, str] | None) -> EarlyHotkeys | None:
+def _start_hotkeys(
+    hotkeys: Any, environ: Mapping[str, str] | None, held_since: Callable[[], float | None]
+) -> EarlyHotkeys | None:
     """The x11 grab where the app's chooser would pick it first (`dictation.hotkeys.choose`)."""
     from dictation.hotkeys.choose import Environment
     from dictation.hotkeys.hotkey import parse_hotkey
@@ -330,6 +337,10 @@ def _start_hotkeys(hotkeys: Any, environ: Mapping[str, str] | None) -> EarlyHotk
     if hotkeys.cancel_key:
         bindings[CANCEL] = hotkeys.cancel_key
     early = EarlyHotkeys(X11GrabBackend((environ or os.environ).get("DISPLAY")))
+    # A chord already down when the grab arrives went down at some unknown moment after the start:
+    # its take reaches back to the microphone's first audio (nothing it heard is left out), and
+    # the backend's warning says that what came before may be missing, without a made-up amount.
+    early.inner.held_since = held_since  # type: ignore[attr-defined]
     try:
         early.listen(bindings, disabled={CANCEL})  # the cancel key only while recording (HotkeyInput)
     except Exception as exc:

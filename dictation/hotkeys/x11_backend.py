@@ -260,6 +260,7 @@ class X11GrabBackend(HotkeyBackend):
         self._keyboard: Keyboard | None = None
         self._pushback: list[Any] = []
         self.event_time: float | None = None  # time.monotonic() of the key event being reported
+        self.held_since: Any = None  # () -> the earliest a chord held at the start counts from (None: now)
 
     # -- availability --------------------------------------------------------------------------------
     def _target(self) -> str | None:
@@ -407,7 +408,8 @@ class X11GrabBackend(HotkeyBackend):
                 "so what was said before may be missing",
                 fatal=False,
             )
-            self.event_time = time.monotonic()  # pressed before we listened: when is not known
+            since = self.held_since() if self.held_since is not None else None  # when is not known
+            self.event_time = since if since is not None else time.monotonic()
             self._emit([(chord.name, True)])
             return
 
