@@ -10,7 +10,8 @@ auto-repeated into the focused window: the grab did not exist yet. So `begin` ru
 3. the X11 key grab (`X11GrabBackend`, for backend "x11", or "auto" in an X11 session): from here on
    the chord is ours; a press is kept, with the time the X server stamped on it, until the app
    takes the backend over (`EarlyHotkeys`), then handed on in order. A chord already held when the
-   grab arrives is seen in the keyboard's state and counts as a press (see `x11_backend`);
+   grab arrives is seen in the keyboard's state and counts as a press from when the microphone
+   began to hear (`x11_backend`, ``held_since``): its take keeps all the microphone heard;
 4. the microphone (with "keep the microphone open"), raw and before numpy
    (`dictation.audio.early_stream`): what it hears is held, with the time it came, until the app's
    `Recorder` takes the stream over, so the take holds what is said from the press on, however
