@@ -328,17 +328,21 @@ def cmd_install_desktop(args: argparse.Namespace) -> int:
 
 
 def cmd_app(args: argparse.Namespace) -> int:
+    from dictation import launch
+
+    logging.getLogger().handlers.clear()  # the app logs to its own file, stderr and log view
+    early = launch.begin()  # the hotkey and the microphone, before Qt and torch (dictation.launch)
     try:
         from dictation.app.main import run
     except ImportError as exc:
+        early.close()
         from dictation import preflight
 
         problem = preflight.import_problem(exc)  # a system library of Qt's is missing (libEGL.so.1, ...)
         if problem:
             return preflight.refuse_to_start(problem)
         return _fail(f"the desktop app needs PySide6 (pip install PySide6-Essentials): {exc}")
-    logging.getLogger().handlers.clear()  # the app logs to its own file, stderr and log view
-    return run(verbose=args.verbose)
+    return run(verbose=args.verbose, early=early)
 
 
 def cmd_remote(args: argparse.Namespace) -> int:

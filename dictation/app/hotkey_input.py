@@ -18,12 +18,10 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from dictation.launch import CANCEL, DICTATE  # noqa: F401 - the binding names, shared with the early start
 from dictation.output.hold import KeyHold
 
 log = logging.getLogger(__name__)
-
-DICTATE = "dictate"
-CANCEL = "cancel"
 
 
 def no_backend_message(description: str) -> str:
@@ -113,8 +111,9 @@ class HotkeyInput(QObject):
     def _on_error(self, message: str, fatal: bool) -> None:
         self.problem.emit("error" if fatal else "warning", f"Hotkeys: {message}")
 
-    def _from_listener(self, name: str, pressed: bool) -> None:
-        """Runs on the listener's thread: stamp the time now (the pre-roll counts from it), hand over."""
+    def _from_listener(self, name: str, pressed: bool, t: float | None = None) -> None:
+        """Runs on the listener's thread: stamp the time now (the pre-roll counts from it), hand over.
+        ``t``: when the key went down or up, where the backend knows (`dictation.launch.EarlyHotkeys`)."""
         self.hold.set(name, pressed)  # at once, not via the GUI thread: a paste may be about to go out
         if not self.paused:  # paused (e.g. while a hotkey is being captured): keys are not events
-            self.event.emit(name, pressed, self._clock())
+            self.event.emit(name, pressed, self._clock() if t is None else t)

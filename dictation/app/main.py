@@ -1,5 +1,10 @@
 """`dictation` with no arguments: the tray app.
 
+Before Qt is imported, `dictation.launch.begin` (run by the CLI) takes the instance lock, grabs the
+hotkey (X11) and opens the microphone, so a press in the first second after the start is recorded
+from its own time and its keys never reach the focused window; `start` takes both over (given as
+``early``; without it, as in tests, it claims and opens them itself at the same point below).
+
 Start-up order: QApplication -> logging (file + log view) -> single instance (the instance lock; a
 second `dictation` asks the first to show its settings and exits) -> the app's folders made private
 (0700/0600) -> settings and history -> the controller's input: the microphone opened and the hotkeys
@@ -37,6 +42,7 @@ from dictation import __version__
 
 if TYPE_CHECKING:
     from dictation.config.history import History
+    from dictation.launch import Early
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +154,36 @@ def _forward_to_running() -> int:
     return 0
 
 
-def run(verbose: bool = False) -> int:
+def _handed_over(early: Early | None) -> dict:
+    """The controller's audio worker and hotkey chooser, using what ``early`` took where the
+    settings still ask for the same (the open microphone, the started hotkeys), once."""
+    if early is None:
+        return {}
+    from dictation.app.controller import APP_ID
+    from dictation.app.workers import AudioWorker, RecorderConfig, _real_recorder
+
+    def recorder_factory(config: RecorderConfig):
+        taken = early.take_recorder(config.device, config.max_seconds, config.keep_open)
+        return taken if taken is not None else _real_recorder(config)
+
+    def hotkey_chooser(preference: str):
+        from dictation.hotkeys import choose_backend
+        from dictation.hotkeys.choose import default_factories
+        from dictation.hotkeys.portal import PortalBackend
+
+        started = early.take_hotkeys(preference)
+        factories = {**default_factories(), "portal": lambda: PortalBackend(app_id=APP_ID)}
+        if started is not None:
+            factories["x11"] = lambda: started
+        choice = choose_backend(preference, factories=factories)
+        if started is not None and choice.backend is not started:
+            started.stop()
+        return choice
+
+    return {"audio_worker": AudioWorker(recorder_factory=recorder_factory), "hotkey_chooser": hotkey_chooser}
+
+
+def run(verbose: bool = False, early: Early | None = None) -> int:
     if QApplication.instance() is None:
         # Qt aborts (no log, nothing on screen) when no platform plugin can start: say why instead.
         from PySide6.QtCore import QLibraryInfo
@@ -157,8 +192,10 @@ def run(verbose: bool = False) -> int:
 
         problem = preflight.qt_problem(plugins_root=QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath))
         if problem:
+            if early is not None:
+                early.close()
             return preflight.refuse_to_start(problem)
-    started = start(verbose)
+    started = start(verbose, early)
     if isinstance(started, int):
         return started
     status = started.qapp.exec()
@@ -178,9 +215,11 @@ def leave(status: int) -> None:
     os._exit(status)
 
 
-def start(verbose: bool = False) -> App | int:
+def start(verbose: bool = False, early: Early | None = None) -> App | int:
     """Everything `run` does before the event loop: the running App, or the exit status when this
-    instance is not the one to run (another is running, or the socket cannot be had)."""
+    instance is not the one to run (another is running, or the socket cannot be had). ``early``:
+    what `dictation.launch.begin` took before Qt was imported (the instance lock, the hotkey, the
+    microphone), handed over here."""
     from dictation.app.controller import AppController, Services
     from dictation.app.ipc import IpcServer
     from dictation.app.logs import setup_logging
@@ -196,9 +235,15 @@ def start(verbose: bool = False) -> App | int:
     qapp.setDesktopFileName("dictation")
     qapp.setQuitOnLastWindowClosed(False)
     bridge, log_path = setup_logging(verbose)
+    if early is not None:
+        early.release_log()
 
     try:
-        instance = claim_instance()
+        if early is not None and early.instance_error is not None:
+            raise early.instance_error
+        instance = early.instance if early is not None else claim_instance()
+        if early is not None:
+            early.instance = None  # the app holds it from here on
     except IpcError as exc:
         return _fail(exc)
     if instance is None:  # another one runs, or is starting: it shows its settings
@@ -213,14 +258,14 @@ def start(verbose: bool = False) -> App | int:
             len(made_private),
             made_private[0],
         )
-    store = SettingsStore()
-    report = store.load_report()
+    store = early.store if early is not None and early.store is not None else SettingsStore()
+    report = early.report if early is not None and early.report is not None else store.load_report()
     settings = report.settings
     history, history_problem = open_history(settings.general.history_size)
     problems += [history_problem] if history_problem else []
     if settings.general.start_at_login:
         problems += refresh_autostart()
-    controller = AppController(Services(store=store, history=history), settings=settings)
+    controller = AppController(Services(store=store, history=history, **_handed_over(early)), settings=settings)
     controller.attach_log(bridge)
     t_input = time.monotonic()
     controller.start_input()  # before anything slow: a press at launch is not lost
@@ -236,6 +281,8 @@ def start(verbose: bool = False) -> App | int:
     except IpcError as exc:
         first = exc
     if first is not True:  # no socket, or an app without the instance lock (an older version) answers there
+        if early is not None:
+            early.close()
         controller.shutdown()
         app.overlay.close()
         app.tray.hide()

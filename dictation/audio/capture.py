@@ -47,16 +47,20 @@ from dictation.audio.devices import (
     InputDevice,
     find_input_device,
 )
+from dictation.audio.early_stream import stream_formats
 from dictation.audio.input_stream import InputBackend, InputStreamLike, SoundDeviceBackend
 from dictation.audio.resample import resample
 
 log = logging.getLogger(__name__)
 
 BLOCK_SECONDS = 0.02  # callback block: 20 ms (PortAudio's "low" latency alone gives 2-frame blocks)
-# ring = pre-roll + this: a start() up to 5 s after the press still gets it all (a press while the app
+# ring = pre-roll + this: a start() up to 10 s after the press still gets it all (a press while the app
 # starts up, or while its GUI thread is busy, is handled late but stamped with its own time)
-RING_EXTRA_SECONDS = 5.0
+RING_EXTRA_SECONDS = 10.0
 STALL_SECONDS = 1.0  # no audio for this long while waiting for the tail = device gone
+# The stream's clock is estimated over this long (see `_Live.anchor`): long enough to include a
+# block delivered on time, short enough to follow the sound card's drift against the system clock.
+ANCHOR_WINDOW_SECONDS = 10.0
 LEVEL_FLOOR_DBFS = -100.0  # level() of digital silence (16-bit quantisation noise is about -101)
 # A working microphone's own noise peaks well above this over any take; only a muted or dead input
 # (digital zeros, or a switched-off capture path) stays below it.
@@ -189,6 +193,9 @@ class _Live:
         self.mix = np.zeros(rate, dtype=np.float32)  # downmix scratch for multi-channel devices
         self.total = 0  # frames delivered since the stream opened
         self.last_time: float | None = None  # clock() when the newest block arrived
+        # min over recent blocks of (arrival - frames delivered / rate), in two buckets (see `anchor`)
+        self._anchors: list[float] = []
+        self._bucket_start = 0.0
         self.mean_square = 0.0  # of the newest block, for the level meter
         self.status_events = 0  # blocks flagged by PortAudio (input overflow: audio was dropped)
         self.tape: _Tape | None = None
@@ -200,8 +207,12 @@ class _Live:
         self.latency = 0.0
 
     # -- callback thread -------------------------------------------------------------------
-    def callback(self, indata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
-        now = self.clock()
+    def callback(
+        self, indata: np.ndarray, frames: int, time_info: Any, status: Any, arrived: float | None = None
+    ) -> None:
+        """PortAudio's callback; ``arrived``: when the block came, for blocks held before this stream
+        was ours (`dictation.audio.early_stream`)."""
+        now = self.clock() if arrived is None else arrived
         try:
             if self.channels == 1:
                 x = indata[:frames, 0]
@@ -216,6 +227,7 @@ class _Live:
                     self.tape.write(x)
                 self.total += frames
                 self.last_time = now
+                self._note_arrival(now, bool(getattr(status, "input_overflow", status)))
                 self.mean_square = mean_square
                 if status:
                     self.status_events += 1
@@ -231,6 +243,26 @@ class _Live:
             self.failure = self.failure or "the audio stream ended unexpectedly"
             self.lost.set()
 
+    def _note_arrival(self, now: float, overflow: bool) -> None:
+        """Each block arriving at ``now`` says the stream's frame 0 was captured no later than
+        ``now - total / rate``: a block is never delivered before it was captured, but often after
+        (the callback thread waits for Python's GIL while the app imports Qt or torch, PulseAudio
+        hands over several blocks at once). The earliest such bound over the last
+        `ANCHOR_WINDOW_SECONDS` is the stream's clock. Audio dropped in an overflow shifts the frame
+        count against time, so the estimate starts again there."""
+        bound = now - self.total / self.rate
+        if not self._anchors or overflow:
+            self._anchors, self._bucket_start = [bound, bound], now
+        elif now - self._bucket_start > ANCHOR_WINDOW_SECONDS / 2:
+            self._anchors, self._bucket_start = [self._anchors[1], bound], now
+        else:
+            self._anchors[1] = min(self._anchors[1], bound)
+
+    @property
+    def anchor(self) -> float | None:
+        """When (clock()) the stream's frame 0 was delivered at the earliest; None before any audio."""
+        return min(self._anchors) if self._anchors else None
+
     def _write_ring(self, x: np.ndarray) -> None:
         size = len(self.ring)
         first_frame = self.total
@@ -245,14 +277,17 @@ class _Live:
     # -- called with cond held -------------------------------------------------------------
     def frame_at(self, t: float) -> int:
         """The frame (counted from the stream's start) that the microphone captured at time ``t``."""
-        if self.last_time is None:
+        anchor = self.anchor
+        if anchor is None:
             return self.total
-        return self.total + round((t - (self.last_time - self.latency)) * self.rate)
+        return round((t + self.latency - anchor) * self.rate)
 
     def time_of(self, frame: int) -> float | None:
-        if self.last_time is None:
+        """When the microphone captured ``frame`` (the inverse of `frame_at`); None before any audio."""
+        anchor = self.anchor
+        if anchor is None:
             return None
-        return self.last_time - self.latency - (self.total - frame) / self.rate
+        return anchor - self.latency + frame / self.rate
 
     def copy_ring(self, start: int, tape: _Tape) -> None:
         """Append ring frames [start, total) to the tape; ``start`` must be within the ring."""
@@ -613,12 +648,7 @@ class Recorder:
 
 def _stream_formats(device: InputDevice) -> list[tuple[int, int]]:
     """(rate, channels) to try in order: 16 kHz mono first (no resampling), then the device's own."""
-    rates = [SAMPLE_RATE] + ([device.default_samplerate] if device.default_samplerate != SAMPLE_RATE else [])
-    channel_options = [1] + [c for c in (2, device.channels) if 1 < c <= device.channels]
-    formats = []
-    for channels in dict.fromkeys(channel_options):
-        formats += [(rate, channels) for rate in rates if rate > 0]
-    return formats
+    return stream_formats(device, SAMPLE_RATE)
 
 
 def _make_take(

@@ -4,7 +4,8 @@ Qt-free, and light to import: nothing here imports torch (the language list is r
 engine only when a non-default language is checked or offered).
 """
 
-from dictation.config.history import History, HistoryEntry, HistoryError, Outcome
+from typing import TYPE_CHECKING, Any
+
 from dictation.config.schema import FieldError, FieldInfo, Problem, field_info, from_dict, to_dict, validate
 from dictation.config.settings import (
     SCHEMA_VERSION,
@@ -21,6 +22,22 @@ from dictation.config.settings import (
     language_choices,
 )
 from dictation.config.store import LoadReport, SettingsError, SettingsStore, atomic_write
+
+if TYPE_CHECKING:
+    from dictation.config.history import History, HistoryEntry, HistoryError, Outcome
+
+_HISTORY = ("History", "HistoryEntry", "HistoryError", "Outcome")
+
+
+def __getattr__(name: str) -> Any:
+    """The history (and sqlite3) is imported on first use: the app reads its settings in its first
+    moment, before the hotkey is grabbed (dictation.launch), and the history only later."""
+    if name in _HISTORY:
+        from dictation.config import history
+
+        return getattr(history, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "SCHEMA_VERSION",

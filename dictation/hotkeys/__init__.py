@@ -13,15 +13,65 @@ Backends are imported lazily (pynput needs a display at import time; evdev and j
 Linux-only; the x11 backend imports python-xlib only when used), so importing this package is cheap and safe everywhere.
 """
 
-from dictation.hotkeys.base import ErrorCallback, EventCallback, HotkeyBackend
-from dictation.hotkeys.choose import BACKEND_NAMES, PREFERENCES, BackendChoice, Environment, choose_backend
-from dictation.hotkeys.combo import ComboTracker
-from dictation.hotkeys.errors import HotkeyBackendError, HotkeyError, HotkeyParseError
-from dictation.hotkeys.evdev_backend import EvdevBackend
-from dictation.hotkeys.hotkey import Hotkey, parse_hotkey
-from dictation.hotkeys.portal import PortalBackend
-from dictation.hotkeys.pynput_backend import PynputBackend
-from dictation.hotkeys.x11_backend import X11GrabBackend
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dictation.hotkeys.base import ErrorCallback, EventCallback, HotkeyBackend
+    from dictation.hotkeys.choose import BACKEND_NAMES, PREFERENCES, BackendChoice, Environment, choose_backend
+    from dictation.hotkeys.combo import ComboTracker
+    from dictation.hotkeys.errors import HotkeyBackendError, HotkeyError, HotkeyParseError
+    from dictation.hotkeys.evdev_backend import EvdevBackend
+    from dictation.hotkeys.hotkey import Hotkey, parse_hotkey
+    from dictation.hotkeys.portal import PortalBackend
+    from dictation.hotkeys.pynput_backend import PynputBackend
+    from dictation.hotkeys.x11_backend import X11GrabBackend
+
+# Each name is imported from its module on first use: the app grabs its hotkey before anything
+# else is imported (dictation.launch), and the backends it does not use cost nothing then.
+_HOME = {
+    "ErrorCallback": "base",
+    "EventCallback": "base",
+    "HotkeyBackend": "base",
+    "BACKEND_NAMES": "choose",
+    "PREFERENCES": "choose",
+    "BackendChoice": "choose",
+    "Environment": "choose",
+    "choose_backend": "choose",
+    "ComboTracker": "combo",
+    "HotkeyBackendError": "errors",
+    "HotkeyError": "errors",
+    "HotkeyParseError": "errors",
+    "EvdevBackend": "evdev_backend",
+    "Hotkey": "hotkey",
+    "parse_hotkey": "hotkey",
+    "PortalBackend": "portal",
+    "PynputBackend": "pynput_backend",
+    "X11GrabBackend": "x11_backend",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from dictation.hotkeys import (  # noqa: F401 - each submodule becomes an attribute of this package
+        base,
+        choose,
+        combo,
+        errors,
+        evdev_backend,
+        hotkey,
+        portal,
+        pynput_backend,
+        x11_backend,
+    )
+
+    value = getattr(globals()[home], name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BACKEND_NAMES",

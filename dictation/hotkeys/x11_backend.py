@@ -37,6 +37,9 @@ so the X server gives its press, its repeats and its release to this app alone:
   reports the press at once and says, through ``on_error`` (not fatal), that it came before the
   app listened, so what was said before may be missing.
 
+Each report comes with `event_time`: when the key went down or up, from the X server's stamp
+(`event_time.server_time_to_clock`), which stays right while this thread waits for the GIL.
+
 Everything X is done on the backend's own thread with its own connection; other threads only post
 requests to it and wake it through a pipe.
 """
@@ -52,12 +55,14 @@ import os
 import queue
 import select
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from dictation.hotkeys.base import HotkeyBackend
 from dictation.hotkeys.errors import HotkeyBackendError
+from dictation.hotkeys.event_time import server_time_to_clock
 from dictation.hotkeys.hotkey import Hotkey, parse_hotkey
 from dictation.hotkeys.keys import KEYS, MODIFIER_SIDES
 from dictation.hotkeys.x11_xkb import set_detectable_auto_repeat
@@ -181,6 +186,8 @@ class X11GrabBackend(HotkeyBackend):
         self._keyboard_grabbed = False  # we took the keyboard (a chord held at start): let go at its release
         self._keyboard: Keyboard | None = None
         self._pushback: list[Any] = []
+        self.event_time: float | None = None  # time.monotonic() of the key event being reported
+        self.held_since: Any = None  # () -> the earliest a chord held at the start counts from (None: now)
 
     # -- availability --------------------------------------------------------------------------------
     def _target(self) -> str | None:
@@ -329,6 +336,8 @@ class X11GrabBackend(HotkeyBackend):
                 "so what was said before may be missing",
                 fatal=False,
             )
+            since = self.held_since() if self.held_since is not None else None  # when is not known
+            self.event_time = since if since is not None else time.monotonic()
             self._emit([(chord.name, True)])
             return
 
@@ -504,6 +513,7 @@ class X11GrabBackend(HotkeyBackend):
             return
         name, mask = match
         self._active[name] = (keycode, mask)
+        self.event_time = server_time_to_clock(event.time)
         self._emit([(name, True)])
 
     def _key_release(self, event: Any) -> None:
@@ -519,6 +529,7 @@ class X11GrabBackend(HotkeyBackend):
             ended += self._keep_held([name for name in self._active if name not in ended])
         for name in ended:
             del self._active[name]
+        self.event_time = server_time_to_clock(event.time)
         self._emit([(name, False) for name in ended])
 
     def _keep_held(self, names: list[str]) -> list[str]:
@@ -544,6 +555,7 @@ class X11GrabBackend(HotkeyBackend):
         self._active.clear()
         self._grab_key = None
         self._let_go_of_keyboard()
+        self.event_time = time.monotonic()
         self._emit([(name, False) for name in ended])
 
     def _is_fake_release(self, event: Any) -> bool:

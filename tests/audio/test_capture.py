@@ -513,3 +513,61 @@ def test_start_gap_is_none_when_the_first_block_does_not_come_in_time():
     assert recorder.start_gap(timeout=0.1) is None
     assert 0.1 <= time.monotonic() - t0 < 2.0
     recorder.cancel()
+
+
+# --- blocks delivered late (issue 25 §2): the callback thread waits for the GIL while the app imports
+# Qt and torch, so a block can arrive long after it was captured. Where a press lands in the stream
+# and how much after it is missing follow the stream's own clock, not the newest block's arrival.
+
+
+def push_late(backend: FakeBackend, clock: FakeClock, start: int, seconds: float, late: float) -> int:
+    """Frame-numbered audio captured over ``seconds`` but delivered ``late`` seconds after that."""
+    clock.advance(late)
+    frame = push_coded(backend, start, seconds)
+    clock.advance(-late)
+    return frame
+
+
+def test_a_press_lands_on_its_own_frame_although_the_newest_blocks_came_late():
+    recorder, backend, clock = make(pre_roll_s=0.4)
+    recorder.open()
+    frame = push_coded(backend, 0, 1.0)
+    t_press = clock() + 0.1  # pressed 100 ms into audio that reaches us only 0.6 s late
+    clock.advance(0.6)
+    frame = push_coded(backend, frame, 0.2)  # frames 1.0-1.2 s, each arriving 0.6 s after its capture
+    recorder.start(t_press)
+    assert recorder.start_gap() == pytest.approx(-0.4)
+    push_coded(backend, frame, 0.3)
+    take = recorder.stop(t_press + 0.3)
+    assert_frames(take.samples, 17600 - 6400, 6400 + 4800)  # the press is frame 1.1 s, not 0.5 s
+
+
+def test_a_press_after_the_stream_opened_loses_nothing_although_its_blocks_came_late():
+    # The stream opened 0.1 s before the press; the block the press is in came 0.9 s late. Nothing
+    # said after the press is missing, so nothing may be reported missing (was "800 ms lost").
+    recorder, backend, clock = make(pre_roll_s=0.4)
+    recorder.open()
+    frame = push_coded(backend, 0, 0.2)
+    t_press = clock() - 0.1
+    frame = push_late(backend, clock, frame, 0.02, late=0.9)
+    recorder.start(t_press)
+    assert recorder.start_gap() == pytest.approx(-0.1)
+    push_coded(backend, frame, 0.2)
+    take = recorder.stop(t_press + 0.3)
+    assert take.start_gap_s == pytest.approx(-0.1)
+    assert_frames(take.samples, 0, 6400)
+
+
+def test_an_overflow_starts_the_stream_clock_again():
+    # Audio dropped in an overflow: frames counted after it are later than their count says.
+    recorder, backend, clock = make(pre_roll_s=0.0)
+    recorder.open()
+    frame = push_coded(backend, 0, 1.0)
+    clock.advance(0.5)  # 0.5 s of audio lost by the audio system
+    backend.stream.push(coded(frame, 320), status=1)
+    frame = push_coded(backend, frame + 320, 0.5)
+    t_press = clock() - 0.2
+    recorder.start(t_press)
+    push_coded(backend, frame, 0.3)
+    take = recorder.stop(t_press + 0.1)
+    assert_frames(take.samples, frame - 3200, 1600)

@@ -17,7 +17,9 @@ issue: ``DICTATION_COLDSTART_RUNS=5 pytest tests/e2e/test_cold_start_e2e.py -k r
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -40,9 +42,9 @@ THRESHOLD = 0.05  # the burst's RMS is ~0.35; the virtual microphone's silence i
 TOLERANCE_S = 0.03  # fade-in, envelope frames, a block boundary
 
 
-def write_burst(path: Path) -> Path:
-    """``BURST_S`` of a ``BURST_HZ`` sine at half scale (5-ms fades), 16 kHz mono 16-bit."""
-    n = round(BURST_S * RATE)
+def write_burst(path: Path, seconds: float = BURST_S) -> Path:
+    """``seconds`` of a ``BURST_HZ`` sine at half scale (5-ms fades), 16 kHz mono 16-bit."""
+    n = round(seconds * RATE)
     t = np.arange(n) / RATE
     x = 0.5 * np.sin(2 * np.pi * BURST_HZ * t)
     fade = round(0.005 * RATE)
@@ -140,12 +142,14 @@ def socket_path(env: dict[str, str]) -> Path:
     return Path(out.stdout.strip())
 
 
-def write_settings(home: Path, model: Path) -> None:
+def write_settings(home: Path, model: Path, keep_open: bool = True) -> None:
     settings = Settings()
     settings = settings.replace(
         engine=settings.engine.replace(model=str(model), device="cpu", dtype="fp32"),
         hotkeys=settings.hotkeys.replace(hotkey=HOTKEY, backend="x11"),
-        recording=settings.recording.replace(sounds=False),  # only the burst in the recording
+        # only the burst in the recording; the microphone opened ahead, or at each press
+        recording=settings.recording.replace(sounds=False, keep_mic_open=keep_open),
+        output=settings.output.replace(method="paste"),  # no Space key of ours in the target window
     )
     SettingsStore(home / "config" / "settings.json").save(settings)
 
@@ -268,3 +272,161 @@ def cold_start(way: str, xvfb: dict, pulse, home: Path, model: Path, burst: Path
         out.close()
         if keyboard is not None:
             keyboard.close()
+
+
+# --- a press at a set time after the launch (issue 25 §2) ---------------------------------------------
+
+LATE_WARNING = re.compile(r"The recording began (\d+) ms after the press")
+STARTUP_LINE = re.compile(r"start-up: .*")
+
+
+@dataclass
+class TimedPress:
+    """The app launched, its hotkey pressed ``delay_s`` after the launch, the burst played from the press."""
+
+    delay_s: float
+    keep_open: bool
+    home: Path
+    pressed_after_s: float = 0.0  # from the launch to the press, as it happened
+    found: BurstFound | None = None
+    leaked: int = 0  # presses of the chord's Space that reached the focused window
+    warning_ms: int | None = None  # the late-start warning's amount, None: no warning
+    exit_code: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def log(self) -> str:
+        path = self.home / "log" / "dictation.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def line(self) -> str:
+        if self.found is None:
+            what = "no recording"
+        elif self.found.onset_s is None:
+            what = "recording without the burst"
+        else:
+            what = (
+                f"burst at {self.found.onset_s * 1000:.0f} ms in the take, {self.found.missing_s * 1000:.0f} ms missing"
+            )
+        startup = STARTUP_LINE.search(self.log())
+        mic = "mic kept open" if self.keep_open else "mic per take"
+        return (
+            f"pressed {self.pressed_after_s:.2f} s after launch ({mic}): "
+            f"{what}; {self.leaked} keys leaked; warning {self.warning_ms} ms"
+            f"{'; ' + startup.group(0) if startup else ''}{' ' + '; '.join(self.notes) if self.notes else ''}"
+        )
+
+
+def timed_press(
+    delay_s: float,
+    xvfb: dict,
+    pulse,
+    home: Path,
+    model: Path,
+    burst: Path,
+    target,
+    *,
+    keep_open: bool = True,
+    after_ready: bool = False,
+) -> TimedPress:
+    """Launch `python -m dictation`, press Ctrl+Alt+Space ``delay_s`` after, play the burst from the press,
+    let go after it, and read the take, the target window's keys and the log (see TimedPress).
+    ``after_ready``: press ``delay_s`` after the app logged "ready" instead of after the launch."""
+    from dictation.audio.wav import load_audio_16k
+    from tests.hotkeys.test_x11_backend import xdotool
+
+    write_settings(home, model, keep_open=keep_open)
+    env = app_env(xvfb, pulse.env, home)
+    run = TimedPress(delay_s, keep_open, home)
+    target.focus()
+    keyboard = Keyboard(xvfb["DISPLAY"])
+    player = Player(pulse.env, burst)
+    out = open(home / "app-stdout.log", "ab")  # noqa: SIM115 - closed below
+    t_launch = time.monotonic()
+    app = subprocess.Popen([sys.executable, "-m", "dictation", "-v"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        if after_ready:
+            if not _wait_for(home / "log" / "dictation.log", re.compile(r"dictation\.app\.main: ready"), 60):
+                run.notes.append("the app never logged 'ready'")
+                return run
+            t_launch = time.monotonic()
+        time.sleep(max(0.0, t_launch + delay_s - time.monotonic()))
+        keyboard.press()
+        run.pressed_after_s = time.monotonic() - t_launch
+        player.play()
+        time.sleep(player.seconds + 0.3)
+        keyboard.release()
+        wav = _saved_wav(home / "log" / "dictation.log", 30)
+        if wav is not None:
+            run.found = find_burst(load_audio_16k(wav))
+        else:
+            run.notes.append(f"no take saved (app exit {app.poll()})")
+        xdotool(xvfb["DISPLAY"], "key", "z")  # the target's sentinel: every key it got before is counted
+        space = [e for e in target.events_until_sentinel() if e[0] == "PRESS" and e[1] == QT_SPACE]
+        run.leaked = len(space)
+        match = LATE_WARNING.search(run.log())
+        run.warning_ms = int(match.group(1)) if match else None
+        # pressed before the model was ready: the take is transcribed once it is
+        if wav is not None and not _wait_for(home / "log" / "dictation.log", TAKE_DONE, 90):
+            run.notes.append("the take was not transcribed")
+        return run
+    finally:
+        if app.poll() is None:
+            _send(env, "quit")
+            try:
+                app.wait(30)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                app.wait(10)
+        run.exit_code = app.returncode
+        out.close()
+        keyboard.close()
+        player.close()
+
+
+class Player:
+    """The burst, played the moment `play` is called: a playback stream opened beforehand and fed
+    through a pipe, so the sound follows the press by the stream's 10 ms and not by a player's
+    start-up (paplay's is 10-60 ms under load), which would count as audio the take misses."""
+
+    def __init__(self, env: dict[str, str], wav: Path) -> None:
+        from dictation.audio.wav import load_audio_16k
+
+        samples = load_audio_16k(wav)
+        self.seconds = len(samples) / RATE
+        self.pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
+        self.proc = subprocess.Popen(
+            ["pacat", "--playback", "--latency-msec=10", "--raw", "--format=s16le", f"--rate={RATE}"]
+            + ["--channels=1", "--device=vsink"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.3)  # connected and waiting for data
+
+    def play(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(self.pcm)
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+QT_SPACE = 0x20
+TAKE_DONE = re.compile(r"transcribed job 1:|job 1: no speech|No speech recognised")
+
+
+def _wait_for(log: Path, pattern: re.Pattern, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if log.exists() and pattern.search(log.read_text(errors="replace")):
+            return True
+        time.sleep(0.1)
+    return False

@@ -115,9 +115,10 @@ def target(xvfb_display):
 class Run:
     """A started backend and what it reported, with the barrier over both it and the window."""
 
-    def __init__(self, display: str, target: Target, bindings=None, disabled=("cancel",)):
+    def __init__(self, display: str, target: Target, bindings=None, disabled=("cancel",), held_since=None):
         self.display, self.target = display, target
         self.backend = X11GrabBackend(display)
+        self.backend.held_since = held_since
         self.events: queue.Queue = queue.Queue()
         self.errors: list = []
         self.backend.start(
@@ -561,6 +562,49 @@ def test_doctor_names_a_hotkey_another_program_holds(xvfb_display, monkeypatch, 
         assert grab_checks()["Grab ctrl+F6"].status == "problem"
     finally:
         other.close()
+
+
+def test_each_report_carries_the_x_servers_time_of_its_key_event(run, target, xvfb_display):
+    """Issue 25 §2: the listener's thread may get to a press late (it waits for the GIL while the app
+    imports Qt and torch); the press is dated by the X server's stamp, on this process's clock."""
+    r = run()
+    times = []
+    r.events = EventTimes(r, times)
+    before = time.monotonic()
+    r.keys("key", "ctrl+alt+space")
+    reported, _ = r.sync()
+    assert reported == [("dictate", True), ("dictate", False)]
+    pressed, released = times[:2]
+    assert before - 0.002 <= pressed <= released <= r.times[1] + 0.002
+
+
+class EventTimes:
+    """The events queue of a Run that also notes the backend's `event_time` of each report."""
+
+    def __init__(self, r, times):
+        self.queue, self.backend, self.times = r.events, r.backend, times
+
+    def put(self, item):
+        if item[0] == "dictate":
+            self.times.append(self.backend.event_time)
+        self.queue.put(item)
+
+    def get(self, timeout=None):
+        return self.queue.get(timeout=timeout)
+
+
+def test_a_chord_held_at_the_start_counts_from_when_the_microphone_began(run, target, xvfb_display):
+    """Issue 25 §2: when a held chord went down is unknown; the app's early start says from when its
+    microphone hears (held_since), and the take reaches back to that."""
+    target.focus()
+    xdotool(xvfb_display, "keydown", "ctrl+alt+space")
+    try:
+        r = run(held_since=lambda: 123.5)
+        name, pressed, _ = r.events.get(timeout=TIMEOUT)
+        assert (name, pressed) == ("dictate", True) and r.backend.event_time == 123.5
+    finally:
+        xdotool(xvfb_display, "keyup", "space", "keyup", "alt", "keyup", "ctrl")
+    assert r.sync()[0] == [("dictate", False)]
 
 
 def test_a_chord_held_before_the_grabs_exist_is_caught_told_and_its_release_comes_to_us(run, target, xvfb_display):
