@@ -41,6 +41,12 @@ MAX_NEW_TOKENS = max_new_tokens_for(MAX_PASS_SECONDS)
 """The largest token budget accepted at all (36,064: what the longest pass can justify); a request
 above it is refused, one below it is lowered to what each pass's audio justifies."""
 
+MAX_ADAPTER_WEIGHT = 10.0
+"""The largest size of an adapter's weight (``DIR:WEIGHT``). The weight scales the adapter's change
+to the model (``W + weight * delta``): 1 is as trained, 0 is no effect, and the settings offer 0 to
+2. At ten times the change it was trained as, the base model's own weights are swamped, and a
+weight like 1e30 turns bf16 weights into infinities; neither transcribes."""
+
 
 def check_context(context: str) -> str | None:
     """None if ``context`` is short enough; else what is wrong, for a message."""
