@@ -55,7 +55,8 @@ def test_the_output_stops_at_the_models_last_position(ckpt_untied):
     model.cfg = dataclasses.replace(
         model.cfg, text=dataclasses.replace(model.cfg.text, max_position_embeddings=prompt + 9)
     )
-    assert len(engine.transcribe(audio, max_new_tokens=50).token_ids) == 9
+    result = engine.transcribe(audio, max_new_tokens=50)
+    assert len(result.token_ids) == 9 and result.truncated
 
 
 def test_the_engine_refuses_requests_beyond_its_limits(ckpt_untied, engine_factory):

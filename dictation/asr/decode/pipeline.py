@@ -185,6 +185,7 @@ class Pipeline:
             timings["draft_tokens"] = float(len(draft_ids))
             timings["draft_accepted"] = float(gen.draft_accepted)
             timings["draft_passes"] = float(gen.draft_passes)
+        budget = min(budget, self.model.cfg.text.max_position_embeddings - n_prompt)  # greedy's limit too
         truncated = not gen.stopped_on_eos and len(gen.token_ids) >= budget
         if truncated and not quiet:
             log.warning("transcription hit the %d-token budget before the model finished", budget)
