@@ -30,6 +30,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     from dictation.asr.engine import is_silent
     from dictation.asr.text.prompt import normalize_language
     from dictation.audio.wav import load_audio_16k
+    from dictation.cli_progress import TranscribeProgress
 
     try:
         normalize_language(args.language)
@@ -82,7 +83,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     for name, audio in clips:
         seconds = len(audio) / SAMPLE_RATE
         _warn_budget(name, seconds, args.max_new_tokens)
-        progress = _TranscribeProgress(name) if seconds >= PROGRESS_SECONDS else None
+        progress = TranscribeProgress(name) if seconds >= PROGRESS_SECONDS else None
         try:
             result = engine.transcribe_with_progress(
                 audio, language=args.language, context=args.context or "", max_new_tokens=args.max_new_tokens,
@@ -137,45 +138,6 @@ def _warn_budget(name: str, seconds: float, asked: int | None) -> None:
             f"using at most {most} tokens a pass ({limits.MAX_TOKENS_PER_SECOND} a second)",
             file=sys.stderr,
         )
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
-
-
-class _TranscribeProgress:
-    """'FILE: 40:00 of 2:00:00 (33%), pass 2/6, about 8:10 left' on stderr for a long file: one line
-    rewritten on a terminal, a line per pass otherwise. The time left is the pace of the passes so far."""
-
-    def __init__(self, name: str) -> None:
-        import time
-
-        self.name, self.clock, self.started = name, time.monotonic, None
-        self.tty = sys.stderr.isatty()
-        self.shown = False
-
-    def update(self, p) -> None:
-        now = self.clock()
-        if self.started is None:
-            self.started = now
-        line = f"{self.name}: {_clock(p.done_seconds)} of {_clock(p.total_seconds)} ({p.fraction:.0%})"
-        if p.chunk == 0:
-            line += ", transcribing in one pass" if p.n_chunks == 1 else f", transcribing in {p.n_chunks} passes"
-        else:
-            line += f", pass {p.chunk}/{p.n_chunks}"
-            if p.done_seconds < p.total_seconds:
-                left = (now - self.started) / p.done_seconds * (p.total_seconds - p.done_seconds)
-                line += f", about {_clock(left)} left"
-        sys.stderr.write(f"\r{line}\033[K" if self.tty else line + "\n")
-        sys.stderr.flush()
-        self.shown = True
-
-    def close(self) -> None:
-        if self.shown and self.tty:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
 
 
 QUANTIZE_DESCRIPTION = """\

@@ -13,6 +13,7 @@ from dictation.asr import limits
 from dictation.asr.decode import longform
 from dictation.asr.decode.pipeline import Progress
 from dictation.audio.wav import write_wav
+from dictation.cli_progress import TranscribeProgress
 from tests.oracle import synth_audio
 from tests.test_cli import assert_one_line_error, run_cli
 
@@ -75,7 +76,7 @@ def test_a_long_file_shows_its_progress(ckpt_untied, tmp_path, monkeypatch, caps
 
 def test_the_time_left_is_the_pace_so_far(monkeypatch, capsys):
     now = [100.0]
-    bar = cli._TranscribeProgress("talk.wav")
+    bar = TranscribeProgress("talk.wav")
     bar.clock = lambda: now[0]
     bar.update(Progress(0.0, 7200.0, 0, 6, ""))
     now[0] += 150.0  # the first 20 minutes took 2.5 minutes: 100 minutes of audio are 12.5 minutes more
