@@ -26,17 +26,22 @@ def _fail(message: str) -> int:
 
 
 def cmd_transcribe(args: argparse.Namespace) -> int:
-    from dictation.asr import AsrEngine, AsrError, EngineOptions
+    from dictation.asr import SAMPLE_RATE, AsrEngine, AsrError, EngineOptions, limits
     from dictation.asr.engine import is_silent
     from dictation.asr.text.prompt import normalize_language
     from dictation.audio.wav import load_audio_16k
+    from dictation.cli_progress import TranscribeProgress
 
     try:
         normalize_language(args.language)
     except AsrError as exc:
         return _fail(str(exc))
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        return _fail("--max-new-tokens must be at least 1")
+    problem = limits.check_max_new_tokens(args.max_new_tokens)
+    if problem:
+        return _fail(f"--max-new-tokens: {problem}")
+    problem = limits.check_context(args.context or "")
+    if problem:
+        return _fail(f"--context: {problem}")
 
     # Read every file first, so a bad path is reported before a long model load.
     clips: list[tuple[str, object]] = []
@@ -76,10 +81,14 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     logging.getLogger(__name__).info("model: %s", engine.model_label)
 
     for name, audio in clips:
+        seconds = len(audio) / SAMPLE_RATE
+        _warn_budget(name, seconds, args.max_new_tokens)
+        progress = TranscribeProgress(name) if seconds >= PROGRESS_SECONDS else None
         try:
-            result = engine.transcribe(
-                audio, language=args.language, context=args.context or "", max_new_tokens=args.max_new_tokens
-            )
+            result = engine.transcribe_with_progress(
+                audio, language=args.language, context=args.context or "", max_new_tokens=args.max_new_tokens,
+                on_progress=progress and progress.update,
+            )  # fmt: skip
         except AsrError as exc:
             failed += 1
             _fail(f"{name}: {exc}")
@@ -88,6 +97,9 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
             failed += 1
             _fail(f"{name}: out of memory while transcribing; try a shorter clip or --device cpu")
             continue
+        finally:
+            if progress is not None:
+                progress.close()
         if args.json:
             print(
                 json.dumps(
@@ -110,6 +122,22 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         else:
             print(result.text, flush=True)
     return 1 if failed else 0
+
+
+PROGRESS_SECONDS = 60.0  # files at least this long show their progress on stderr
+
+
+def _warn_budget(name: str, seconds: float, asked: int | None) -> None:
+    """Say so when --max-new-tokens is more than the file's audio can need (the engine lowers it)."""
+    from dictation.asr import limits
+
+    most = limits.max_new_tokens_for(min(seconds, limits.MAX_PASS_SECONDS))
+    if asked is not None and asked > most:
+        print(
+            f"dictation: warning: {name}: --max-new-tokens {asked} is more than {seconds:.1f} s of audio can need; "
+            f"using at most {most} tokens a pass ({limits.MAX_TOKENS_PER_SECOND} a second)",
+            file=sys.stderr,
+        )
 
 
 QUANTIZE_DESCRIPTION = """\
@@ -448,8 +476,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="PEFT LoRA adapter folder, optionally with a weight (repeatable; applied in order)",
     )
     t.add_argument("--language", default=None, help="force a language (name or ISO code); default: detect")
-    t.add_argument("--context", default="", help="background text / vocabulary to bias recognition")
-    t.add_argument("--max-new-tokens", type=int, default=None, help="token budget (default: scales with length)")
+    from dictation.asr import limits
+
+    t.add_argument(
+        "--context",
+        default="",
+        help=f"background text / vocabulary to bias recognition (up to {limits.MAX_CONTEXT_CHARS:,} characters)",
+    )
+    t.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"token budget of a pass (default: scales with length; at most {limits.MAX_TOKENS_PER_SECOND} "
+        "a second of audio)",
+    )
     t.add_argument("--json", action="store_true", help="one JSON object per file")
     t.set_defaults(func=cmd_transcribe)
 

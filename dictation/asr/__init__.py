@@ -7,7 +7,15 @@ prompt, models) can be imported without loading torch.
 from typing import TYPE_CHECKING
 
 from dictation.asr.config import SAMPLE_RATE
-from dictation.asr.errors import AdapterError, AsrError, AudioError, LanguageError, ModelError, WeightsError
+from dictation.asr.errors import (
+    AdapterError,
+    AsrError,
+    AudioError,
+    LanguageError,
+    ModelError,
+    RequestError,
+    WeightsError,
+)
 
 if TYPE_CHECKING:
     from dictation.asr.engine import AsrEngine, EngineOptions, Progress, Transcript
@@ -23,6 +31,7 @@ __all__ = [
     "AudioError",
     "LanguageError",
     "ModelError",
+    "RequestError",
     "WeightsError",
 ]
 

@@ -29,7 +29,8 @@ from dictation.asr.decode.greedy import sync_device
 from dictation.asr.decode.longform import join_texts, merge_languages, split_long_audio
 from dictation.asr.decode.pipeline import PassResult, Pipeline, Progress, Transcript
 from dictation.asr.device import resolve_device, resolve_dtype
-from dictation.asr.errors import AdapterError, AsrError, AudioError
+from dictation.asr.errors import AdapterError, AsrError, AudioError, RequestError
+from dictation.asr.limits import check_context, check_max_new_tokens
 from dictation.asr.nn.features import MIN_SAMPLES, LogMel
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE, QUANTIZED, VARIANTS
@@ -69,6 +70,7 @@ WARM_UP_CACHE = 1024
 
 class AsrEngine:
     def __init__(self, options: EngineOptions) -> None:
+        _check_request("", options.max_new_tokens)
         self.options = options
         self._lock = threading.RLock()
         self._model: AsrModel | None = None
@@ -355,6 +357,7 @@ class AsrEngine:
         (see :mod:`dictation.asr.decode.streaming`). The result equals :meth:`transcribe` of the whole clip."""
         from dictation.asr.decode.streaming import StreamingTranscription
 
+        _check_request(context, max_new_tokens)
         return StreamingTranscription(self, language=language, context=context, max_new_tokens=max_new_tokens)
 
     def transcribe(
@@ -388,7 +391,9 @@ class AsrEngine:
     ) -> Transcript:
         """Like :meth:`transcribe`; clips over 20 minutes are split at quiet points and
         ``on_progress`` is called before the first piece and after each one (``draft_ids`` then
-        serve the first piece only)."""
+        serve the first piece only). A context or token budget beyond ``asr/limits.py`` raises
+        RequestError; a budget above what a piece's audio justifies is lowered to that."""
+        _check_request(context, max_new_tokens)
         forced = normalize_language(language)
         audio = prepare_samples(samples)
         total = len(audio) / SAMPLE_RATE
@@ -418,6 +423,13 @@ class AsrEngine:
             chunks=len(passes),
             truncated=any(p.truncated for p in passes),
         )
+
+
+def _check_request(context: str, max_new_tokens: int | None) -> None:
+    """RequestError unless the context and token budget are within the engine's limits (limits.py)."""
+    problem = check_context(context or "") or check_max_new_tokens(max_new_tokens)
+    if problem:
+        raise RequestError(problem)
 
 
 @contextmanager

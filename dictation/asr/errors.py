@@ -23,5 +23,9 @@ class LanguageError(AsrError, ValueError):
     """A forced language that the model does not support."""
 
 
+class RequestError(AsrError, ValueError):
+    """A transcription request outside the engine's limits (a context or token budget, asr/limits.py)."""
+
+
 class AdapterError(AsrError):
     """A LoRA adapter folder is missing, is not a PEFT LoRA adapter, or does not fit the model."""

@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from dictation.asr.limits import MAX_CONTEXT_CHARS
+
 # Bump when a key is renamed, moved or changes meaning, and add a step to migrations.MIGRATIONS.
 # Adding a field with a default needs no bump: a missing key loads as its default.
 SCHEMA_VERSION = 1
@@ -264,7 +266,7 @@ class TranscriptionSettings(_Group):
         label="Vocabulary and context",
         help="Names, terms and spellings the model should prefer, e.g. 'Kubernetes, PySide6, Dr. Nguyen'. "
         "A plain list of terms works better than instructions.",
-        max_length=20_000,
+        max_length=MAX_CONTEXT_CHARS,
         multiline=True,
         private=True,
     )

@@ -1,6 +1,6 @@
 """The engine's layout (issue 17): no import circles, and each layer imports only the layers below it.
 
-Layers, lowest first: the base modules (``errors``, ``config``, ``device``), ``text`` (tokenizer,
+Layers, lowest first: the base modules (``errors``, ``config``, ``device``, ``limits``), ``text`` (tokenizer,
 prompt, output parsing) and ``nn`` (the network), then ``checkpoints`` (files → a model and its
 tokenizer), ``tune`` (quantizing, adapters, the folder writers) and ``decode`` (running a pass),
 and ``engine`` on top. Every import counts, at module level or inside a function; only imports
@@ -15,7 +15,7 @@ from pathlib import Path
 import dictation
 
 PACKAGE = Path(dictation.__file__).parent
-BASE = {"dictation.asr.errors", "dictation.asr.config", "dictation.asr.device"}
+BASE = {"dictation.asr.errors", "dictation.asr.config", "dictation.asr.device", "dictation.asr.limits"}
 # layer -> the layers it must not import (its own and lower ones are fine)
 FORBIDDEN = {
     "base": {"text", "nn", "checkpoints", "tune", "decode", "engine"},

@@ -81,6 +81,8 @@ def test_read_examples_formats_and_errors(tmp_path):
     assert got[0].text == "The transcript." and got[0].audio.dtype == np.float32 and len(got[0].audio) == 8000
     bad_cases = {
         '{"audio": "missing.wav", "text": "x"}': "missing.wav does not exist",
+        '{"audio": "/dev/zero", "text": "x"}': r"audio /dev/zero is not a regular file \(a device, pipe or folder\)",
+        '{"audio": "sub", "text": "x"}': r"sub is not a regular file",
         '{"audio": "a.wav", "text": "language English<asr_text>  "}': "empty text",
         '{"audio": "a.wav", "text": ""}': "empty text",
         '{"audio": "a.wav"}': 'no "text"',

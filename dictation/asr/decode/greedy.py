@@ -112,7 +112,12 @@ def greedy(
     preceding logits' argmax is that token is taken as is (``Generation.draft_accepted`` counts them).
 
     ``should_stop``: polled after each generated token; True ends the output after that token.
+
+    The output never runs past the model's last position (``max_position_embeddings``): the
+    budget is lowered to the positions left after the prompt.
     """
+    room = model.cfg.text.max_position_embeddings - start - embeds.shape[1]
+    max_new_tokens = max(1, min(max_new_tokens, room))
     device = model.device
     t0 = time.perf_counter()
     logits = model.prefill(embeds, max_new_tokens, start=start)

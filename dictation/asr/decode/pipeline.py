@@ -23,22 +23,13 @@ import torch
 
 from dictation.asr.config import SAMPLE_RATE
 from dictation.asr.decode.greedy import Generation, greedy, sync_device
+from dictation.asr.limits import auto_budget, max_new_tokens_for
 from dictation.asr.nn.features import LogMel, n_audio_tokens
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.text.parse import parse_output
 from dictation.asr.text.prompt import PromptBuilder
 
 log = logging.getLogger(__name__)
-
-# Without an explicit budget, allow generously more tokens than anyone speaks (fast speech is
-# about 5 tokens/s) so a long clip is never cut short, while a looping model still stops.
-AUTO_TOKENS_BASE = 64
-AUTO_TOKENS_PER_SECOND = 10
-
-
-def auto_budget(seconds: float) -> int:
-    """The token budget of a pass over ``seconds`` of audio when none is given."""
-    return int(AUTO_TOKENS_BASE + AUTO_TOKENS_PER_SECOND * seconds)
 
 
 @dataclass
@@ -111,9 +102,15 @@ class Pipeline:
 
     def budget(self, n_samples: int, max_new_tokens: int | None = None) -> int:
         """The token budget of a pass over ``n_samples``: the argument, else the pipeline's default,
-        else :func:`auto_budget`."""
+        else :func:`auto_budget`; never more than the audio justifies (``limits.max_new_tokens_for``)."""
         budget = max_new_tokens if max_new_tokens is not None else self.max_new_tokens
-        return auto_budget(n_samples / SAMPLE_RATE) if budget is None else budget
+        seconds = n_samples / SAMPLE_RATE
+        if budget is None:
+            return auto_budget(seconds)
+        ceiling = max_new_tokens_for(seconds)
+        if budget > ceiling:
+            log.info("token budget %d lowered to %d, the most %.1f s of audio can need", budget, ceiling, seconds)
+        return max(1, min(budget, ceiling))
 
     def prompt_embeds(self, audio: np.ndarray, *, context: str = "", language: str | None = None) -> PromptEmbeds:
         """Mel features → audio embeddings → the chat-template prompt with them in place of the pads.
@@ -188,6 +185,7 @@ class Pipeline:
             timings["draft_tokens"] = float(len(draft_ids))
             timings["draft_accepted"] = float(gen.draft_accepted)
             timings["draft_passes"] = float(gen.draft_passes)
+        budget = min(budget, self.model.cfg.text.max_position_embeddings - n_prompt)  # greedy's limit too
         truncated = not gen.stopped_on_eos and len(gen.token_ids) >= budget
         if truncated and not quiet:
             log.warning("transcription hit the %d-token budget before the model finished", budget)

@@ -41,6 +41,7 @@ from dictation.asr.checkpoints.hub import is_gguf_path, resolve_model
 from dictation.asr.checkpoints.locate import FLOAT_DTYPES, PREFIXES, TensorInfo, checkpoint_name, locate, read_header
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import AdapterError, AsrError, WeightsError
+from dictation.asr.limits import MAX_ADAPTER_WEIGHT
 from dictation.asr.tune.patterns import (
     FULL,
     SUFFIX,
@@ -134,6 +135,11 @@ def parse_adapter_spec(spec: str) -> tuple[str, float]:
             return str(spec), 1.0
         if not math.isfinite(weight):
             raise AdapterError(f"{path}: adapter weight {tail!r} is not a finite number")
+        if abs(weight) > MAX_ADAPTER_WEIGHT:
+            raise AdapterError(
+                f"{path}: adapter weight {tail} is outside -{MAX_ADAPTER_WEIGHT:g} to {MAX_ADAPTER_WEIGHT:g} "
+                "(1 applies the adapter as trained; beyond that range its change swamps the model's own weights)"
+            )
         return path, weight
     return str(spec), 1.0
 
@@ -325,6 +331,7 @@ def _layers(
     pairs: dict[str, dict[str, str]] = {}
     magnitudes: dict[str, str] = {}
     saved: list[SavedTensor] = []
+    saved_modules: set[str] = set()  # the modules_to_save found, as named in the file
     for name in sorted(header):
         if len(name) > MAX_NAME_CHARS:
             raise AdapterError(f"{path}: holds a tensor named {_short(name)}, which is no module of a Qwen3-ASR model")
@@ -343,8 +350,15 @@ def _layers(
                     f"{path}: trained for a different model: {match['module']} is not a module of a Qwen3-ASR model"
                 )
             saved.append(SavedTensor(f"{ours}.{match['param']}", name, tuple(header[name].shape)))
+            saved_modules.add(match["module"])
         else:
             raise AdapterError(f"{path}: holds {name}, which is not a LoRA tensor; {_NOT_PLAIN}")
+    for listed in rules.to_save:  # PEFT saves each listed module whole; one it lacks would be ignored
+        if not any(_is_listed(module, [listed]) for module in saved_modules):
+            raise AdapterError(
+                f"{rules.config_path}: modules_to_save lists {_short(listed)}, but {path.name} holds no weights "
+                "of such a module (no module of that name in the model it was trained on?)"
+            )
     if not pairs and not saved:
         raise AdapterError(f"{path}: holds no LoRA weights")
     selected, ranks, alphas = _match_patterns(sorted(pairs), rules)

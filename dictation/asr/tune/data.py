@@ -150,8 +150,12 @@ def load_examples(
     examples = []
     for sample in samples:
         where, audio_path = sample.source, sample.audio
-        if not audio_path.is_file():
+        if not audio_path.exists():
             raise TrainingError(f"{where}: audio file {audio_path} does not exist")
+        if not audio_path.is_file():  # /dev/zero, a FIFO (reading would never end) or a folder
+            raise TrainingError(
+                f"{where}: audio {audio_path} is not a regular file (a device, pipe or folder); give a WAV file"
+            )
         try:
             audio = load_audio(audio_path)
         except (AsrError, OSError, ValueError) as exc:

@@ -139,19 +139,40 @@ class GgufFile:
         return self.data[tensor.offset : end]
 
 
+MAX_TENSOR_BYTES = 1 << 40
+"""A tensor (or a tensor's offset) beyond 1 TiB is impossible in a model file: the largest of
+Qwen3-ASR-1.7B, the 151,936 x 2,048 embeddings, is 622 MB in bf16. A header that says so is corrupt."""
+
+
+class _CutShort(ValueError):
+    """A field of the header runs past the end of the file; the message names the field."""
+
+
 class _Cursor:
+    """Reads the header field by field; ``what`` names the field being read, for messages."""
+
     def __init__(self, buf: memoryview, path: Path) -> None:
         self.buf, self.pos, self.path = buf, 0, path
+        self.what = "the header"
+
+    def need(self, n: int, what: str | None = None) -> None:
+        """_CutShort unless ``n`` more bytes are left."""
+        if n > len(self.buf) - self.pos:
+            raise _CutShort(
+                f"{what or self.what} runs past the end of the file ({n:,} bytes from byte {self.pos:,}, "
+                f"the file has {len(self.buf):,})"
+            )
 
     def scalar(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        self.need(size)
         (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += struct.calcsize(fmt)
+        self.pos += size
         return value
 
     def string(self) -> str:
         n = self.scalar("<Q")
-        if n > len(self.buf) - self.pos:
-            raise ValueError(f"string of {n} bytes at offset {self.pos} runs past the end")
+        self.need(n, f"{self.what} (a string of {n:,} bytes)")
         text = str(self.buf[self.pos : self.pos + n], "utf-8")
         self.pos += n
         return text
@@ -162,11 +183,15 @@ class _Cursor:
         unpack = _U64.unpack_from
         out: list[str] = []
         append = out.append
-        for _ in range(count):
+        for i in range(count):
+            if end - pos < 8:
+                self.pos = pos
+                self.need(8, f"{self.what} (the length of string {i + 1:,} of {count:,})")
             (n,) = unpack(buf, pos)
             pos += 8
             if n > end - pos:
-                raise ValueError(f"string of {n} bytes at offset {pos} runs past the end")
+                self.pos = pos
+                self.need(n, f"{self.what} (string {i + 1:,} of {count:,}, {n:,} bytes)")
             append(str(buf[pos : pos + n], "utf-8"))
             pos += n
         self.pos = pos
@@ -185,6 +210,7 @@ class _Cursor:
                 return [self.value(_ARRAY, depth + 1) for _ in range(count)]
             if item not in _NUMPY:
                 raise ValueError(f"unknown array item type {item}")
+            self.need(count * np.dtype(_NUMPY[item]).itemsize, f"{self.what} (an array of {count:,} numbers)")
             arr = np.frombuffer(self.buf, dtype=_NUMPY[item], count=count, offset=self.pos)
             self.pos += arr.nbytes
             values = arr.tolist()
@@ -229,23 +255,30 @@ def read_gguf_file(path: str | Path, *, architecture_only: bool = False) -> Gguf
         if n_tensors > size or n_kv > size:
             raise ValueError(f"implausible counts ({n_tensors} tensors, {n_kv} metadata keys)")
         metadata: dict[str, Any] = {}
-        for _ in range(n_kv):
+        for i in range(n_kv):
+            cur.what = f"the name of metadata key {i + 1} of {n_kv}"
             key = cur.string()
+            cur.what = f"metadata key {_short(key)}"
             metadata[key] = cur.value(cur.scalar("<I"))
             if architecture_only and key == "general.architecture":
                 return GgufFile(path, version, metadata, {}, data)
         if architecture_only:
             return GgufFile(path, version, metadata, {}, data)
         infos = []
-        for _ in range(n_tensors):
+        for i in range(n_tensors):
+            cur.what = f"the name of tensor {i + 1} of {n_tensors} in the tensor table"
             name = cur.string()
+            cur.what = f"the entry of tensor {_short(name)} in the tensor table"
             n_dims = cur.scalar("<I")
             if n_dims > 8:
                 raise ValueError(f"tensor {name} has {n_dims} dimensions")
+            cur.need(8 * n_dims)
             dims = struct.unpack_from(f"<{n_dims}Q", cur.buf, cur.pos)
             cur.pos += 8 * n_dims
             ggml_type, offset = cur.scalar("<I"), cur.scalar("<Q")
             infos.append((name, ggml_type, tuple(reversed(dims)), offset))
+    except _CutShort as exc:
+        raise WeightsError(f"{path}: cut short or corrupt: {exc}; an interrupted download?") from None
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise WeightsError(f"{path}: not a readable GGUF file ({exc})") from None
     alignment = metadata.get("general.alignment", 32)
@@ -258,12 +291,23 @@ def read_gguf_file(path: str | Path, *, architecture_only: bool = False) -> Gguf
             raise WeightsError(f"{path}: tensor {name} appears twice")
         tensor = tensors[name] = GgufTensor(name, ggml_type, shape, start + offset)
         n_bytes = _n_bytes(ggml_type, tensor.n_values)
+        if offset > MAX_TENSOR_BYTES or (n_bytes or 0) > MAX_TENSOR_BYTES:
+            what = "data offset" if offset > MAX_TENSOR_BYTES else f"size (its {len(shape)}-D shape)"
+            raise WeightsError(
+                f"{path}: corrupt header: tensor {_short(name)} has an impossible {what}, beyond 1 TiB "
+                f"(the file has {size:,} bytes)"
+            )
         if n_bytes is not None and tensor.offset + n_bytes > size:
             raise WeightsError(
                 f"{path}: truncated (tensor {name} ends at byte {tensor.offset + n_bytes}, the file has {size}; "
                 "an interrupted download?)"
             )
     return GgufFile(path, version, metadata, tensors, data)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut to ``limit`` characters (names from a damaged file can be huge)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
 
 
 def is_gguf(path: str | Path) -> bool:
