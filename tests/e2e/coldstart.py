@@ -108,6 +108,12 @@ class Run:
     def complete(self) -> bool:
         return self.found is not None and self.found.complete
 
+    def grabbed_after_s(self) -> float | None:
+        """When the app's start-up line says the chord was grabbed, in seconds after its process
+        started (None: not said)."""
+        grabbed = GRABBED.search(self.log())
+        return None if grabbed is None else int(grabbed.group(1)) / 1000
+
     def line(self) -> str:
         if self.found is None:
             what = "no recording"
@@ -278,6 +284,7 @@ def cold_start(way: str, xvfb: dict, pulse, home: Path, model: Path, burst: Path
 
 LATE_WARNING = re.compile(r"The recording began (\d+) ms after the press")
 STARTUP_LINE = re.compile(r"start-up: .*")
+GRABBED = re.compile(r"start-up: hotkeys grabbed \(\w+\) (\d+) ms after the process started")
 
 
 @dataclass
@@ -297,6 +304,12 @@ class TimedPress:
     def log(self) -> str:
         path = self.home / "log" / "dictation.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def grabbed_after_s(self) -> float | None:
+        """When the app's start-up line says the chord was grabbed, in seconds after its process
+        started (None: not said)."""
+        grabbed = GRABBED.search(self.log())
+        return None if grabbed is None else int(grabbed.group(1)) / 1000
 
     def line(self) -> str:
         if self.found is None:

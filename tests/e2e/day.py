@@ -24,7 +24,7 @@ import pytest
 
 from dictation.config import History, Settings
 from dictation.config.store import SettingsStore
-from tests.e2e.coldstart import _send
+from tests.e2e.coldstart import GRABBED, _send
 from tests.output.conftest import _stop, read_lines, wait_until
 
 RATE = 16_000
@@ -337,6 +337,7 @@ class DayApp:
         self.stdout = home / "app-stdout.log"
         home.mkdir(parents=True, exist_ok=True)
         with open(self.stdout, "ab") as out:  # appended: every run of the day in one file
+            self._stdout_from = out.tell()  # where this run's lines begin
             self.launched = time.time()
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "dictation", "-v"], env=env, stdout=out, stderr=subprocess.STDOUT
@@ -377,6 +378,14 @@ class DayApp:
         while (doing := self.settled()) is not None and time.monotonic() < end:
             time.sleep(0.1)
         return doing
+
+    def grabbed_after_s(self) -> float | None:
+        """When this run's start-up line says the chord was grabbed, in seconds after the process
+        started (None: not said)."""
+        with open(self.stdout, "rb") as f:
+            f.seek(self._stdout_from)
+            found = GRABBED.search(f.read().decode(errors="replace"))
+        return None if found is None else int(found.group(1)) / 1000
 
     def quit(self) -> int:
         if self.proc.poll() is None:
