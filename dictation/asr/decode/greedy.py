@@ -117,7 +117,7 @@ def greedy(
     budget is lowered to the positions left after the prompt.
     """
     room = model.cfg.text.max_position_embeddings - start - embeds.shape[1]
-    max_new_tokens = max(1, min(max_new_tokens, room))
+    max_new_tokens = max(0, min(max_new_tokens, room))
     device = model.device
     t0 = time.perf_counter()
     logits = model.prefill(embeds, max_new_tokens, start=start)

@@ -110,7 +110,7 @@ class Pipeline:
         ceiling = max_new_tokens_for(seconds)
         if budget > ceiling:
             log.info("token budget %d lowered to %d, the most %.1f s of audio can need", budget, ceiling, seconds)
-        return max(1, min(budget, ceiling))
+        return max(0, min(budget, ceiling))
 
     def prompt_embeds(self, audio: np.ndarray, *, context: str = "", language: str | None = None) -> PromptEmbeds:
         """Mel features → audio embeddings → the chat-template prompt with them in place of the pads.
