@@ -77,6 +77,17 @@ class EarlyHotkeys(HotkeyBackend):
     def repeats_suppressed(self) -> int:
         return int(getattr(self.inner, "repeats_suppressed", 0))
 
+    @property
+    def keys_taken(self) -> int | None:
+        """The keys the inner grab took from the windows (x11), for the output's hold
+        (`dictation.output.hold`): without it, a paste the grab swallowed would count as arrived."""
+        return getattr(self.inner, "keys_taken", None)
+
+    def settle(self, timeout: float = 5.0) -> bool:
+        """Catch up with the inner backend's events (x11: the X server's), as `X11GrabBackend.settle`."""
+        settle = getattr(self.inner, "settle", None)
+        return settle(timeout) if settle is not None else True
+
     def is_available(self) -> tuple[bool, str]:
         return self.inner.is_available()
 

@@ -43,7 +43,13 @@ def keep_log():
     """begin holds log records until the app's log exists; put the root logger back afterwards."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    # the package's own level as the app has it (unset): an in-process `dictation bench` earlier in
+    # the run sets it to ERROR, which would drop the records this test looks for
+    package = logging.getLogger("dictation")
+    package_level = package.level
+    package.setLevel(logging.NOTSET)
     yield
+    package.setLevel(package_level)
     for handler in list(root.handlers):
         if handler not in handlers:
             root.removeHandler(handler)

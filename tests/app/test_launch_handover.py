@@ -94,3 +94,33 @@ def test_a_press_from_before_the_app_is_recorded_from_its_own_time(rig):
     r.hotkeys.release()
     r.qtbot.waitUntil(lambda: recorder.t_release is not None, timeout=10_000)
     assert recorder.t_release == released
+
+
+def test_the_output_hold_sees_the_keys_the_early_grab_took(qtbot):
+    """The app's HotkeyInput over the early backend: the output's hold reads the keys the x11 grab
+    took through it, and catches up through it (without them a paste swallowed while the hotkey was
+    held would count as arrived: the day test lost a text that way)."""
+    from dictation.app.hotkey_input import HotkeyInput
+
+    class Grabbing(FakeHotkeys):
+        keys_taken = 0
+        settled = 0
+
+        def settle(self, timeout: float = 5.0) -> bool:
+            self.settled += 1
+            return True
+
+    inner = Grabbing()
+    early = EarlyHotkeys(inner)
+    early.listen(bindings(), disabled={CANCEL})
+    hotkeys = HotkeyInput(clock=time.monotonic)
+    hotkeys.start(Settings().hotkeys, hotkey_chooser(early), recording=False)
+    try:
+        hold = hotkeys.hold
+        mark = hold.mark()
+        inner.keys_taken = 2  # the grab took our paste's Ctrl+V
+        assert hold.swallowed(mark)
+        hold.interrupted(mark)
+        assert inner.settled == 1
+    finally:
+        hotkeys.stop()
