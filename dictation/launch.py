@@ -68,6 +68,7 @@ class EarlyHotkeys(HotkeyBackend):
         self._lock = threading.Lock()
         self._attached = False  # the app has taken over: reports go straight to it
         self._held: list[tuple[Any, ...]] = []  # ("event", name, pressed, t) | ("error", error)
+        self._handed: set[str] = set()  # bindings whose press was handed on and not yet their release
 
     @property
     def problems(self) -> list[str]:
@@ -155,8 +156,12 @@ class EarlyHotkeys(HotkeyBackend):
             return
         try:
             if item[0] == "event":
-                if self._on_event is not None and self.is_enabled(item[1]):
-                    self._on_event(item[1], item[2], item[3])  # type: ignore[call-arg]
+                name, pressed = item[1], item[2]
+                # a release of a press handed on goes out also when the binding was disabled since
+                # (Esc cancels, the app disables the cancel key): the output's hold must see it up
+                if self._on_event is not None and (self.is_enabled(name) or (not pressed and name in self._handed)):
+                    (self._handed.add if pressed else self._handed.discard)(name)
+                    self._on_event(name, pressed, item[3])  # type: ignore[call-arg]
             elif self._on_error is not None:
                 self._on_error(item[1])
         except Exception:

@@ -124,3 +124,22 @@ def test_the_output_hold_sees_the_keys_the_early_grab_took(qtbot):
         assert inner.settled == 1
     finally:
         hotkeys.stop()
+
+
+def test_a_release_after_the_binding_was_disabled_still_reaches_the_app():
+    """Esc cancels and the app disables the cancel key at once: Esc's release must still reach the
+    app (the output's hold would otherwise think Esc held and keep every text waiting)."""
+    inner = FakeHotkeys()
+    early = EarlyHotkeys(inner)
+    early.listen(bindings(), disabled={CANCEL})
+    got: list[tuple] = []
+    early.start(bindings(), lambda name, pressed, t: got.append((name, pressed)), disabled=set())
+    deadline = time.monotonic() + 5
+    while not early._attached and time.monotonic() < deadline:
+        time.sleep(0.01)
+    inner.press(CANCEL)
+    early.set_enabled(CANCEL, False)
+    inner.release(CANCEL)
+    inner.release(CANCEL)  # a second release: nothing was pressed, nothing goes out
+    assert got == [(CANCEL, True), (CANCEL, False)]
+    early.stop()
