@@ -108,12 +108,6 @@ class Run:
     def complete(self) -> bool:
         return self.found is not None and self.found.complete
 
-    def grabbed_after_s(self) -> float | None:
-        """When the app's start-up line says the chord was grabbed, in seconds after its process
-        started (None: not said)."""
-        grabbed = GRABBED.search(self.log())
-        return None if grabbed is None else int(grabbed.group(1)) / 1000
-
     def line(self) -> str:
         if self.found is None:
             what = "no recording"
@@ -287,6 +281,13 @@ STARTUP_LINE = re.compile(r"start-up: .*")
 GRABBED = re.compile(r"start-up: hotkeys grabbed \(\w+\) (\d+) ms after the process started")
 
 
+def grab_time(log: str) -> float | None:
+    """When the app's start-up line in ``log`` says the chord was grabbed, in seconds after its
+    process started (None: not said)."""
+    grabbed = GRABBED.search(log)
+    return None if grabbed is None else int(grabbed.group(1)) / 1000
+
+
 @dataclass
 class TimedPress:
     """The app launched, its hotkey pressed ``delay_s`` after the launch, the burst played from the press."""
@@ -306,10 +307,7 @@ class TimedPress:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def grabbed_after_s(self) -> float | None:
-        """When the app's start-up line says the chord was grabbed, in seconds after its process
-        started (None: not said)."""
-        grabbed = GRABBED.search(self.log())
-        return None if grabbed is None else int(grabbed.group(1)) / 1000
+        return grab_time(self.log())
 
     def line(self) -> str:
         if self.found is None:

@@ -24,7 +24,7 @@ import pytest
 
 from dictation.config import History, Settings
 from dictation.config.store import SettingsStore
-from tests.e2e.coldstart import GRABBED, _send
+from tests.e2e.coldstart import _send, grab_time
 from tests.output.conftest import _stop, read_lines, wait_until
 
 RATE = 16_000
@@ -384,8 +384,7 @@ class DayApp:
         started (None: not said)."""
         with open(self.stdout, "rb") as f:
             f.seek(self._stdout_from)
-            found = GRABBED.search(f.read().decode(errors="replace"))
-        return None if found is None else int(found.group(1)) / 1000
+            return grab_time(f.read().decode(errors="replace"))
 
     def quit(self) -> int:
         if self.proc.poll() is None:
