@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from tests.oracle.checkpoints import cached_checkpoint
+
+
+@pytest.fixture(autouse=True)
+def collector_given_back():
+    """A test that started the app's worker threads stopped them: Python collects by itself again
+    (dictation/app/gui_gc.py turns automatic collection off while they run)."""
+    yield
+    if not gc.isenabled():
+        from dictation.app import gui_gc
+
+        while gui_gc.active():
+            gui_gc.release()
+        gc.enable()
+        pytest.fail("the test left worker threads running: automatic garbage collection stayed off")
 
 
 @pytest.fixture(scope="session")

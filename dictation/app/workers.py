@@ -31,6 +31,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
+from dictation.app import gui_gc
 from dictation.app.engine_worker import EngineWorker
 from dictation.asr import SAMPLE_RATE
 from dictation.audio.trim import transcribed_part
@@ -50,6 +51,7 @@ def start_thread(worker: QObject, name: str) -> QThread:
     thread = QThread()
     thread.setObjectName(name)
     worker.moveToThread(thread)
+    gui_gc.hold()  # from now on cycles are collected on the GUI thread only (gui_gc.py)
     thread.start()
     return thread
 
@@ -57,10 +59,11 @@ def start_thread(worker: QObject, name: str) -> QThread:
 def stop_thread(thread: QThread, timeout_ms: int = 10_000) -> bool:
     """Ask ``thread`` to stop once its current slot returns, and wait for it; False if it did not stop in time."""
     thread.quit()
-    if not thread.wait(timeout_ms):
+    stopped = thread.wait(timeout_ms)
+    gui_gc.release()
+    if not stopped:
         log.warning("the %s thread did not stop within %.0f s", thread.objectName(), timeout_ms / 1000)
-        return False
-    return True
+    return stopped
 
 
 # Quitting waits this long for the engine's thread. A torch call (loading the weights, a transcription,
@@ -80,7 +83,9 @@ def stop_threads(threads: list[QThread], engine: QObject) -> list[QThread]:
             stop_thread(thread)
             continue
         thread.quit()
-        if not thread.wait(ENGINE_STOP_WAIT_MS):
+        stopped = thread.wait(ENGINE_STOP_WAIT_MS)
+        gui_gc.release()  # the process ends soon without it
+        if not stopped:
             engine.blockSignals(True)
             log.info(
                 "quitting while the engine is busy (loading, transcribing or warming up cannot be "

@@ -307,7 +307,8 @@ class AsrEngine:
             device = self._model.device if self._model is not None else None
             self._model = self._prompt = self._mel = self._adapters = None
             self._pipeline = None
-            gc.collect()
+            if gc.isenabled():  # off in the app while its GUI thread collects (dictation/app/gui_gc.py)
+                gc.collect()
             if device is not None and device.type == "cuda":
                 torch.cuda.empty_cache()
 

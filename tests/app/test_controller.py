@@ -188,8 +188,9 @@ def test_paused_hotkeys_are_ignored_and_cancel_discards(rig, qtbot):
     r.c.set_hotkeys_paused(False)
 
     r.hold(speech())  # the start cue comes once the microphone is live; cancel after it
-    r.hotkeys.press("cancel")
-    r.wait_status(Status.IDLE)
+    with qtbot.waitSignal(r.c.history_changed, timeout=10_000):  # the entry's removal, on the history thread
+        r.hotkeys.press("cancel")
+        r.wait_status(Status.IDLE)
     r.hotkeys.release()
     assert r.sounds.played == ["start", "cancel"]
     assert r.statuses.count(Status.RECORDING) == 1  # the presses while paused started nothing
