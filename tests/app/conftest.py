@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything imports Qt
 
+import gc  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -22,6 +23,15 @@ def private_dirs(tmp_path, monkeypatch):
     monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def qt_garbage_freed_here():
+    """The windows a test leaves in cycles are freed at its end, on this (the GUI) thread, not by a
+    thread of the next test that happens to trigger the collector (dictation/app/gui_gc.py covers
+    the app's worker threads; tests' own threads and the pages' probes have no such cover)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture
