@@ -44,11 +44,12 @@ def _sum_from_first(t: np.ndarray) -> np.ndarray:
 
 
 def _fit_affine(levels_x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
-    """Per column of ``x = levels_x[1]`` [n, M] (weights ``w``): (scale, -min, codes [n, M] float32)
+    """Per column of ``x = levels_x[1]`` [n, M] (weights ``w``): (scale, -min, inverse scale, offset)
     minimising sum w (scale * q + min - x)^2 over the candidate inverse scales
     (nmax + rmin + rdelta * i) / (max - min), i = 0..nstep, each relative to the best min so far (as in
-    ggml's make_qkx2_quants); min <= 0. ``levels_x[0]`` is scratch: a candidate's codes, then the result,
-    beside x, so that one multiply forms two of the sums' products.
+    ggml's make_qkx2_quants); min <= 0. The codes are ``_codes_into(.., inverse scale, offset, ..)``, 0 in a
+    column whose scale is 0. ``levels_x[0]`` is scratch for a candidate's codes, beside x, so that one
+    multiply forms two of the sums' products.
 
     A column whose values are all equal and <= 0 (max == min) is fitted as scale 0: its top is moved up by
     1, so its candidates' codes are all 0, their determinant 0, and none wins. The winners' values are
@@ -80,14 +81,15 @@ def _fit_affine(levels_x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rde
     t *= w
     np.add.reduce(t, axis=0, out=best)
     iscale, shift, error, this_scale, this_min = candidate
+    moved_up = False  # whether a column's min has moved above its smallest value (codes below 0 from then)
     for step in range(nstep + 1):
         top = F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)
         np.subtract(high, low_now, out=span)
         np.divide(top, span, out=iscale)
         shift[:] = low_now
-        # codes reach nmax + 1 only from a top above nmax + 0.5, and go below 0 only where the min moved up
-        clip = top > nmax + 0.45 or bool(np.greater(low_now, low_x).any())
-        _codes_into(levels, x, iscale, low_now, nmax, clip=clip)
+        moved_up = moved_up or bool(np.greater(low_now, low_x).any())
+        # codes reach nmax + 1 only from a top above nmax + 0.5
+        _codes_into(levels, x, iscale, low_now, nmax, clip=moved_up or top > nmax + 0.45)
         np.multiply(w, levels, out=products[0])
         np.multiply(products[0], levels_x, out=products[1:])  # w*l*l and w*l*x, rounded after each product
         sum_l, sum_l2, sum_xl = np.add.reduce(products, axis=1)
@@ -110,18 +112,16 @@ def _fit_affine(levels_x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rde
         better = error < best
         better &= det > 0
         _take(state, candidate, better)
-    _codes_into(levels, x, best_iscale, best_shift, nmax, clip=True)
-    levels[:, flat] = 0
     scale[flat] = 0
-    return scale, -low_now, levels
+    best_iscale[flat] = 0  # codes 0
+    return scale, -low_now, best_iscale, best_shift
 
 
 def _take(state: np.ndarray, candidate: np.ndarray, where: np.ndarray) -> None:
     """``state[:, where] = candidate[:, where]`` for float32 rows, by bits: a mask of all ones where taken."""
-    mask = where.view(np.uint8).astype(np.int32)
-    np.negative(mask, out=mask)
-    bits, new = state.view(np.int32), candidate.view(np.int32)
-    diff = np.bitwise_xor(bits, new)
+    mask = np.multiply(where.view(np.uint8), np.int32(-1), dtype=np.int32)
+    bits = state.view(np.int32)
+    diff = np.bitwise_xor(bits, candidate.view(np.int32))
     diff &= mask
     bits ^= diff
 
@@ -148,7 +148,8 @@ def _requantized(values: np.ndarray, step: np.ndarray, low: int, high: int) -> n
     encoder's integer conversion does."""
     out = values / step
     np.rint(out, out=out)
-    out[~(np.abs(out) < F32(2**31))] = low
+    if not (out.min() > -(2.0**31) and out.max() < 2.0**31):  # (false with a nan too)
+        out[~(np.abs(out) < F32(2**31))] = low
     return np.clip(out, F32(low), F32(high), out=out)
 
 
@@ -231,7 +232,7 @@ def _affine_k(blocks: np.ndarray, nmax: int, rmin: float, nstep: int):
     av = np.sqrt(np.add.reduce(x * x, axis=0) / F32(32))
     weights = np.abs(x)
     weights += av
-    scales, mins, codes = _fit_affine(levels_x, weights, nmax, rmin, 0.1, nstep)
+    scales, mins, iscale, shift = _fit_affine(levels_x, weights, nmax, rmin, 0.1, nstep)
     scales, mins = scales.reshape(n_blocks, 8), mins.reshape(n_blocks, 8)
     max_scale = np.maximum(scales.max(axis=1), F32(0))
     max_min = np.maximum(mins.max(axis=1), F32(0))
@@ -240,9 +241,12 @@ def _affine_k(blocks: np.ndarray, nmax: int, rmin: float, nstep: int):
     step = (d.astype(F32)[:, None] * ls.astype(F32)).reshape(-1)
     offset = (dmin.astype(F32)[:, None] * lm.astype(F32)).reshape(-1)
     live = step != 0
-    requant = _requantized(x + offset, np.where(live, step, F32(1)), 0, nmax)
-    codes = np.where(live, requant, codes).astype(np.uint8)
-    return d, dmin, _pack_scales(ls, lm), np.ascontiguousarray(codes.T).reshape(n_blocks, 256)
+    codes = _requantized(x + offset, np.where(live, step, F32(1)), 0, nmax)
+    if not live.all():  # a sub-block whose 6-bit scale is 0 keeps the codes of its fit
+        fitted = levels_x[0]
+        _codes_into(fitted, x, iscale, shift, nmax, clip=True)
+        codes = np.where(live, codes, fitted)
+    return d, dmin, _pack_scales(ls, lm), np.ascontiguousarray(codes.T.astype(np.uint8)).reshape(n_blocks, 256)
 
 
 def _bytes(*parts: np.ndarray) -> np.ndarray:
