@@ -36,25 +36,26 @@ def _rint(v: np.ndarray) -> np.ndarray:
 
 
 def _sum_from_first(t: np.ndarray) -> np.ndarray:
-    """``t[0] + t[1] + ...`` over the rows, in that order (ggml starts these sums from the first term)."""
-    acc = t[0].copy()
-    for row in t[1:]:
-        acc += row
+    """``t[0] + t[1] + ...`` over the rows, in that order (ggml starts these sums from the first term).
+    ``np.add.reduce`` starts from +0, which differs only in a sum of zeros that are all -0."""
+    acc = np.add.reduce(t, axis=0)
+    zero = acc == 0
+    if zero.any():
+        acc[zero] = np.where(np.signbit(t[:, zero]).all(axis=0), F32(-0.0), F32(0.0))
     return acc
 
 
-def _fit_affine(levels_x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
-    """Per column of ``x = levels_x[1]`` [n, M] (weights ``w``): (scale, -min, inverse scale, offset)
+def _fit_affine(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
+    """Per column of ``x`` [n, M] (weights ``w``): (scale, -min, inverse scale, offset)
     minimising sum w (scale * q + min - x)^2 over the candidate inverse scales
     (nmax + rmin + rdelta * i) / (max - min), i = 0..nstep, each relative to the best min so far (as in
     ggml's make_qkx2_quants); min <= 0. The codes are ``_codes_into(.., inverse scale, offset, ..)``, 0 in a
-    column whose scale is 0. ``levels_x[0]`` is scratch for a candidate's codes, beside x, so that one
-    multiply forms two of the sums' products.
+    column whose scale is 0.
 
     A column whose values are all equal and <= 0 (max == min) is fitted as scale 0: its top is moved up by
     1, so its candidates' codes are all 0, their determinant 0, and none wins. The winners' values are
     blended into the state by bit masks (``_take``), numpy's masked copies being slow."""
-    levels, x = levels_x
+    levels = np.empty_like(x)
     low_x = x.min(axis=0)
     low = np.minimum(low_x, F32(0))
     high = x.max(axis=0)
@@ -66,7 +67,7 @@ def _fit_affine(levels_x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rde
     t = products[0]
     # state rows: the winner's inverse scale and the min its codes were taken against, its error, scale, min
     state = np.empty((5, x.shape[1]), dtype=F32)
-    candidate = np.empty_like(state)
+    candidate, scratch = np.empty_like(state), np.empty(state.shape, dtype=np.int32)
     best_iscale, best_shift, best, scale, low_now = state
     span = high - low
     np.divide(F32(nmax), span, out=best_iscale)
@@ -91,7 +92,8 @@ def _fit_affine(levels_x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rde
         # codes reach nmax + 1 only from a top above nmax + 0.5
         _codes_into(levels, x, iscale, low_now, nmax, clip=moved_up or top > nmax + 0.45)
         np.multiply(w, levels, out=products[0])
-        np.multiply(products[0], levels_x, out=products[1:])  # w*l*l and w*l*x, rounded after each product
+        np.multiply(products[0], levels, out=products[1])  # w*l*l and w*l*x, rounded after each product
+        np.multiply(products[0], x, out=products[2])
         sum_l, sum_l2, sum_xl = np.add.reduce(products, axis=1)
         det = sum_w * sum_l2
         det -= sum_l * sum_l
@@ -111,19 +113,21 @@ def _fit_affine(levels_x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rde
         np.add.reduce(t, axis=0, out=error)
         better = error < best
         better &= det > 0
-        _take(state, candidate, better)
+        _take(state, candidate, better, scratch)
     scale[flat] = 0
     best_iscale[flat] = 0  # codes 0
     return scale, -low_now, best_iscale, best_shift
 
 
-def _take(state: np.ndarray, candidate: np.ndarray, where: np.ndarray) -> None:
-    """``state[:, where] = candidate[:, where]`` for float32 rows, by bits: a mask of all ones where taken."""
-    mask = np.multiply(where.view(np.uint8), np.int32(-1), dtype=np.int32)
+def _take(state: np.ndarray, candidate: np.ndarray, where: np.ndarray, scratch: np.ndarray) -> None:
+    """``state[:, where] = candidate[:, where]`` for float32 rows, by bits: a mask of all ones where taken
+    (numpy's masked copies are several times slower). ``scratch``: int32 like ``state``."""
+    mask = where.astype(np.int32)
+    np.negative(mask, out=mask)
     bits = state.view(np.int32)
-    diff = np.bitwise_xor(bits, candidate.view(np.int32))
-    diff &= mask
-    bits ^= diff
+    np.bitwise_xor(bits, candidate.view(np.int32), out=scratch)
+    np.bitwise_and(scratch, mask, out=scratch)
+    np.bitwise_xor(bits, scratch, out=bits)
 
 
 def _codes_into(out: np.ndarray, x: np.ndarray, iscale: np.ndarray, shift: np.ndarray, nmax: int, *, clip: bool):
@@ -160,16 +164,16 @@ def _fit_symmetric(x: np.ndarray, nmax: int):
     top = np.take_along_axis(x, np.abs(x).argmax(axis=0)[None], axis=0)[0]
     zero = np.abs(top) < _EPS
     safe_top = np.where(zero, F32(1), top)
-    weights = np.empty((2, *x.shape), dtype=F32)  # x^2 * x and x^2: one multiply for both sums' products
-    np.multiply(x, x, out=weights[1])
-    np.multiply(weights[1], x, out=weights[0])
-    levels, products = np.empty_like(x), np.empty_like(weights)
+    w = x * x
+    wx = w * x
+    levels, products = np.empty_like(x), np.empty((2, *x.shape), dtype=F32)
 
     def sums(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         np.multiply(x, iscale, out=levels)
         np.rint(levels, out=levels)
         np.clip(levels, F32(-nmax), F32(nmax - 1), out=levels)
-        np.multiply(weights, levels, out=products)
+        np.multiply(wx, levels, out=products[0])
+        np.multiply(w, levels, out=products[1])
         products[1] *= levels
         sumlx, suml2 = np.add.reduce(products, axis=1)
         return sumlx, suml2
@@ -216,23 +220,19 @@ def _pack_scales(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
     return out
 
 
-def _transposed(blocks: np.ndarray, n: int, rows: int = 1) -> np.ndarray:
-    """Super-blocks [B, 256] -> their sub-blocks of ``n`` as columns, ``[n, B * 256 / n]`` contiguous, as the
-    last of ``rows`` such arrays (the others left to fill)."""
-    out = np.empty((rows, n, blocks.size // n), dtype=F32)
-    out[-1] = blocks.reshape(-1, n).T
-    return out if rows > 1 else out[0]
+def _transposed(blocks: np.ndarray, n: int) -> np.ndarray:
+    """Super-blocks [B, 256] -> their sub-blocks of ``n`` as columns, ``[n, B * 256 / n]``, contiguous."""
+    return np.ascontiguousarray(blocks.reshape(-1, n).T)
 
 
 def _affine_k(blocks: np.ndarray, nmax: int, rmin: float, nstep: int):
     """The shared part of Q4_K and Q5_K: (d, dmin as float16, 12 scale bytes, codes [B, 256])."""
     n_blocks = blocks.shape[0]
-    levels_x = _transposed(blocks, 32, rows=2)
-    x = levels_x[1]
+    x = _transposed(blocks, 32)
     av = np.sqrt(np.add.reduce(x * x, axis=0) / F32(32))
     weights = np.abs(x)
     weights += av
-    scales, mins, iscale, shift = _fit_affine(levels_x, weights, nmax, rmin, 0.1, nstep)
+    scales, mins, iscale, shift = _fit_affine(x, weights, nmax, rmin, 0.1, nstep)
     scales, mins = scales.reshape(n_blocks, 8), mins.reshape(n_blocks, 8)
     max_scale = np.maximum(scales.max(axis=1), F32(0))
     max_min = np.maximum(mins.max(axis=1), F32(0))
@@ -243,7 +243,7 @@ def _affine_k(blocks: np.ndarray, nmax: int, rmin: float, nstep: int):
     live = step != 0
     codes = _requantized(x + offset, np.where(live, step, F32(1)), 0, nmax)
     if not live.all():  # a sub-block whose 6-bit scale is 0 keeps the codes of its fit
-        fitted = levels_x[0]
+        fitted = np.empty_like(x)
         _codes_into(fitted, x, iscale, shift, nmax, clip=True)
         codes = np.where(live, codes, fitted)
     return d, dmin, _pack_scales(ls, lm), np.ascontiguousarray(codes.T.astype(np.uint8)).reshape(n_blocks, 256)
