@@ -1,0 +1,89 @@
+"""Our llama.cpp pair (``convert --gguf-layout pair``) against llama.cpp's own converter on the same tiny model,
+key by key: metadata (value types and bytes), tensor names, shapes, types and bytes.
+
+llama.cpp's converter comes from PyPI's llama-cpp-python sdist (tests/oracle/llama_cpp.py; the first run on a
+machine downloads it, ~2 min). Running ``llama-mtmd-cli`` itself needs a 15-minute build: not in CI;
+benchmarks/llama_mtmd_check.py is the full check (docs/engine.md, "GGUF").
+
+The tiny checkpoint has 4 audio layers here: the converter maps ``conv2d{N}`` only for N below the audio layer
+count, so it cannot convert the 2-layer one.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+
+from dictation.asr.checkpoints.gguf.export import AUDIO_LAYER_NORM_EPS
+from dictation.asr.nn.model import AsrModel
+from dictation.asr.tune.convert import convert
+from tests.oracle.checkpoints import cached_checkpoint
+from tests.oracle.llama_cpp import gguf_entries, llama_cpp_tree, run_converter
+
+TYPES = {"F32": "f32", "F16": "f16", "Q8_0": "q8_0"}  # the types llama.cpp's converter writes itself
+# Metadata llama.cpp's converter writes differently, and why that is allowed:
+ALLOWED = {
+    # derived by gguf-py's naming heuristics from the folder name ("tiny-thinker-<hash>" -> "Tiny Thinker <hash>",
+    # basename "tiny-thinker", finetune "<hash>"); informational, read by no runtime. Ours: the folder name
+    # and the merged adapters.
+    "general.name": "naming heuristic",
+    "general.basename": "naming heuristic",
+    "general.finetune": "naming heuristic",
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(ckpt_root):
+    return cached_checkpoint(ckpt_root, tie_word_embeddings=False, audio_layers=4)
+
+
+@pytest.fixture(scope="module")
+def files(checkpoint, tmp_path_factory):
+    """{type: {"ours": (text, mmproj), "theirs": (text, mmproj)}}"""
+    root = tmp_path_factory.mktemp("llama")
+    jobs, out = [], {}
+    for kind, outtype in TYPES.items():
+        theirs = (root / f"theirs-{kind}.gguf", root / f"mmproj-theirs-{kind}.gguf")
+        jobs += [(theirs[0], outtype, False), (theirs[1], outtype, True)]
+        ours = tuple(convert(checkpoint, "gguf", root / f"ours-{kind}.gguf", type_name=kind, gguf_layout="pair"))
+        out[kind] = {"ours": ours, "theirs": theirs}
+    run_converter(llama_cpp_tree(), checkpoint, jobs)
+    return out
+
+
+@pytest.mark.parametrize("kind", list(TYPES))
+@pytest.mark.parametrize("part", ["text", "mmproj"])
+def test_the_pair_is_what_llama_cpp_converts(files, kind, part):
+    i = 0 if part == "text" else 1
+    ours_meta, ours_tensors = gguf_entries(files[kind]["ours"][i])
+    their_meta, their_tensors = gguf_entries(files[kind]["theirs"][i])
+    assert ours_meta.keys() - ALLOWED.keys() == their_meta.keys() - ALLOWED.keys()
+    for key in ours_meta.keys() - ALLOWED.keys():
+        assert ours_meta[key] == their_meta[key], key
+    assert sorted(ours_tensors) == sorted(their_tensors)  # the same names (the order differs; no loader minds)
+    for name, (shape, type_name, raw) in ours_tensors.items():
+        their_shape, their_type, their_raw = their_tensors[name]
+        assert (shape, type_name) == (their_shape, their_type), name
+        assert raw == their_raw, name  # every tensor byte-identical, the quantized ones included
+
+
+def test_mmproj_epsilon_and_position_table_are_llama_cpps_and_our_engines(files, checkpoint):
+    """What our reader ignores (it computes both), checked by value: the audio LayerNorm epsilon (a float32
+    under clip.audio.attention.layer_norm_epsilon, the key llama.cpp's mtmd requires) and the sinusoid table."""
+    ours_meta, ours_tensors = gguf_entries(files["F32"]["ours"][1])
+    their_meta, their_tensors = gguf_entries(files["F32"]["theirs"][1])
+    key = "clip.audio.attention.layer_norm_epsilon"
+    assert ours_meta[key] == their_meta[key] == (6, struct.pack("<f", AUDIO_LAYER_NORM_EPS))
+    from dictation.asr.config import AsrConfig
+
+    with torch.device("meta"):
+        model = AsrModel(AsrConfig.from_file(checkpoint / "config.json"))
+    assert model.audio_tower.layers[0].self_attn_layer_norm.eps == AUDIO_LAYER_NORM_EPS
+    shape, type_name, raw = ours_tensors["a.position_embd.weight"]
+    assert (shape, type_name, raw) == their_tensors["a.position_embd.weight"]
+    table = torch.frombuffer(bytearray(raw), dtype=torch.float32).view(shape)
+    encoder = AsrModel(AsrConfig.from_file(checkpoint / "config.json")).audio_tower
+    rows = encoder.positions.shape[0]  # our encoder's table: the first rows of the same sinusoids
+    assert torch.equal(table[:rows], encoder.positions)
