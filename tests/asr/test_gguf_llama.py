@@ -15,6 +15,7 @@ import struct
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from dictation.asr.checkpoints.gguf.export import AUDIO_LAYER_NORM_EPS
 from dictation.asr.nn.model import AsrModel
@@ -40,10 +41,18 @@ def checkpoint(ckpt_root):
 
 
 @pytest.fixture(scope="module")
-def files(checkpoint, tmp_path_factory):
-    """{type: {"ours": (text, mmproj), "theirs": (text, mmproj)}}"""
+def tied_checkpoint(ckpt_root):
+    return cached_checkpoint(ckpt_root, tie_word_embeddings=True, audio_layers=4)
+
+
+@pytest.fixture(scope="module")
+def files(checkpoint, tied_checkpoint, tmp_path_factory):
+    """{type: {"ours": (text, mmproj), "theirs": (text, mmproj)}}; "tied": the tied model's text files at F16."""
     root = tmp_path_factory.mktemp("llama")
-    jobs, out = [], {}
+    tied = (root / "ours-tied.gguf", root / "theirs-tied.gguf")
+    convert(tied_checkpoint, "gguf", tied[0], type_name="F16", gguf_layout="pair")
+    run_converter(llama_cpp_tree(), tied_checkpoint, [(tied[1], "f16", False)])
+    jobs, out = [], {"tied": {"ours": tied[:1], "theirs": tied[1:]}}
     for kind, outtype in TYPES.items():
         theirs = (root / f"theirs-{kind}.gguf", root / f"mmproj-theirs-{kind}.gguf")
         jobs += [(theirs[0], outtype, False), (theirs[1], outtype, True)]
@@ -67,6 +76,22 @@ def test_the_pair_is_what_llama_cpp_converts(files, kind, part):
         their_shape, their_type, their_raw = their_tensors[name]
         assert (shape, type_name) == (their_shape, their_type), name
         assert raw == their_raw, name  # every tensor byte-identical, the quantized ones included
+
+
+def test_a_tied_pair_leaves_out_the_head_llama_cpp_copies_from_the_checkpoint(files, tied_checkpoint):
+    """A tied Qwen3-ASR checkpoint still stores a ``thinker.lm_head.weight`` that the official code ignores (spec
+    §2.1; the tiny one's differs from the embeddings): llama.cpp's converter writes it as ``output.weight``, we
+    write no head (llama.cpp then uses ``token_embd``, as the official model does). Everything else is equal."""
+    ours_meta, ours_tensors = gguf_entries(files["tied"]["ours"][0])
+    their_meta, their_tensors = gguf_entries(files["tied"]["theirs"][0])
+    differ = ALLOWED.keys() | {"general.size_label"}  # the size counts their extra head
+    assert ours_meta.keys() - differ == their_meta.keys() - differ
+    assert all(ours_meta[key] == their_meta[key] for key in ours_meta.keys() - differ)
+    assert sorted(their_tensors) == sorted([*ours_tensors, "output.weight"])
+    assert all(ours_tensors[name] == their_tensors[name] for name in ours_tensors)
+    stored = load_file(str(tied_checkpoint / "model.safetensors"))["thinker.lm_head.weight"]
+    head = their_tensors["output.weight"]
+    assert head[2] == stored.half().numpy().tobytes() != ours_tensors["token_embd.weight"][2]
 
 
 def test_mmproj_epsilon_and_position_table_are_llama_cpps_and_our_engines(files, checkpoint):
