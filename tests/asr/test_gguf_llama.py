@@ -46,19 +46,23 @@ def tied_checkpoint(ckpt_root):
 
 
 @pytest.fixture(scope="module")
-def files(checkpoint, tied_checkpoint, tmp_path_factory):
-    """{type: {"ours": (text, mmproj), "theirs": (text, mmproj)}}; "tied": the tied model's text files at F16."""
+def files(checkpoint, tied_checkpoint, ckpt_root, tmp_path_factory):
+    """{type: {"ours": (text, mmproj), "theirs": (text, mmproj)}}; "tied" / "hf": the text files at F16 of the
+    tied model and of the -hf folder (llama.cpp converts the mmproj only from the original layout)."""
     root = tmp_path_factory.mktemp("llama")
     tied = (root / "ours-tied.gguf", root / "theirs-tied.gguf")
     convert(tied_checkpoint, "gguf", tied[0], type_name="F16", gguf_layout="pair")
-    run_converter(llama_cpp_tree(), tied_checkpoint, [(tied[1], "f16", False)])
-    jobs, out = [], {"tied": {"ours": tied[:1], "theirs": tied[1:]}}
+    hf_folder = cached_checkpoint(ckpt_root, tie_word_embeddings=False, layout="hf")  # has a tokenizer.json
+    hf = (root / "ours-hf.gguf", root / "theirs-hf.gguf")
+    convert(hf_folder, "gguf", hf[0], type_name="F16", gguf_layout="pair")
+    jobs = [(tied_checkpoint, tied[1], "f16", False), (hf_folder, hf[1], "f16", False)]
+    out = {"tied": {"ours": tied[:1], "theirs": tied[1:]}, "hf": {"ours": hf[:1], "theirs": hf[1:]}}
     for kind, outtype in TYPES.items():
         theirs = (root / f"theirs-{kind}.gguf", root / f"mmproj-theirs-{kind}.gguf")
-        jobs += [(theirs[0], outtype, False), (theirs[1], outtype, True)]
+        jobs += [(checkpoint, theirs[0], outtype, False), (checkpoint, theirs[1], outtype, True)]
         ours = tuple(convert(checkpoint, "gguf", root / f"ours-{kind}.gguf", type_name=kind, gguf_layout="pair"))
         out[kind] = {"ours": ours, "theirs": theirs}
-    run_converter(llama_cpp_tree(), checkpoint, jobs)
+    run_converter(llama_cpp_tree(), jobs)
     return out
 
 
@@ -92,6 +96,20 @@ def test_a_tied_pair_leaves_out_the_head_llama_cpp_copies_from_the_checkpoint(fi
     stored = load_file(str(tied_checkpoint / "model.safetensors"))["thinker.lm_head.weight"]
     head = their_tensors["output.weight"]
     assert head[2] == stored.half().numpy().tobytes() != ours_tensors["token_embd.weight"][2]
+
+
+def test_the_text_model_from_an_hf_folder_is_what_llama_cpp_converts(files):
+    """An -hf folder ships tokenizer.json: the pad id (<|endoftext|>) and add_eos_token come from it, as in
+    gguf-py's SpecialVocab. Transformers 5's config drops the M-RoPE sections: llama.cpp's converter then writes
+    no qwen3vl.rope.dimension_sections; we write the model's [24, 20, 20, 0] (whatever the source layout)."""
+    ours_meta, ours_tensors = gguf_entries(files["hf"]["ours"][0])
+    their_meta, their_tensors = gguf_entries(files["hf"]["theirs"][0])
+    sections = "qwen3vl.rope.dimension_sections"
+    assert ours_meta.keys() - ALLOWED.keys() == (their_meta.keys() - ALLOWED.keys()) | {sections}
+    assert all(their_meta[key] == ours_meta[key] for key in their_meta.keys() - ALLOWED.keys())
+    assert their_meta["tokenizer.ggml.padding_token_id"] == (4, struct.pack("<I", 151643))
+    assert their_meta["tokenizer.ggml.add_eos_token"] == (7, b"\0")
+    assert ours_tensors == their_tensors
 
 
 def test_mmproj_epsilon_and_position_table_are_llama_cpps_and_our_engines(files, checkpoint):

@@ -66,23 +66,23 @@ def llama_cpp_tree() -> Path:
 
 _DRIVER = """
 import os, runpy, sys
-script, model, jobs = sys.argv[1], sys.argv[2], sys.argv[3:]
+script, jobs = sys.argv[1], sys.argv[2:]
 sys.path.insert(0, os.path.dirname(script))
 for job in jobs:
-    out, outtype, mmproj = job.split("|")
+    model, out, outtype, mmproj = job.split("|")
     sys.argv = [script, model, "--outfile", out, "--outtype", outtype] + (["--mmproj"] if mmproj else [])
     runpy.run_path(script, run_name="__main__")
 """
 
 
-def run_converter(tree: Path, model: Path, jobs: list[tuple[Path, str, bool]]) -> None:
-    """``convert_hf_to_gguf.py model --outfile OUT --outtype T [--mmproj]`` for each job, in one process
-    (torch and transformers are imported once)."""
-    args = [f"{out}|{outtype}|{'1' if mmproj else ''}" for out, outtype, mmproj in jobs]
-    cmd = [sys.executable, "-c", _DRIVER, str(tree / "convert_hf_to_gguf.py"), str(model), *args]
+def run_converter(tree: Path, jobs: list[tuple[Path, Path, str, bool]]) -> None:
+    """``convert_hf_to_gguf.py MODEL --outfile OUT --outtype T [--mmproj]`` for each (MODEL, OUT, T, mmproj), in
+    one process (torch and transformers are imported once)."""
+    args = [f"{model}|{out}|{outtype}|{'1' if mmproj else ''}" for model, out, outtype, mmproj in jobs]
+    cmd = [sys.executable, "-c", _DRIVER, str(tree / "convert_hf_to_gguf.py"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"llama.cpp's converter failed on {model}:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"llama.cpp's converter failed:\n{proc.stderr[-3000:]}")
 
 
 _SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type -> bytes
