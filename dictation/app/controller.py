@@ -368,12 +368,6 @@ class AppController(ModelLifecycle, Commands, QObject):
     def toggle(self) -> None:
         self._dispatch(S.ToggleRequested(self._clock()))
 
-    def start_dictation(self) -> None:
-        self._dispatch(S.StartRequested(self._clock()))
-
-    def stop_dictation(self) -> None:
-        self._dispatch(S.StopRequested(self._clock()))
-
     def cancel_dictation(self) -> None:
         self._dispatch(S.CancelRequested())
 

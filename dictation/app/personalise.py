@@ -30,7 +30,6 @@ import math
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -352,7 +351,6 @@ class Personaliser(QObject):
         self._thread: QThread | None = None
         self._worker: TrainingWorker | None = None
         self._job: Job | None = None
-        self._started_at = 0.0
         self.last_message = ""
         self.last_error = False
         controller.history_changed.connect(self.changed)
@@ -426,7 +424,6 @@ class Personaliser(QObject):
             stop=threading.Event(),
         )
         log.info("training a personal adapter on %d corrected dictation(s) into %s", count, out)
-        self._started_at = time.monotonic()
         self.last_message, self.last_error = "", False
         worker = TrainingWorker(self.train, self.samples)
         thread = QThread()

@@ -133,10 +133,6 @@ class TrainResult:
     resumed_at: int = 0  # the step a resumed run went on from (0: from the start)
 
     @property
-    def steps_per_s(self) -> float:
-        return (len(self.losses) - self.resumed_at) / self.seconds if self.seconds else 0.0
-
-    @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
 
