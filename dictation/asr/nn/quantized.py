@@ -307,6 +307,18 @@ class _QuantLinear(nn.Module):
     def dequantize(self) -> torch.Tensor:
         raise NotImplementedError
 
+    def load_float(self, weight: torch.Tensor) -> None:
+        """Quantize the float ``weight [out, in]`` into this layer's own buffers, as ``from_weight``
+        would (loading a float folder as int8/int4 without a float copy: checkpoints/safetensors.py)."""
+        with torch.inference_mode(False), torch.no_grad():
+            fresh = self.from_weight(weight.to(getattr(self, self._TENSORS[0]).device), **self._quant_kwargs())
+            for name in self._TENSORS:
+                getattr(self, name).copy_(getattr(fresh, name))
+        self.clear_cache()
+
+    def _quant_kwargs(self) -> dict:
+        return {}
+
     def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         return self.dequantize().to(dtype)
 
@@ -473,6 +485,9 @@ class Int4Linear(_QuantLinear):
         if compute_dtype is not None:
             module.prepare(compute_dtype)
         return module
+
+    def _quant_kwargs(self) -> dict:
+        return {"group_size": self.group_size}
 
     def dequantize(self) -> torch.Tensor:
         return self._dequantized(torch.float32)
