@@ -177,6 +177,7 @@ def spawn(kind: str, model: Path, variant: str, a: argparse.Namespace) -> dict:
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("{"):
+            print(f"  {kind} {variant}: {line}", flush=True)  # each run as it ends: a long run shows progress
             return json.loads(line)
     tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
     raise RuntimeError(f"{kind} {variant} failed (exit {done.returncode}): {tail[0]}")
