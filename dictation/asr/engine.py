@@ -106,7 +106,9 @@ class AsrEngine:
     def _load(self) -> None:
         t0 = time.perf_counter()
         read, skipped = self._read_adapters()  # before the base: a bad adapter fails fast
-        model, prompt, folder, variant = self._load_base()
+        # Without adapters a float folder is quantized while it is read (no float copy of the decoder);
+        # adapters are merged into float weights first, so they take the float model (_quantize).
+        model, prompt, folder, variant = self._load_base(quantize_while_reading=not read)
         state, kept = self._apply_adapters(model, variant, read, skipped)
         if skipped:
             order = list(self.options.adapters)
@@ -180,8 +182,9 @@ class AsrEngine:
             loaded = kept
         return state, [spec for spec, _ in loaded]
 
-    def _load_base(self) -> tuple[AsrModel, PromptBuilder, Path, str]:
-        """(model with floating or pre-quantized weights, prompt builder, folder, variant name)."""
+    def _load_base(self, quantize_while_reading: bool = False) -> tuple[AsrModel, PromptBuilder, Path, str]:
+        """(model with floating or quantized weights, prompt builder, folder, variant name);
+        ``quantize_while_reading``: a float folder loaded as int8/int4 is quantized as it is read."""
         from dictation.asr.checkpoints.hub import resolve_model
 
         requested = self.options.variant or None
@@ -209,7 +212,8 @@ class AsrEngine:
             folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
         )
         dtype = _compute_dtype(dtype_opt, device, quantized=requested in QUANTIZED or bool(cfg.quantization))
-        model = load_model(folder, cfg, device, dtype)
+        at_load = requested if quantize_while_reading and requested in QUANTIZED and not cfg.quantization else None
+        model = load_model(folder, cfg, device, dtype, quantize=at_load, group_size=self.options.group_size)
         variant = _DTYPE_NAMES[dtype]
         if cfg.quantization:
             variant = cfg.quantization["variant"]  # the folder's metadata decides, never its name

@@ -557,6 +557,9 @@ class TextDecoder(nn.Module):
         copy of most of the decoder). Called by ``weights.load_model`` before it fills the weights."""
         for group in self._groups():
             members = group._members()
+            if group.fuse and isinstance(members[0], quantized.QUANT_MODULES):
+                quantized.allocate_rows(members)  # a pre-quantized folder, or quantized as it is read
+                continue
             if not (group.fuse and _float_fusable(members)) or _adjacent_rows(members) is not None:
                 continue
             first = members[0].weight
