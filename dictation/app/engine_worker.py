@@ -1,4 +1,4 @@
-"""`EngineWorker`: the speech engine on its own thread (DESIGN.md principle 4).
+"""`EngineWorker`: the speech engine on its own thread (docs/architecture.md, principle 4).
 
 It owns the `AsrEngine`: load (with a CPU fallback and adapter swaps), transcribe (one at a time,
 in request order), unload; and the takes transcribed while they are recorded (streaming, with live

@@ -1,4 +1,4 @@
-"""AsrEngine: the engine's public face (DESIGN.md §3).
+"""AsrEngine: the engine's public face.
 
 16 kHz mono float32 samples in, text out. Loading is lazy, idempotent and thread-safe; one lock
 serialises use of the model (and its KV cache) between threads.
@@ -207,7 +207,7 @@ class AsrEngine:
         files = locate(folder)
         check_sizes(files, files.headers(), cfg)  # config.json against the weights, before anything is built
         # EOS = {<|im_end|>, <|endoftext|>} from the tokenizer; like the official code we
-        # ignore generation_config.json (spec §2.5).
+        # ignore generation_config.json (docs/model.md §3).
         prompt = PromptBuilder.from_folder(
             folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
         )
@@ -451,7 +451,7 @@ def setting_up() -> Iterator[None]:
 
 
 def prepare_samples(samples: np.ndarray) -> np.ndarray:
-    """Validate and normalise 16 kHz mono samples as the official toolkit does (spec §3)."""
+    """Validate and normalise 16 kHz mono samples as the official toolkit does (docs/model.md §4)."""
     audio = np.asarray(samples)
     if audio.ndim != 1:
         raise AudioError(f"expected 1-D mono samples, got an array of shape {audio.shape}")

@@ -1,4 +1,4 @@
-"""The dictation history: one SQLite row per dictation (DESIGN.md §1.7).
+"""The dictation history: one SQLite row per dictation (docs/architecture.md, principle 7).
 
 Every take gets its row when its recording starts: empty text, outcome ``"pending"`` and the
 path of the recording being written (`pending_takes` finds the ones a crash interrupted, so the

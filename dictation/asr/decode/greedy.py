@@ -102,7 +102,7 @@ def greedy(
     start: int = 0,
     draft: Sequence[int] | None = None,
 ) -> Generation:
-    """Greedy decode after the prompt ``embeds [1, S, hidden]`` (spec §2.5: no sampling, no penalty).
+    """Greedy decode after the prompt ``embeds [1, S, hidden]`` (docs/model.md §3: no sampling, no penalty).
 
     ``start > 0``: the prompt's first ``start`` positions are already in the cache (``embeds`` is the rest).
 

@@ -1,4 +1,4 @@
-"""Qwen3 text decoder (spec §5): RMSNorm, attention with q/k norm + RoPE + GQA, SwiGLU MLP.
+"""Qwen3 text decoder (docs/model.md §6): RMSNorm, attention with q/k norm + RoPE + GQA, SwiGLU MLP.
 
 Module names follow the checkpoint's ``thinker.model.*`` tensors.
 
@@ -50,7 +50,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32, cast back, then scale: the reference's exact order (spec §5.2).
+        # Normalise in float32, cast back, then scale: the reference's exact order (docs/model.md §6.1).
         x32 = x.float()
         y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * y.to(x.dtype)

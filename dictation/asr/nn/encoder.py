@@ -1,4 +1,4 @@
-"""Audio encoder ("AuT", spec §4): chunked conv stack, per-chunk positions, windowed attention.
+"""Audio encoder ("AuT", docs/model.md §5): chunked conv stack, per-chunk positions, windowed attention.
 
 Module names follow the checkpoint (``audio_tower.conv2d1``, ``layers.N.self_attn.q_proj`` ...),
 so loading is a prefix map.
@@ -40,7 +40,7 @@ CHANNELS_LAST_ON_CPU = True
 
 
 def sinusoid_table(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
-    """``[length, channels]``: sin block then cos block (spec §4.2), computed in float32."""
+    """``[length, channels]``: sin block then cos block (docs/model.md §5.2), computed in float32."""
     increment = math.log(max_timescale) / (channels // 2 - 1)
     inv = torch.exp(-increment * torch.arange(channels // 2).float())
     t = torch.arange(length)[:, None] * inv[None, :]
@@ -189,7 +189,7 @@ class AudioEncoder(nn.Module):
         return y.reshape(-1, y.shape[-1])[:n_tokens]
 
     def attention_window(self, frames: int) -> int:
-        """Tokens per attention block: 104 (8 s) for clips of at least a chunk (spec §4.4)."""
+        """Tokens per attention block: 104 (8 s) for clips of at least a chunk (docs/model.md §5.4)."""
         c = self.cfg.chunk_frames
         per_chunk = conv_out_len(c if frames >= c else frames)
         return per_chunk * (self.cfg.n_window_infer // c)

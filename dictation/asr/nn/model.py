@@ -47,7 +47,7 @@ class AsrModel(nn.Module):
         self.cfg = cfg
         self.audio_tower = AudioEncoder(cfg.audio)
         self.decoder = TextDecoder(cfg.text)
-        # Tie rule (spec §2.1): text_config.tie_word_embeddings decides; a stored lm_head is then ignored.
+        # Tie rule (docs/model.md §1): text_config.tie_word_embeddings decides; a stored lm_head is then ignored.
         self.lm_head = (
             None if cfg.text.tie_word_embeddings else nn.Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
         )
