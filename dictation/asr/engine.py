@@ -484,7 +484,7 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 
 def _compute_dtype(dtype_opt: str, device: torch.device, *, quantized: bool) -> torch.dtype:
     """The dtype of activations and floating weights. With ``auto`` a quantized model on a CPU that has
-    bf16 instructions computes in bf16: its integer layers do anyway (quant.cpu_computes_in_bf16), and
+    bf16 instructions computes in bf16: its integer layers do anyway (nn.quantized.cpu_computes_in_bf16), and
     the floating output head would otherwise cost more per token than all the quantized layers."""
     if dtype_opt == "auto" and quantized and device.type == "cpu" and cpu_computes_in_bf16():
         return torch.bfloat16

@@ -25,7 +25,7 @@ def common_prefix(a, b) -> int:
 
 
 def prompt_embeds(engine, audio: np.ndarray) -> torch.Tensor:
-    """The prompt ``_run_pass`` builds for ``audio``."""
+    """The prompt ``Pipeline.run`` builds for ``audio``."""
     model, prompt = engine.model, engine.prompt
     with torch.inference_mode():
         features = engine.pipeline.mel(audio)

@@ -1,4 +1,4 @@
-"""Transcribing while the user speaks (issue 6): encode and prefill each finished 8-s window early.
+"""Transcribing while the user speaks: encode and prefill each finished 8-s window early.
 
 The encoder never attends across 8-s windows (800 mel frames → 104 audio tokens, docs/model.md §5.4) and its
 conv stack works on 1-s chunks inside them (§4.1), so a window's audio embeddings depend only on its

@@ -18,7 +18,7 @@ from dictation.asr.nn.features import conv_out_len, n_audio_tokens
 # Chunks per conv batch: a memory bound (no numeric effect). 100 one-second chunks of the first
 # conv's output are 600 MB in fp32; the checkpoint's 500 would be 3 GB for long clips.
 CONV_BATCH = 100
-# Buckets (issue 16): on CUDA a clip of at least one chunk is encoded padded to the smallest of these
+# Buckets: on CUDA a clip of at least one chunk is encoded padded to the smallest of these
 # numbers of 8-s attention windows that holds it, as one CUDA graph per bucket (graphs.StaticCall), so
 # that what is left of the encoder at release is a few launches. Longer clips run uncaptured, padded
 # to whole windows. The padding is exact: chunks, rows and windows are computed independently (the
@@ -31,7 +31,7 @@ BUCKETED: bool | None = None
 # False: never capture (the bucketed computation then runs eagerly on CUDA).
 USE_ENCODER_GRAPH = True
 # On the CPU the three conv weights are kept channels-last: oneDNN then runs the 480-channel stride-2
-# convs, a third of the 0.6B encoder's time, about 20 % faster (issue 16: the convs of a 10-s clip,
+# convs, a third of the 0.6B encoder's time, about 20 % faster (measured: the convs of a 10-s clip,
 # 2 cores, 380 -> 300 ms; the official encoder keeps PyTorch's default layout). The results differ from
 # the default layout's only by float rounding (3e-7 on that clip), and a chunk's rows stay the same
 # whatever batch of chunks it runs in (AudioEncoder._first_conv). CUDA keeps the default layout

@@ -1,4 +1,4 @@
-"""Fused Triton kernels for the decoder's elementwise work (issue 16), and their launchers.
+"""Fused Triton kernels for the decoder's elementwise work, and their launchers.
 
 Why: on a GPU the matrix products of a decode step read the weights near the memory bandwidth, but
 the step also ran ~110 tiny elementwise kernels (RMSNorm as pow/mean/rsqrt/mul with dtype copies,
