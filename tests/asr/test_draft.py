@@ -1,4 +1,4 @@
-"""Draft verification (issue 6): a guessed output is checked in batched passes; the ids never change."""
+"""Draft verification: a guessed output is checked in batched passes; the ids never change."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The engine inside ``torch.inference_mode()`` (issue 16), as library users call it.
+"""The engine inside ``torch.inference_mode()``, as library users call it.
 
 Every public entry point, and ``Pipeline.run``, on an engine that was not prepared (loading then happens
 inside the caller's inference mode) and on one prepared before: each gives what it gives outside
