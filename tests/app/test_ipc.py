@@ -228,7 +228,7 @@ def test_a_folder_another_user_made_in_tmp_does_not_stop_the_app(qtbot, tmp_path
         server.close()
 
 
-# ---- idle clients (99 idle clients locked out the 100th) ----------------------
+# ---- idle clients (99 idle clients locked out the 100th) -------------------------------------------
 
 
 def open_idle_clients(qtbot, n: int) -> list[socket.socket]:

@@ -435,7 +435,7 @@ def test_take_samples_may_run_past_the_release_and_the_take_is_their_prefix():
     np.testing.assert_array_equal(early[: len(take.samples)], take.samples)
 
 
-# --- how far a take reaches back, known as it starts -------------------------------
+# --- how far a take reaches back, known as it starts --------------------------------------------------
 
 
 def test_start_gap_of_a_warm_stream_is_the_pre_roll():

@@ -274,7 +274,7 @@ def cold_start(way: str, xvfb: dict, pulse, home: Path, model: Path, burst: Path
             keyboard.close()
 
 
-# --- a press at a set time after the launch ---------------------------------------------
+# --- a press at a set time after the launch -----------------------------------------------------------
 
 LATE_WARNING = re.compile(r"The recording began (\d+) ms after the press")
 STARTUP_LINE = re.compile(r"start-up: .*")

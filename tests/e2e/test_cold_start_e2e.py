@@ -37,7 +37,7 @@ def test_a_press_as_the_socket_appears_records_from_the_press(
             assert run.reply["ok"] is True and run.reply["status"] == "recording" and "warning" not in run.reply
 
 
-# --- presses at set times after the launch ------------------------------------------------
+# --- presses at set times after the launch --------------------------------------------------------------
 
 DELAYS_S = (0.5, 0.6, 1.0, 1.5)  # 0.3 s is the aim, not met on 2 cores (docs/app.md)
 LONG_BURST_S = 3.0
