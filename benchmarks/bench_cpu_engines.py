@@ -13,7 +13,7 @@ run of ``--tokens`` and one of 2 tokens in one process (its Python API reports n
 The CPU floor is the bytes a decode step must read (the decoder layers and the output head as each
 engine stores them) over the memory bandwidth measured here (a large copy, ``--threads`` threads).
 
-Targets (issue 26) are printed with met / not met. See benchmarks/README.md.
+The targets are printed with met / not met; benchmarks/README.md lists them.
 
     python benchmarks/bench_cpu_engines.py --workdir /tmp/cpu_engines
     python benchmarks/bench_cpu_engines.py --workdir /tmp/cpu_engines --crisp-gguf int8=/path/q8_0.gguf
@@ -161,7 +161,7 @@ def crisp_problem(path: Path) -> str | None:
     if "output.weight" not in names:
         missing.append("output.weight")
     if missing:
-        return f"{path}: CrispASR needs {', '.join(missing)}, which this file lacks (issue 26, section 1)"
+        return f"{path}: CrispASR needs {', '.join(missing)}, which this file lacks"
     try:
         import crispasr  # noqa: F401
     except ImportError:
@@ -206,7 +206,7 @@ def verdict(ok: bool | None) -> str:
 
 
 def targets(ours: dict, crisp: dict) -> list[tuple[str, str]]:
-    """The targets of issue 26 on the medians (``ours[variant]``, ``crisp[variant]``; a contender
+    """The targets (benchmarks/README.md) on the medians (``ours[variant]``, ``crisp[variant]``; a contender
     missing is absent): (what was compared, "met" / "NOT met" / "n/a")."""
     o8, c8 = ours.get("int8"), crisp.get("int8")
     rows = []

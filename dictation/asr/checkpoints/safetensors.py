@@ -1,6 +1,6 @@
 """Locating, reading, validating and mapping a checkpoint's safetensors tensors.
 
-Our modules carry the checkpoint's names (DESIGN.md §1.5), so loading is a prefix map (the table
+Our modules carry the checkpoint's names (docs/architecture.md, principle 5), so loading is a prefix map (the table
 is in ``checkpoints/locate.py``, which also finds the files and reads their headers without torch).
 
 Loading is strict: a missing, unexpected or mis-shaped tensor is an error naming the file, the

@@ -1,4 +1,4 @@
-"""Training a LoRA adapter on a loaded model (issue 18): LoRA on a float or NF4 base, then a PEFT folder.
+"""Training a LoRA adapter on a loaded model: LoRA on a float or NF4 base, then a PEFT folder.
 
 The recipe is QLoRA's: the base model is frozen, either in its floating dtype (``bits=16``) or with
 the decoder's linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices

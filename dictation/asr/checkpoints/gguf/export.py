@@ -197,7 +197,7 @@ def size_label(n_params: int) -> str:
 
 def constant(source: str, shape: tuple[int, ...]) -> np.ndarray:
     """The bytes of a tensor computed here (``CONSTANTS``), float32 in ``shape``."""
-    if source == POSITION_TABLE:  # as our encoder computes it (spec §4.2), and llama.cpp's converter
+    if source == POSITION_TABLE:  # as our encoder computes it (docs/model.md §5.2), and llama.cpp's converter
         return sinusoid_table(*shape).numpy()
     if source == MEL_FILTERS:
         return mel_filters(shape[1]).astype(np.float32)
