@@ -299,11 +299,18 @@ def begin(environ: Mapping[str, str] | None = None) -> Early:
         claimed.set()
     if early.instance is None:  # another app runs or is starting (it keeps the keys and the microphone)
         return early
-    from dictation.config.store import SettingsStore
+    from dictation import launch_note
+    from dictation.paths import config_dir
 
-    early.store = SettingsStore()
-    early.report = early.store.load_report()
-    settings = early.report.settings
+    settings_file = config_dir() / "settings.json"
+    source = launch_note.file_identity(settings_file)
+    settings = launch_note.read(settings_file, source)
+    if settings is None:  # the settings changed since the last launch (or its first): read them
+        from dictation.config.store import SettingsStore
+
+        early.store = SettingsStore(settings_file)
+        early.report = early.store.load_report()
+        settings = early.report.settings
     early.recorder_key = recorder_key(settings.recording)
     if early.recorder_key[0] is not None or not settings.recording.keep_mic_open:
         early.wait_microphone()
@@ -318,9 +325,12 @@ def begin(environ: Mapping[str, str] | None = None) -> Early:
     early.hotkeys = _start_hotkeys(settings.hotkeys, environ, early.first_audio)
     if early.hotkeys is not None:
         early.hotkeys_preference = settings.hotkeys.backend
-    early.wait_microphone(MICROPHONE_WAIT_S)
+    # the grab first: its moment is stamped when it is confirmed, not after the microphone's wait
     if early.hotkeys is not None and early.hotkeys.wait_ready(MICROPHONE_WAIT_S):
         early.hotkeys_ready_at = time.monotonic()
+    early.wait_microphone(MICROPHONE_WAIT_S)
+    if early.report is not None:  # for the next launch, now that the keys are ours
+        launch_note.write(settings_file, settings, source)
     log.info("start-up: %s", early.describe())
     return early
 

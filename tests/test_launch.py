@@ -4,6 +4,7 @@ the app's Recorder gets what the microphone heard before it existed."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from dictation import launch
+from dictation import launch, launch_note
 from dictation.audio import devices as devices_module
 from dictation.config import Settings
 from dictation.config.store import SettingsStore
@@ -153,3 +154,100 @@ def test_the_first_moment_imports_neither_qt_nor_numpy_nor_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- the note of what a launch needs from the settings ------------------------------------------------
+
+
+def refuse_reading(monkeypatch) -> None:
+    def read(self):
+        raise AssertionError("the settings were read although the note was current")
+
+    monkeypatch.setattr(SettingsStore, "load_report", read)
+
+
+def test_the_next_launch_takes_the_microphone_and_keys_from_the_note_without_reading_the_settings(
+    home, sd, keep_log, monkeypatch
+):
+    save(home, input_device="Other Mic")  # the app's own save notes what the launch needs
+    note = home / "config" / launch_note.NOTE_FILE
+    assert note.stat().st_mode & 0o777 == 0o600
+    refuse_reading(monkeypatch)
+    early = launch.begin()
+    try:
+        assert early.report is None  # the app reads the settings itself, after the grab
+        assert [s.kwargs["device"] for s in sd.streams if not s.closed] == [1]
+        assert early.take_recorder("Other Mic", *launch.recorder_key(Settings().recording)[1:]) is not None
+    finally:
+        early.close()
+
+
+def test_settings_changed_by_hand_since_the_note_are_read_and_noted_again(home, sd, keep_log):
+    save(home)
+    path = home / "config" / "settings.json"
+    data = json.loads(path.read_text())
+    data["recording"]["keep_mic_open"] = False
+    path.write_text(json.dumps(data))  # edited in a text editor: no note made
+    early = launch.begin()
+    try:
+        assert early.report is not None and early.stream is None
+    finally:
+        early.close()
+    assert json.loads((home / "config" / launch_note.NOTE_FILE).read_text())["recording"]["keep_mic_open"] is False
+
+
+def test_a_note_is_only_made_from_the_file_as_it_was_read(home):
+    save(home)
+    path = home / "config" / "settings.json"
+    read_from = launch_note.file_identity(path)
+    save(home, keep_mic_open=False)  # written meanwhile (by the app)
+    launch_note.write(path, Settings(), read_from)  # a launch noting what it had read before
+    assert launch_note.read(path, launch_note.file_identity(path)).recording.keep_mic_open is False
+
+
+def test_without_a_settings_file_the_defaults_are_noted_for_the_next_launch(home, sd, keep_log, monkeypatch):
+    launch.begin().close()  # no settings saved yet: not even the config folder exists
+    refuse_reading(monkeypatch)
+    early = launch.begin()
+    try:
+        assert early.report is None and early.stream is not None  # the default: the default microphone open
+    finally:
+        early.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda note: "not json {",
+        lambda note: json.dumps(note | {"version": "0.0.0-other"}),
+        lambda note: json.dumps(note | {"recording": note["recording"] | {"max_seconds": "300"}}),
+        lambda note: json.dumps(note | {"recording": note["recording"] | {"keep_mic_open": 1}}),
+        lambda note: json.dumps({k: v for k, v in note.items() if k != "hotkeys"}),
+    ],
+    ids=["not-json", "other-version", "wrong-type", "number-for-bool", "part-missing"],
+)
+def test_a_note_that_is_damaged_or_from_another_version_is_not_used(home, sd, keep_log, damage):
+    save(home, keep_mic_open=False)
+    path = home / "config" / launch_note.NOTE_FILE
+    path.write_text(damage(json.loads(path.read_text())))
+    early = launch.begin()
+    try:
+        assert early.report is not None and early.stream is None  # read from settings.json again
+    finally:
+        early.close()
+
+
+def test_with_a_current_note_the_first_moment_does_not_build_the_settings_schema(home):
+    """The point of the note: the settings' two dozen dataclasses and the engine's option tables are
+    not built before the grab (a third of the time to it)."""
+    code = (
+        "import sys, dictation.launch as L\n"
+        "L._open_default_microphone = lambda early, claimed: None\n"
+        "L.begin().close()\n"  # notes the settings
+        "for name in [m for m in sys.modules if m.startswith('dictation.config') or m.startswith('dictation.asr')]:\n"
+        "    del sys.modules[name]\n"
+        "L.begin().close()\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('dictation.config', 'dictation.asr'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

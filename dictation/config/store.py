@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dictation import launch_note
 from dictation.config.migrations import migrate
 from dictation.config.schema import FieldError, Problem, from_dict, to_dict, validate
 from dictation.config.settings import SCHEMA_VERSION, Settings
@@ -241,6 +242,8 @@ class SettingsStore:
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
         private_dir(self.path.parent)  # the vocabulary and replacements are the user's words
         atomic_write(self.path, text.encode("utf-8"))  # mkstemp: the file is 0600
+        # what the next launch needs, for it to grab the hotkey without reading all this (docs/app.md)
+        launch_note.write(self.path, settings, launch_note.file_identity(self.path))
 
 
 def atomic_write(path: Path, payload: bytes) -> None:

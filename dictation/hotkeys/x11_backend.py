@@ -65,7 +65,7 @@ from dictation.hotkeys.errors import HotkeyBackendError
 from dictation.hotkeys.event_time import server_time_to_clock
 from dictation.hotkeys.hotkey import Hotkey, parse_hotkey
 from dictation.hotkeys.keys import KEYS, MODIFIER_SIDES
-from dictation.hotkeys.x11_xkb import set_detectable_auto_repeat
+from dictation.hotkeys.x11_xkb import connect, set_detectable_auto_repeat
 
 log = logging.getLogger(__name__)
 
@@ -195,14 +195,14 @@ class X11GrabBackend(HotkeyBackend):
 
     def is_available(self) -> tuple[bool, str]:
         try:
-            import Xlib.display
+            import Xlib.display  # noqa: F401  (only whether python-xlib is there)
         except ImportError:
             return False, "the Python package 'python-xlib' is not installed (pip install python-xlib)"
         target = self._target()
         if not target:
             return False, "no X display (DISPLAY is unset)"
         try:
-            display = Xlib.display.Display(target)
+            display = connect(target)
         except Exception as exc:
             return False, f"cannot connect to the X display {target}: {exc}"
         display.close()
@@ -215,13 +215,11 @@ class X11GrabBackend(HotkeyBackend):
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def _start(self) -> None:
-        import Xlib.display
-
         target = self._target()
         if not target:
             raise HotkeyBackendError("no X display (DISPLAY is unset)", backend=self.name)
         try:
-            self._display = Xlib.display.Display(target)
+            self._display = connect(target)
         except Exception as exc:
             raise HotkeyBackendError(f"cannot connect to the X display {target}: {exc}", backend=self.name) from exc
         self._problems = {}
@@ -607,11 +605,10 @@ def probe_grabs(hotkeys: Iterable[str], display_name: str | None = None) -> dict
 
     For `dictation doctor`. BadAccess means another client holds the grab, which is the running app
     itself for the hotkey it uses."""
-    import Xlib.display
     from Xlib import X, error
 
     target = display_name or os.environ.get("DISPLAY")
-    display = Xlib.display.Display(target)
+    display = connect(target)
     results: dict[str, str | None] = {}
     try:
         keyboard = Keyboard(display)

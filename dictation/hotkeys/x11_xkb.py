@@ -1,7 +1,7 @@
-"""XkbSetDetectableAutoRepeat for the x11 hotkey backend: the two XKB requests python-xlib lacks.
+"""The x11 hotkey backend's connection, and XkbSetDetectableAutoRepeat: two XKB requests python-xlib lacks.
 
-With it, a held key repeats as presses only, without the fake release before each one, so a held
-chord is one press and one release (`x11_backend`).
+With detectable auto-repeat, a held key repeats as presses only, without the fake release before
+each one, so a held chord is one press and one release (`x11_backend`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,27 @@ log = logging.getLogger(__name__)
 
 XKB_USE_CORE_KBD = 0x100
 XKB_PCF_DETECTABLE_AUTO_REPEAT = 1
+
+
+def connect(target: str | None) -> Any:
+    """A python-xlib connection to ``target`` without its protocol-extension modules.
+
+    python-xlib's `Display` asks the server about each of the fifteen extensions it knows (a round
+    trip each) and imports their modules: half of the time to the hotkey grab at launch
+    (`dictation.launch`). Grabs, key events, the keymap and XKB (asked for directly in
+    `set_detectable_auto_repeat`) need none of them. The extension list is left empty while the
+    connection is set up, for this connection only."""
+    import Xlib.display
+
+    class Connection(Xlib.display.Display):
+        _setting_up = True
+
+        def list_extensions(self) -> list[str]:
+            return [] if self._setting_up else super().list_extensions()
+
+    display = Connection(target)
+    display._setting_up = False
+    return display
 
 
 def _xkb_requests() -> tuple[type, type]:

@@ -186,7 +186,10 @@ def test_a_failed_save_keeps_the_previous_file_and_leaves_no_temp_files(path, mo
         store.save(Settings())
     monkeypatch.undo()
     assert path.read_bytes() == before
-    assert sorted(p.name for p in path.parent.iterdir()) == ["settings.json"]
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "launch.json",
+        "settings.json",
+    ]  # the note of the save before
     assert SettingsStore(path).load() == _changed()
 
 

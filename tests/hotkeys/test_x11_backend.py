@@ -362,6 +362,17 @@ def test_stop_releases_every_grab(run, xvfb_display):
     assert keys_of(r.target.events_until_sentinel(), "PRESS") == {QT_F9}
 
 
+def test_the_backends_connection_sets_up_no_protocol_extension_yet_can_still_list_them(run, xvfb_display):
+    """python-xlib would query and load each extension it knows at connection time (half of the time
+    to the grab at launch); the backend needs none, so its connection loads none, and works."""
+    r = run()
+    display = r.backend._display
+    assert display.extensions == []
+    assert "XKEYBOARD" in display.list_extensions()  # asking afterwards still reaches the server
+    reported, _ = r.sync()  # and the grabs made on it work
+    assert reported == []
+
+
 def test_a_modifier_only_hotkey_is_watched_not_grabbed(xvfb_display, target):
     """right_ctrl types nothing, so it is watched through pynput (in a child process: pynput picks
     its backend at import) and Ctrl+key keeps working in applications."""
