@@ -298,7 +298,7 @@ class Takes:
             self._port.history_finish(take_id, fields, False, self._keep())
             return
         plan = take.plan
-        if plan is not None and not plan.steps:  # "... scratch that": the dictation took itself back
+        if plan is not None and plan.taken_back:  # "... scratch that": the dictation took itself back
             self._takes.pop(take_id, None)
             keep = self._keep()
             fields = {"outcome": Outcome.command("scratch that: this dictation was taken back, nothing typed")}

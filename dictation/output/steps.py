@@ -40,6 +40,7 @@ KEY_TEXT = {"enter": "\n", "tab": "\t"}
 @dataclass(frozen=True)
 class Plan:
     steps: tuple[Step, ...] = ()
+    taken_back: bool = False  # "..., scratch that": the dictation took itself back, nothing is typed
 
     @property
     def plain(self) -> bool:
@@ -66,7 +67,8 @@ _BREAKS = {"new_line": "\n", "new_paragraph": "\n\n"}
 
 
 def plan_for(actions: Iterable[Any], options: TextOptions) -> Plan:
-    """The plan for parsed actions (`dictation.spoken.Action`: ``kind`` "text" or a command name)."""
+    """The plan for parsed actions (`dictation.spoken.Action`: ``kind`` "text" or a command name); no
+    actions at all is a dictation that took itself back (`Plan.taken_back`)."""
     actions = list(actions)
     steps: list[Step] = []
     text = ""
@@ -89,4 +91,4 @@ def plan_for(actions: Iterable[Any], options: TextOptions) -> Plan:
         text += " "
     if text:
         steps.append(text)
-    return Plan(tuple(steps))
+    return Plan(tuple(steps), taken_back=not actions)

@@ -63,6 +63,7 @@ def test_plan_applies_text_options_to_the_text_and_ends_in_a_space_only_after_te
     assert plan_for([Action("text", "teh end."), Action("new_paragraph")], options) == Plan(("The end.\n\n",))
     assert plan_for([Action("scratch"), Action("text", "hi")], options) == Plan((Undo(), "Hi "))
     assert plan_for([Action("text", "hi")], options) == Plan(("Hi ",))  # as without voice commands
+    assert plan_for([], options) == Plan((), taken_back=True)  # "hello, scratch that": nothing left
 
 
 def test_the_history_text_is_the_text_as_typed():
