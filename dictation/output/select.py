@@ -41,6 +41,11 @@ swallowed by the x11 backend's grab or combined with the chord's keys, so the ch
 release (deliveries stay one by one, in order) and then sends. A press that came during the send
 and took our keys (x11) gets the paste sent again after its release; typed text then stays on the
 clipboard (`held_back`), as it does when a hold outlasts `hold.MAX_WAIT_S`.
+
+Plans (`perform`, voice commands: `steps.Plan`): text steps go through the backends as above, keys
+(Enter, Tab, the Backspaces of "scratch that") through the first backend whose tool sends keys here;
+the hold and focus rules run once before the first step, a failed step ends the plan, and every
+delivery is noted in `undo.UndoLog`, which says whether "scratch that" may take the last one back.
 """
 
 from __future__ import annotations
