@@ -85,6 +85,7 @@ class Take:
     saved: SavedTake | None = None
     transcript: Any = None  # the engine's Transcript
     text: str | None = None  # the text to type (text options applied), once asked to store it
+    plan: Any = None  # what typing it means (output.steps.Plan: voice commands applied)
     # the `dictation start` (or toggle) that began it, waiting to hear that the microphone records:
     # its answer callback and when it is answered at the latest (monotonic seconds)
     start_reply: tuple[Callable[[dict], None], float] | None = None
@@ -132,7 +133,7 @@ class TakesPort(Protocol):
     def history_discard(self, take_id: int, delete_audio: bool, keep: int) -> None: ...
     def history_update(self, entry_id: int, fields: dict) -> None: ...
     def retranscribed(self, entry_id: int, problem: str) -> None: ...  # "" when the text was replaced
-    def deliver(self, key: int | Retype, text: str) -> None: ...
+    def deliver(self, key: int | Retype, text: Any) -> None: ...  # a str, or an output.steps.Plan
 
 
 class Takes:
@@ -271,11 +272,12 @@ class Takes:
     def deliver(self, action: S.DeliverText) -> None:
         """DeliverText: history first: the text is stored (database or journal), then typed (`stored`)."""
         take = self._take(action.job_id)
-        text = apply_text_options(action.text, self._port.settings)
+        plan = plan_text(action.text, action.language, self._port.settings)
         transcript, saved = take.transcript, take.saved
-        take.text = text
+        take.text, take.plan = plan.text, plan
         fields = {
-            "text": text,
+            "text": plan.text,
+            "raw_text": action.text,
             "language": action.language,
             "duration_s": saved.duration_s if saved else None,
             "model_label": self._port.model_label or None,
@@ -295,7 +297,14 @@ class Takes:
             fields = {"outcome": Outcome.failed("the app quit before the text could be typed")}
             self._port.history_finish(take_id, fields, False, self._keep())
             return
-        self._port.deliver(take_id, take.text)
+        plan = take.plan
+        if plan is not None and plan.taken_back:  # "... scratch that": the dictation took itself back
+            self._takes.pop(take_id, None)
+            keep = self._keep()
+            fields = {"outcome": Outcome.command("scratch that: this dictation was taken back, nothing typed")}
+            self._port.history_finish(take_id, fields, keep == 0, keep)
+            return
+        self._port.deliver(take_id, take.text if plan is None or plan.plain else plan)
 
     def delivered(self, key: int | Retype, result: Any) -> None:
         if isinstance(key, Retype):
@@ -304,11 +313,20 @@ class Takes:
                 self._port.notify("warning", delivery_message(result) if held_back else result.message)
             return
         take = self._takes.pop(key, None)
-        if not result.ok:
+        plan = take.plan if take is not None else None
+        only_undo = plan is not None and plan.undoes and not plan.text
+        if result.undo_refused:
+            self._port.notify("warning", f'"Scratch that" was not done: {result.undo_refused}.')
+        if not result.ok and not (only_undo and result.undo_refused):
             self._port.notify("warning", delivery_message(result))
+        outcome = outcome_of(result)
+        if only_undo:
+            why = result.undo_refused or result.message
+            removed = f"scratch that: removed {result.undone} characters"
+            outcome = Outcome.command(removed) if result.ok else Outcome.failed(f"scratch that not performed: {why}")
         # keep == 0: the text is safely in history, the recording is no longer needed
         keep = self._keep()
-        self._port.history_finish(key, {"outcome": outcome_of(result)}, keep == 0 and take is not None, keep)
+        self._port.history_finish(key, {"outcome": outcome}, keep == 0 and take is not None, keep)
 
     # ---- a command waiting for its take's microphone -------------------------------------------------
 
@@ -401,9 +419,10 @@ class Takes:
 
     def _retranscribed(self, request: Retranscription, transcript: Any) -> None:
         settings = self._port.settings
-        text = apply_text_options(transcript.text, settings) if transcript.text.strip() else ""
+        text = plan_text(transcript.text, transcript.language, settings).text if transcript.text.strip() else ""
         fields = {
             "text": text,
+            "raw_text": transcript.text,
             "language": transcript.language or None,
             "model_label": self._port.model_label,
             "timings": dict(transcript.timings),
@@ -461,6 +480,26 @@ def apply_text_options(text: str, settings: Any) -> str:
     from dictation.output.textops import TextOptions, apply
 
     return apply(text, TextOptions.from_settings(settings.output))
+
+
+def plan_text(transcript: str, language: str | None, settings: Any) -> Any:
+    """What typing ``transcript`` means (an output.steps.Plan): voice commands and spoken punctuation as
+    the settings ask (`dictation.spoken`, in ``language``: the model's, else the one set), then the text
+    options. Its ``text`` is what the history keeps as typed."""
+    from dictation.output.steps import Plan, plan_for
+    from dictation.output.textops import TextOptions, apply
+    from dictation.spoken import parse, table_for, user_table
+
+    options = TextOptions.from_settings(settings.output)
+    commands = settings.commands
+    if not commands.enabled and not commands.spoken_punctuation:
+        text = apply(transcript, options)
+        return Plan((text,) if text else ())
+    if not language and settings.transcription.language != "auto":
+        language = settings.transcription.language
+    table = table_for(language, user_table(commands.phrases))
+    actions = parse(transcript, table, commands=commands.enabled, punctuation=commands.spoken_punctuation)
+    return plan_for(actions, options)
 
 
 def outcome_of(result: Any) -> str:

@@ -110,6 +110,7 @@ def test_wheel_carries_the_resources_and_only_the_package(wheel):
     expected |= {resources.png_icon_name(s, n) for s in (*resources.ICON_STATES, "app") for n in resources.PNG_SIZES}
     expected |= {resources.sound_name(cue) for cue in resources.SOUNDS}
     expected |= {resources.DESKTOP_TEMPLATE, resources.SERVICE_TEMPLATE}
+    expected |= {f"spoken/{code}.json" for code in resources.SPOKEN_LANGUAGES}
     assert expected <= data, expected - data
     assert f"{dist_info}entry_points.txt" in names
     assert "dictation = dictation.cli:main" in zipfile.ZipFile(wheel).read(f"{dist_info}entry_points.txt").decode()

@@ -126,7 +126,7 @@ class AppController(ModelLifecycle, Commands, QObject):
     _audio_cancel = Signal(int)
     _audio_close = Signal()
     _output_configure = Signal(object)
-    _deliver = Signal(object, str)  # take id or Retype, text
+    _deliver = Signal(object, object)  # take id or Retype, text (a str, or an output.steps.Plan)
     _output_flush = Signal()
     _download = Signal(str)
     _history_open = Signal()

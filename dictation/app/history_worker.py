@@ -481,6 +481,7 @@ def _record_of(entry: HistoryEntry) -> Record:
             "timings": entry.timings,
             "streamed": entry.streamed,
             "corrected": entry.corrected,
+            "raw_text": entry.raw_text,
         },
     )
 

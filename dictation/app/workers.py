@@ -413,15 +413,16 @@ class OutputWorker(QObject):
             return
         self.described.emit(self.chain.describe())
 
-    @Slot(object, str)
-    def deliver(self, key: Any, text: str) -> None:
+    @Slot(object, object)
+    def deliver(self, key: Any, text: Any) -> None:
+        """``text``: a str, or an output.steps.Plan (voice commands: keys, "scratch that")."""
         from dictation.output import DeliveryResult
 
         if self.chain is None:
             result = DeliveryResult("none", False, "no text output method is configured; the text is only in history")
         else:
             try:
-                result = self.chain.deliver(text)
+                result = self.chain.deliver(text) if isinstance(text, str) else self.chain.perform(text.steps)
             except Exception as exc:  # a backend bug must not lose the result: history already has the text
                 log.exception("delivering text failed")
                 result = DeliveryResult("error", False, f"text output failed: {exc}; the text is in history")

@@ -58,6 +58,7 @@ class Outcome:
     KNOWN = (PENDING, TYPED, PASTED, CLIPBOARD_ONLY, RECOVERED)
     FAILED_PREFIX = "failed: "
     KEPT_PREFIX = CLIPBOARD_ONLY + ": "  # on the clipboard, with why it was not sent ("not delivered: ...")
+    COMMAND_PREFIX = "command: "  # a voice command that typed no text: what it did ("scratch that: ...")
 
     @staticmethod
     def failed(reason: str) -> str:
@@ -69,10 +70,15 @@ class Outcome:
         return Outcome.KEPT_PREFIX + (" ".join(reason.split()) or "unknown reason")
 
     @staticmethod
+    def command(what: str) -> str:
+        """A voice command that typed no text, and what it did."""
+        return Outcome.COMMAND_PREFIX + (" ".join(what.split()) or "done")
+
+    @staticmethod
     def is_valid(outcome: str) -> bool:
         return outcome in Outcome.KNOWN or any(
             outcome.startswith(prefix) and bool(outcome[len(prefix) :].strip())
-            for prefix in (Outcome.FAILED_PREFIX, Outcome.KEPT_PREFIX)
+            for prefix in (Outcome.FAILED_PREFIX, Outcome.KEPT_PREFIX, Outcome.COMMAND_PREFIX)
         )
 
 
@@ -89,6 +95,7 @@ class HistoryEntry:
     timings: dict[str, float] | None  # seconds per stage of its transcription
     streamed: bool = False  # transcribed while it was recorded: re-transcribed, it is trimmed at its end only
     corrected: bool = False  # the user edited the text: training material (`corrected_entries`), never pruned
+    raw_text: str | None = None  # the transcript as the model wrote it, before voice commands and text options
 
 
 # MIGRATIONS[n] upgrades a database at user_version n to n + 1 (0 is a new, empty file).
@@ -132,7 +139,20 @@ def _add_corrected_v3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE dictations ADD COLUMN corrected INTEGER NOT NULL DEFAULT 0")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_streamed_v2, _add_corrected_v3]
+def _add_raw_text_v4(conn: sqlite3.Connection) -> None:
+    """The transcript as the model wrote it, beside the text as typed (voice commands and text options
+    applied); NULL for entries from before."""
+    if "timings" not in {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}:
+        return  # not our table: `_migrate` names the columns it lacks
+    conn.execute("ALTER TABLE dictations ADD COLUMN raw_text TEXT")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _create_v1,
+    _add_streamed_v2,
+    _add_corrected_v3,
+    _add_raw_text_v4,
+]
 COLUMNS = (
     "id",
     "created",
@@ -145,6 +165,7 @@ COLUMNS = (
     "timings",
     "streamed",
     "corrected",
+    "raw_text",
 )
 _LEGACY_STREAMED = "streamed"  # version 1's key for the flag inside the timings (1.0: streamed)
 
@@ -533,6 +554,8 @@ def _row_values(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
                 values.append(1)
         elif name in ("streamed", "corrected"):
             value = int(bool(value))
+        elif name == "raw_text" and value is not None and not isinstance(value, str):
+            raise TypeError(f"raw_text must be str or None, got {type(value).__name__}")
         columns.append(name)
         values.append(value)
     return columns, values
@@ -559,7 +582,8 @@ def _casefold(text: str | None) -> str | None:
 
 
 def _entry(row: tuple) -> HistoryEntry:
-    entry_id, created, text, language, duration_s, model_label, audio_path, outcome, timings, streamed, corrected = row
+    entry_id, created, text, language, duration_s, model_label, audio_path, outcome, timings = row[:9]
+    streamed, corrected, raw_text = row[9:]
     # an older version may have written a row since (it keeps the flag in the timings): read it too
     parsed_timings, legacy = _legacy_streamed(_parse_timings(timings))
     return HistoryEntry(
@@ -574,4 +598,5 @@ def _entry(row: tuple) -> HistoryEntry:
         timings=parsed_timings,
         streamed=bool(streamed) or legacy,
         corrected=bool(corrected),
+        raw_text=raw_text,
     )

@@ -457,6 +457,48 @@ class GeneralSettings(_Group):
 
 
 @dataclass(frozen=True)
+class Phrase(_Group):
+    said: str = setting(
+        "",
+        label="When I say",
+        help="Words said at the start or end of a dictation, or as all of it (for a punctuation mark: anywhere).",
+        required=True,
+        private=True,
+    )
+    means: str = setting(
+        "",
+        label="It means",
+        help="A command: new line, new paragraph, press enter, tab or scratch that; anything else is a "
+        "punctuation mark (or text) put in place of the words when spoken punctuation is on.",
+        required=True,
+        private=True,
+    )
+
+
+@dataclass(frozen=True)
+class CommandSettings(_Group):
+    enabled: bool = setting(
+        True,
+        label="Voice commands",
+        help="Said as a whole dictation, or at its start or end: 'new line', 'new paragraph', 'press enter', "
+        "'tab' (alone), 'scratch that' (removes the previous dictation if the focus is still where it was "
+        "typed). German, French and Spanish words work too. Never inside a sentence.",
+    )
+    spoken_punctuation: bool = setting(
+        False,
+        label="Spoken punctuation",
+        help="Say 'comma', 'period', 'question mark', 'colon', ... and get the mark, anywhere in a dictation, "
+        "in the dictation's language. Off: those words are typed as words.",
+    )
+    phrases: tuple[Phrase, ...] = setting(
+        (),
+        label="Your phrases",
+        help="Your own words for a command or a punctuation mark, in any language.",
+        private=True,
+    )
+
+
+@dataclass(frozen=True)
 class Settings(_Group):
     engine: EngineSettings = group(EngineSettings, label="Model", help="Which model runs, where, and how.")
     transcription: TranscriptionSettings = group(
@@ -465,4 +507,5 @@ class Settings(_Group):
     recording: RecordingSettings = group(RecordingSettings, label="Recording", help="Microphone and limits.")
     hotkeys: HotkeySettings = group(HotkeySettings, label="Hotkeys", help="How dictation is started and stopped.")
     output: OutputSettings = group(OutputSettings, label="Output", help="How the text reaches the window.")
+    commands: CommandSettings = group(CommandSettings, label="Voice commands", help="Commands and punctuation said.")
     general: GeneralSettings = group(GeneralSettings, label="General", help="History, recordings, startup.")

@@ -76,6 +76,7 @@ class DeliveryResult:
     the focus; `focus.NO_WINDOW`: no window has it); the text is then on the clipboard when
     `on_clipboard`. `waited_s`: how long it waited for a hotkey of ours to be released first
     (`hold.KeyHold`): the text went out late, after the release, while the window could receive it.
+    `undone` / `undo_refused`: what became of a "scratch that" in a plan (`OutputChain.perform`).
     """
 
     method: str
@@ -88,6 +89,8 @@ class DeliveryResult:
     restore: ClipboardRestore | None = field(default=None, compare=False, repr=False)
     held_back: str | None = None
     waited_s: float = 0.0
+    undone: int = 0  # "scratch that": characters of the previous dictation removed (`undo.UndoLog`)
+    undo_refused: str | None = None  # "scratch that" was not performed, and why
 
 
 @runtime_checkable

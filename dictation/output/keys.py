@@ -46,7 +46,12 @@ class KeySender(Protocol):
 
     def type_text(self, text: str, delay_ms: int | None) -> None: ...
 
+    def press_key(self, key: str, count: int) -> None: ...  # a key of `KEYS`, ``count`` times
 
+
+# Keys a voice command presses (dictation/output/steps.py): our name -> each tool's name or code.
+KEYS = ("enter", "tab", "backspace")
+_X_KEYS = {"enter": "Return", "tab": "Tab", "backspace": "BackSpace"}  # X keysyms (xdotool, wtype)
 DEFAULT_DELAY_MS = 12  # per key, where the tool has no keymap race
 REMAP_DELAY_MS = 40  # xdotool remapping a keycode per character itself (e2e recipe §4)
 # wtype uploads a new keymap per run; a key sent at once is lost (Qt 6 on sway 1.7 dropped the first
@@ -103,6 +108,11 @@ class XdotoolKeys:
         keys = "+".join(self._KEYS[k] for k in (*chord.modifiers, chord.key))
         result = self.host.run(["xdotool", *_XDOTOOL_RELEASE, "key", keys], timeout=self.timeout)
         _raise_for(result, f"sending {chord.value}", sent_if_ran=False)
+
+    def press_key(self, key: str, count: int) -> None:
+        argv = ["xdotool", *_XDOTOOL_RELEASE, "key", "--delay", str(DEFAULT_DELAY_MS), "--repeat", str(count)]
+        result = self.host.run([*argv, _X_KEYS[key]], timeout=_typing_timeout(self.timeout, " " * count, None))
+        _raise_for(result, f"pressing {key}", sent_if_ran=True)
 
     def _type(self, text: str, delay_ms: int) -> None:
         # The text goes in on stdin ("--file -"), never on the command line, where every local user
@@ -162,6 +172,13 @@ class WtypeKeys:
             argv += ["-m", mod]
         _raise_for(self.host.run(argv, timeout=self.timeout), f"sending {chord.value}", sent_if_ran=False)
 
+    def press_key(self, key: str, count: int) -> None:
+        argv = ["wtype", "-s", str(WTYPE_SETTLE_MS)]
+        for _ in range(count):
+            argv += ["-k", _X_KEYS[key]]
+        timeout = _typing_timeout(self.timeout, " " * count, None) + WTYPE_SETTLE_MS / 1000
+        _raise_for(self.host.run(argv, timeout=timeout), f"pressing {key}", sent_if_ran=True)
+
     def type_text(self, text: str, delay_ms: int | None) -> None:
         # "-" reads the text from stdin, so text starting with "-" is not taken for an option.
         delay = DEFAULT_DELAY_MS if delay_ms is None else delay_ms
@@ -174,7 +191,7 @@ class WtypeKeys:
 
 
 # Linux input-event codes (linux/input-event-codes.h).
-_EV = {"ctrl": 29, "shift": 42, "v": 47, "insert": 110}
+_EV = {"ctrl": 29, "shift": 42, "v": 47, "insert": 110, "enter": 28, "tab": 15, "backspace": 14}
 _ALL_MODIFIERS = (29, 97, 42, 54, 56, 100, 125, 126)  # L/R ctrl, shift, alt, meta
 
 
@@ -216,6 +233,10 @@ class YdotoolKeys:
         key = _EV[chord.key]
         codes = [f"{c}:1" for c in mods] + [f"{key}:1", f"{key}:0"] + [f"{c}:0" for c in reversed(mods)]
         self._key(release_all + codes, f"sending {chord.value}")
+
+    def press_key(self, key: str, count: int) -> None:
+        code = _EV[key]
+        self._key([f"{c}:0" for c in _ALL_MODIFIERS] + [f"{code}:1", f"{code}:0"] * count, f"pressing {key}")
 
     def type_text(self, text: str, delay_ms: int | None) -> None:
         if not text.isascii():
@@ -288,6 +309,16 @@ class PynputKeys:
                 kb.release(m)
         except Exception as exc:
             raise InjectionError(f"pynput: sending {chord.value} failed: {exc}", input_sent=True) from exc
+
+    def press_key(self, key: str, count: int) -> None:
+        kb, Key = self._controller()
+        try:
+            self._release_modifiers(kb, Key)
+            for _ in range(count):
+                kb.tap(getattr(Key, key))
+                time.sleep(DEFAULT_DELAY_MS / 1000)
+        except Exception as exc:
+            raise InjectionError(f"pynput: pressing {key} failed: {exc}", input_sent=True) from exc
 
     def type_text(self, text: str, delay_ms: int | None) -> None:
         if not self.unicode_typing and not text.isascii():

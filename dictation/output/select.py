@@ -41,6 +41,11 @@ swallowed by the x11 backend's grab or combined with the chord's keys, so the ch
 release (deliveries stay one by one, in order) and then sends. A press that came during the send
 and took our keys (x11) gets the paste sent again after its release; typed text then stays on the
 clipboard (`held_back`), as it does when a hold outlasts `hold.MAX_WAIT_S`.
+
+Plans (`perform`, voice commands: `steps.Plan`): text steps go through the backends as above, keys
+(Enter, Tab, the Backspaces of "scratch that") through the first backend whose tool sends keys here;
+the hold and focus rules run once before the first step, a failed step ends the plan, and every
+delivery is noted in `undo.UndoLog`, which says whether "scratch that" may take the last one back.
 """
 
 from __future__ import annotations
@@ -48,10 +53,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from dictation.output.base import Availability, DeliveryResult, OutputBackend, OutputOptions
+from dictation.output.base import Availability, DeliveryResult, InjectionError, OutputBackend, OutputOptions
 from dictation.output.clipboard import platform_clipboard
 from dictation.output.environment import Session, detect_session
 from dictation.output.focus import FocusGuard
@@ -65,10 +71,17 @@ from dictation.output.paste import (
     RestoreOutcome,
 )
 from dictation.output.process import Host, SystemHost
+from dictation.output.steps import Keys, Step, Undo
 from dictation.output.typing_backend import TypingBackend
+from dictation.output.undo import AFTER_KEY, HALF_SENT, UndoLog
+from dictation.output.windows import WindowInfo
 from dictation.textclean import strip_controls
 
 log = logging.getLogger(__name__)
+# A key right after a paste waits this long: GTK and browsers paste asynchronously, and an Enter
+# arriving first would send a chat message without the text. Text after a key waits as long: the
+# window acts on the key first (a chat sends and clears its field; wtype's next keymap settles).
+KEY_AFTER_PASTE_S = 0.2
 
 _SENDERS = {"xdotool": XdotoolKeys, "wtype": WtypeKeys, "ydotool": YdotoolKeys, "pynput": PynputKeys}
 TOOLS = tuple(_SENDERS)
@@ -109,6 +122,8 @@ class OutputChain:
         self.hold = hold
         self._lock = threading.Lock()
         self._sending: tuple[KeyHold | None, Mark | None] = (None, None)  # _deliver_one's hold, its mark
+        self.undo = UndoLog()  # what "scratch that" may take back (output/undo.py)
+        self._window: WindowInfo | None = None  # the focused window before the last text was sent
         if hold is not None:
             for backend in backends:
                 if hasattr(backend, "before_keys"):
@@ -126,7 +141,104 @@ class OutputChain:
     def deliver(self, text: str) -> DeliveryResult:
         text = strip_controls(text)  # never typed as keystrokes a terminal acts on (dictation/textclean.py)
         with self._lock:
-            return self._deliver(text)
+            self._window = None
+            result = self._deliver(text)
+            self._note_typed(text, result)
+            return result
+
+    def _note_typed(self, text: str, result: DeliveryResult) -> None:
+        if result.ok and text:
+            self.undo.typed(text, self._window)
+        elif result.input_sent:
+            self.undo.clear(HALF_SENT)
+
+    def perform(self, steps: list[Step] | tuple[Step, ...]) -> DeliveryResult:
+        """Run a dictation's steps in order (`steps.Plan`): text, key presses, "scratch that". The hold
+        and focus rules apply once, before the first step; a step that fails ends the plan."""
+        steps = [s for s in (strip_controls(s) if isinstance(s, str) else s for s in steps) if s != ""]
+        if all(isinstance(s, str) for s in steps):
+            return self.deliver("".join(steps))
+        text = "".join(s for s in steps if isinstance(s, str))
+        with self._lock:
+            hold = self.hold if any(self._hazard(b) for b in self.backends) else None
+            if hold is not None and not hold.wait()[1]:
+                return self._refuse_plan(text, HELD_TOO_LONG, f"held: {', '.join(sorted(hold.held))}")
+            window = None
+            if self.guard is not None and self.fallback is not None:
+                focus = self.guard.check()
+                if focus.held_back is not None:
+                    return self._refuse_plan(text, focus.held_back, focus.detail)
+                window = focus.window
+            return self._perform(steps, hold, window)
+
+    def _perform(self, steps: list[Step], hold: KeyHold | None, window: WindowInfo | None) -> DeliveryResult:
+        results: list[DeliveryResult] = []
+        undone, refused, pasted, after_key = 0, None, False, False
+        for step in steps:
+            if isinstance(step, Undo):
+                chars, why = self.undo.check(window)
+                if why is not None:
+                    log.warning("scratch that: not performed: %s", why)
+                    refused = why
+                    continue
+                result = self._press(Keys("backspace", chars), hold, pasted)
+                if result.ok:
+                    self.undo.undone()
+                    undone += chars
+            elif isinstance(step, Keys):
+                result = self._press(step, hold, pasted)
+                self.undo.clear(AFTER_KEY if result.ok else HALF_SENT)
+            else:
+                if after_key:
+                    time.sleep(KEY_AFTER_PASTE_S)
+                result = self._try_backends(step, hold)
+                self._window = window
+                self._note_typed(step, result)
+            results.append(result)
+            after_key = isinstance(step, (Keys, Undo))
+            pasted = isinstance(step, str) and result.ok and result.chord is not None
+            if not result.ok:
+                break
+        last = results[-1] if results else DeliveryResult(self.name, refused is None, "nothing to do")
+        return replace(
+            last,
+            ok=all(r.ok for r in results) and bool(results),
+            message="; ".join(r.message for r in results) or last.message,
+            on_clipboard=any(r.on_clipboard for r in results),
+            input_sent=any(r.input_sent for r in results),
+            restore=next((r.restore for r in reversed(results) if r.restore is not None), None),
+            undone=undone,
+            undo_refused=refused,
+        )
+
+    def _press(self, step: Keys, hold: KeyHold | None, after_paste: bool) -> DeliveryResult:
+        """Press a key with the first backend whose tool can send keys here."""
+        reasons = []
+        for backend in self.backends:
+            sender = getattr(backend, "keys", None)
+            available = sender.check() if sender is not None else None
+            if not available:
+                reasons.append(f"{backend.name}: {available.reason if available is not None else 'sends no keys'}")
+                continue
+            if hold is not None and self._hazard(backend):
+                hold.wait()
+            if after_paste:
+                time.sleep(KEY_AFTER_PASTE_S)
+            what = step.key if step.count == 1 else f"{step.key} {step.count} times"
+            try:
+                sender.press_key(step.key, step.count)
+            except InjectionError as exc:
+                return DeliveryResult(backend.name, False, f"pressing {what}: {exc}", input_sent=exc.input_sent)
+            log.info("pressed %s with %s", what, sender.name)
+            return DeliveryResult(backend.name, True, f"pressed {what}", input_sent=True)
+        return DeliveryResult(self.name, False, f"no tool can press {step.key} here: {'; '.join(reasons) or 'none'}")
+
+    def _refuse_plan(self, text: str, why: str, detail: str) -> DeliveryResult:
+        """Nothing sent: the plan's text (if any) goes on the clipboard; keys and "scratch that" are dropped."""
+        if text:
+            return self._hold_back(text, why, detail)
+        log.warning("keys not sent: %s (%s)", why, detail)
+        return DeliveryResult(self.name, False, f"not delivered: {why}", held_back=why)
 
     def _deliver(self, text: str) -> DeliveryResult:
         hold = self.hold if text and any(self._hazard(b) for b in self.backends) else None
@@ -148,6 +260,10 @@ class OutputChain:
             focus = self.guard.check()
             if focus.held_back is not None:
                 return self._hold_back(text, focus.held_back, focus.detail)
+            self._window = focus.window
+        return self._try_backends(text, hold)
+
+    def _try_backends(self, text: str, hold: KeyHold | None) -> DeliveryResult:
         failures: list[str] = []
         on_clipboard = input_sent = False
         last: DeliveryResult | None = None

@@ -9,6 +9,8 @@
   by ``tools/make_icons.py``; `dictation install-desktop` puts the app icon's into the hicolor theme).
 - ``sounds/<cue>.wav``: per `SOUNDS` (the values of `dictation.session.Sound`): 16-bit mono
   44.1 kHz, 110-190 ms, peak -6 dBFS; made by ``tools/make_sounds.py``.
+- ``spoken/<code>.json``: the word tables of voice commands and spoken punctuation, one per language in
+  `SPOKEN_LANGUAGES` (read by `dictation.spoken.tables`, which documents the format).
 - ``dictation.desktop``: the app-menu entry, with ``{exec}`` and ``{icon}`` placeholders.
 - ``dictation.service``: the systemd user unit, with an ``{exec}`` placeholder (written by
   ``dictation install-desktop --systemd``, see the module ``dictation/desktop.py``).
@@ -33,6 +35,7 @@ SOUNDS = ("start", "stop", "cancel", "error")
 DESKTOP_TEMPLATE = "dictation.desktop"
 SERVICE_TEMPLATE = "dictation.service"
 PNG_SIZES = (16, 22, 24, 32, 48, 64, 128, 256)
+SPOKEN_LANGUAGES = ("de", "en", "es", "fr")
 
 
 def read_bytes(name: str) -> bytes:

@@ -147,6 +147,11 @@ class FakeChain:
             return DeliveryResult(self.method, True, "pasted")
         return DeliveryResult(self.method, False, "not delivered: no paste tool", on_clipboard=True)
 
+    def perform(self, steps) -> DeliveryResult:
+        """A plan with keys or "scratch that" (output.steps): recorded as one entry."""
+        self.delivered.append(tuple(steps))
+        return DeliveryResult(self.method, self.ok, "performed")
+
     def flush(self):
         self.flushed += 1
 

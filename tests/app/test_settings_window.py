@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication, QComboBox
 from dictation.app.pages import model_page
 from dictation.app.settings_window import PAGE_NAMES, SettingsWindow
 from dictation.config.schema import FieldError, field_info
-from dictation.config.settings import Adapter, Replacement, Settings
+from dictation.config.settings import Adapter, Phrase, Replacement, Settings
 
 
 @pytest.fixture
@@ -562,6 +562,19 @@ def test_replacements_can_be_added_and_removed(qtbot, window, controller):
     qtbot.mouseClick(editor.remove_button, Qt.MouseButton.LeftButton)
     assert controller.saved_settings().output.replacements == ()
     assert editor.table.rowCount() == 0
+
+
+def test_voice_command_phrases_and_spoken_punctuation_are_set_on_the_output_page(qtbot, window, controller):
+    window.show_page("output")
+    editor = window.page("output").phrases
+    qtbot.mouseClick(editor.add_button, Qt.MouseButton.LeftButton)
+    editor.set_cell(0, 1, "new line")
+    assert controller.saved_settings().commands.phrases == ()  # nothing said yet: not used
+    editor.set_cell(0, 0, "next one")
+    assert controller.saved_settings().commands.phrases == (Phrase(said="next one", means="new line"),)
+    assert controller.saved_settings().commands.spoken_punctuation is False
+    click_check(qtbot, rows(window)["commands.spoken_punctuation"].editor.check)
+    assert controller.saved_settings().commands.spoken_punctuation is True
 
 
 # --- General and Log pages --------------------------------------------------------------------------

@@ -564,3 +564,26 @@ def test_corrected_is_a_field_and_a_version_2_history_gains_it(history, db_path)
         (entry,) = h.recent()
         assert entry.text == "from version 2" and not entry.corrected
         assert h.correct(entry.id, "From version 2.") and [e.text for e in h.corrected_entries()] == ["From version 2."]
+
+
+# --- the raw transcript beside the text as typed: a column since version 4 ---------------------------
+
+
+def test_a_version_3_history_gets_the_raw_transcript_column_and_keeps_its_rows(db_path):
+    with sqlite3.connect(db_path) as conn:
+        for step in history_module.MIGRATIONS[:3]:
+            step(conn)
+        conn.execute(
+            "INSERT INTO dictations (created, text, outcome) VALUES ('2026-01-01T00:00:00.000+00:00', 'old', 'typed')"
+        )
+        conn.execute("PRAGMA user_version = 3")
+    with History(db_path) as h:
+        [old] = h.recent()
+        assert (old.text, old.raw_text) == ("old", None)
+        entry_id = h.add("Hello there.\n")
+        assert h.update(entry_id, raw_text="Hello there. New line.")
+        assert h.get(entry_id).raw_text == "Hello there. New line."
+        with pytest.raises(TypeError, match="raw_text"):
+            h.update(entry_id, raw_text=5)
+        restored = h.restore(None, old.created, text="again", raw_text="Again.", audio_path=None)
+        assert h.get(restored).raw_text == "Again."

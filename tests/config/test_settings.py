@@ -21,6 +21,7 @@ from dictation.config import (
     to_dict,
     validate,
 )
+from dictation.config.settings import Phrase
 
 
 def _by_key() -> dict[str, FieldInfo]:
@@ -75,7 +76,8 @@ def test_every_field_has_label_help_and_the_limits_its_kind_needs():
     assert len(infos) >= 25
     for info in infos:
         assert info.label.strip() and info.help.strip(), info.key
-        assert info.group in {"engine", "transcription", "recording", "hotkeys", "output", "general"}, info.key
+        groups = {"engine", "transcription", "recording", "hotkeys", "output", "commands", "general"}
+        assert info.group in groups, info.key
         assert info.group_label
         if info.kind == "choice":
             values = [v for v, _ in info.choices]
@@ -85,7 +87,7 @@ def test_every_field_has_label_help_and_the_limits_its_kind_needs():
             assert info.minimum is not None and info.maximum is not None, info.key
             assert info.minimum <= info.default <= info.maximum, info.key
         if info.kind == "list":
-            assert info.item_fields and info.item_type in (Adapter, Replacement, RecentModel)
+            assert info.item_fields and info.item_type in (Adapter, Replacement, RecentModel, Phrase)
             for item in info.item_fields:
                 assert item.label and item.help, f"{info.key}.{item.key}"
 

@@ -79,7 +79,7 @@ class FakeClipboard:
 
 
 class FakeKeys:
-    """Records chords and typed text; `error` is raised on use."""
+    """Records chords, typed text and pressed keys; `error` is raised on use."""
 
     def __init__(self, name="fakekeys", *, ok=True, unicode_typing=True, error: InjectionError | None = None):
         self.name = name
@@ -100,6 +100,11 @@ class FakeKeys:
         if self.error:
             raise self.error
         self.sent.append(f"type {text!r} {delay_ms}")
+
+    def press_key(self, key, count):
+        if self.error:
+            raise self.error
+        self.sent.append(f"press {key} {count}")
 
 
 class FakeSelectionTools:

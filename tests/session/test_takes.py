@@ -164,6 +164,7 @@ def test_text_is_stored_before_it_is_typed_and_the_outcome_recorded_after(takes,
             1,
             {
                 "text": text,
+                "raw_text": "hello world",
                 "language": "English",
                 "duration_s": 1.0,
                 "model_label": "tiny · cpu",

@@ -1,5 +1,6 @@
 """The Output page: how text reaches the focused window (with the tool chain detected for this desktop),
-clipboard handling, and the text clean-ups (trailing space, capitalisation, replacements)."""
+clipboard handling, the text clean-ups (trailing space, capitalisation, replacements) and voice commands
+(spoken punctuation, the user's own phrases)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from PySide6.QtWidgets import QWidget
 
 from dictation.app.pages import SettingsPage
 from dictation.app.widgets.fields import WrappedLabel, fields_of, info_for
-from dictation.app.widgets.replacements import ReplacementsEditor
+from dictation.app.widgets.replacements import PhrasesEditor, ReplacementsEditor
 from dictation.config.settings import Settings
 
 TEXT_FIELDS = ("output.trailing_space", "output.capitalize_first", "output.replacements")
@@ -36,6 +37,11 @@ class OutputPage(SettingsPage):
         replacements = info_for("output.replacements")
         self.replacements_row = text.add_field(replacements, ReplacementsEditor(replacements))
         self.replacements: ReplacementsEditor = self.replacements_row.editor
+
+        voice = self.add_group("Voice commands")
+        voice.add_fields([info_for("commands.enabled"), info_for("commands.spoken_punctuation")])
+        phrases = info_for("commands.phrases")
+        self.phrases: PhrasesEditor = voice.add_field(phrases, PhrasesEditor(phrases)).editor
         self.finish()
 
     def refresh(self, settings: Settings) -> None:

@@ -1,4 +1,5 @@
-"""The replacements table: "replace" / "with" pairs, applied in order to every transcript.
+"""The replacements table: "replace" / "with" pairs, applied in order to every transcript; and the same
+table for the user's voice-command phrases (`PhrasesEditor`: "when I say" / "it means").
 
 A row counts once its "Replace" cell has text; a new, still empty row stays in the table (greyed
 hint in the status line) without being applied, so adding a row never produces an invalid setting.
@@ -23,12 +24,18 @@ from PySide6.QtWidgets import (
 
 from dictation.app.widgets.fields import FieldEditor, fit_table_height, style_as_help
 from dictation.config.schema import FieldInfo
-from dictation.config.settings import Replacement
+from dictation.config.settings import Phrase, Replacement
 
 ORIGINAL = Qt.ItemDataRole.UserRole + 1  # the Replacement a row was built from (keeps its extra keys)
 
 
 class ReplacementsEditor(FieldEditor):
+    ITEM: type = Replacement  # a row is one of these, its two cells these two fields
+    FIELDS = ("from_", "to")
+    EMPTY = "No replacements. Add one to fix a word the model keeps getting wrong."
+    PENDING = "Rows with an empty 'Replace' cell are not used until you fill it in."
+    FILLED = "Applied in order, case-sensitive. Double-click a cell to edit it."
+
     def __init__(self, info: FieldInfo, parent: QWidget | None = None):
         super().__init__(info, parent)
         labels = [f.label for f in info.item_fields] or ["Replace", "With"]
@@ -62,18 +69,16 @@ class ReplacementsEditor(FieldEditor):
 
     # --- FieldEditor ------------------------------------------------------------------------------
 
-    def value(self) -> tuple[Replacement, ...]:
+    def value(self) -> tuple[Any, ...]:
         out = []
+        first, second = self.FIELDS
         for i in range(self.table.rowCount()):
             source = self._text(i, 0)
             if not source:
                 continue
-            target = self._text(i, 1)
+            values = {first: source, second: self._text(i, 1)}
             original = self.table.item(i, 0).data(ORIGINAL) if self.table.item(i, 0) else None
-            if isinstance(original, Replacement):
-                out.append(original.replace(from_=source, to=target))
-            else:
-                out.append(Replacement(from_=source, to=target))
+            out.append(original.replace(**values) if isinstance(original, self.ITEM) else self.ITEM(**values))
         return tuple(out)
 
     def set_value(self, value: Any) -> None:
@@ -82,8 +87,8 @@ class ReplacementsEditor(FieldEditor):
             return  # keeps rows the user is still filling in
         self.table.blockSignals(True)
         self.table.setRowCount(0)
-        for replacement in value:
-            self._append(replacement.from_, replacement.to, replacement)
+        for item in value:
+            self._append(getattr(item, self.FIELDS[0]), getattr(item, self.FIELDS[1]), item)
         self.table.blockSignals(False)
         self._update_status()
 
@@ -117,7 +122,7 @@ class ReplacementsEditor(FieldEditor):
 
     # --- helpers ----------------------------------------------------------------------------------
 
-    def _append(self, source: str, target: str, original: Replacement | None) -> None:
+    def _append(self, source: str, target: str, original: Any) -> None:
         row = self.table.rowCount()
         self.table.insertRow(row)
         first = QTableWidgetItem(source)
@@ -137,8 +142,21 @@ class ReplacementsEditor(FieldEditor):
         fit_table_height(self.table, min_rows=3, max_rows=10)
         pending = sum(1 for i in range(self.table.rowCount()) if not self._text(i, 0))
         if pending:
-            self.status.setText("Rows with an empty 'Replace' cell are not used until you fill it in.")
+            self.status.setText(self.PENDING)
         elif self.table.rowCount() == 0:
-            self.status.setText("No replacements. Add one to fix a word the model keeps getting wrong.")
+            self.status.setText(self.EMPTY)
         else:
-            self.status.setText("Applied in order, case-sensitive. Double-click a cell to edit it.")
+            self.status.setText(self.FILLED)
+
+
+class PhrasesEditor(ReplacementsEditor):
+    """The user's own phrases for voice commands and punctuation ("When I say" / "It means")."""
+
+    ITEM = Phrase
+    FIELDS = ("said", "means")
+    EMPTY = "No phrases of your own. Add one to say a command or a mark your way, e.g. 'next line' / 'new line'."
+    PENDING = "Rows with an empty 'When I say' cell are not used until you fill it in."
+    FILLED = (
+        "Case does not matter. 'It means' a command (new line, new paragraph, press enter, tab, scratch that) "
+        "or a mark."
+    )
