@@ -47,6 +47,7 @@ NAMES_AND_TERMS = [
     ("Der Termin mit Herrn Schmitz ist am Dienstag.", "Der Termin mit Herrn Schmidt ist am Dienstag.", ["Schmidt"]),
     ("the note says no JS is needed", "the note says Node.js is needed", ["Node.js"]),
     ("我们用库伯内蒂斯部署", "我们用Kubernetes部署", ["Kubernetes"]),  # a Latin term in Chinese text
+    ("the deal with A T and T closed", "the deal with AT&T closed", ["AT&T"]),
 ]
 
 

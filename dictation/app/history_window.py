@@ -493,7 +493,7 @@ class HistoryWindow(QWidget):
         if errors:
             self.show_message(f"The words were not added: {errors[0].message}", error=True)
             return
-        self.show_message(f"Added to the vocabulary: {', '.join(added)} (Settings > Vocabulary lists them).")
+        self.show_message(f"Added to the vocabulary: {', '.join(added)} (Settings → Vocabulary lists them).")
 
     def retranscribe_selected(self) -> None:
         entry = self.selected_entry()

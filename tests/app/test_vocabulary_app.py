@@ -11,9 +11,10 @@ from PySide6.QtCore import Qt
 
 from dictation.app.history_window import HistoryWindow
 from dictation.app.settings_window import SettingsWindow
+from dictation.app.widgets.vocabulary_offer import VocabularyOffer
 from dictation.app.widgets.vocabulary_table import TYPED_SOURCE
 from dictation.config.history import Outcome
-from dictation.vocabulary import model_context
+from dictation.vocabulary import NewWord, model_context
 from tests.app.test_personalise import edit_with
 
 HEARD = "I talked to doctor when about the cube and eighties cluster."
@@ -110,6 +111,17 @@ def test_unchecked_words_are_not_added_and_not_now_adds_nothing(qtbot, history, 
     click(qtbot, offer.dismiss_button)
     assert not offer.isVisible()
     assert [w.word for w in controller.saved_settings().transcription.learned_words] == ["Kubernetes"]
+
+
+def test_an_ampersand_in_a_word_is_shown_not_taken_as_a_shortcut(qtbot):
+    offer = VocabularyOffer()
+    qtbot.addWidget(offer)
+    offer.offer(1, DICTATED, [NewWord("AT&T", "A T and T")])
+    assert offer.offered() == ["AT&T"]
+    assert offer.checks[0].text() == "AT&&T"  # Qt shows "&&" as one "&"
+    with qtbot.waitSignal(offer.accepted) as accepted:
+        click(qtbot, offer.add_button)
+    assert accepted.args == [1, DICTATED, [NewWord("AT&T", "A T and T")]]
 
 
 def test_add_mode_adds_the_words_at_once_and_says_so(qtbot, history, controller):

@@ -27,7 +27,7 @@ class VocabularyOffer(QFrame):
         self._entry: tuple[int, datetime] | None = None
         self._boxes = QHBoxLayout()
         self.add_button = QPushButton("Add to vocabulary")
-        self.add_button.setToolTip("The model is given these words with your vocabulary (Settings > Vocabulary).")
+        self.add_button.setToolTip("The model is given these words with your vocabulary (Settings → Vocabulary).")
         self.add_button.clicked.connect(self._accept)
         self.dismiss_button = QPushButton("Not now")
         self.dismiss_button.clicked.connect(self.dismiss)
@@ -51,7 +51,7 @@ class VocabularyOffer(QFrame):
         self._words = list(words)
         self._entry = (entry_id, created)
         for new in self._words:
-            check = QCheckBox(new.word)
+            check = QCheckBox(new.word.replace("&", "&&"))  # "AT&T", not a shortcut letter
             check.setChecked(True)
             check.setToolTip(f"The model had written “{new.heard}”." if new.heard else "The model had left it out.")
             check.toggled.connect(self._update)
