@@ -39,9 +39,15 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     problem = limits.check_max_new_tokens(args.max_new_tokens)
     if problem:
         return _fail(f"--max-new-tokens: {problem}")
-    problem = limits.check_context(args.context or "")
+    context = args.context or ""
+    if args.vocabulary:  # the app's: the user's own text, then the words learned from corrections
+        from dictation.config.store import SettingsStore
+        from dictation.vocabulary import model_context
+
+        context = "\n".join(part for part in (model_context(SettingsStore().load().transcription), context) if part)
+    problem = limits.check_context(context)
     if problem:
-        return _fail(f"--context: {problem}")
+        return _fail(f"{'--vocabulary with ' if args.vocabulary else ''}--context: {problem}")
 
     # Read every file first, so a bad path is reported before a long model load.
     clips: list[tuple[str, object]] = []
@@ -86,7 +92,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         progress = TranscribeProgress(name) if seconds >= PROGRESS_SECONDS else None
         try:
             result = engine.transcribe_with_progress(
-                audio, language=args.language, context=args.context or "", max_new_tokens=args.max_new_tokens,
+                audio, language=args.language, context=context, max_new_tokens=args.max_new_tokens,
                 on_progress=progress and progress.update,
             )  # fmt: skip
         except AsrError as exc:
@@ -482,6 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--context",
         default="",
         help=f"background text / vocabulary to bias recognition (up to {limits.MAX_CONTEXT_CHARS:,} characters)",
+    )
+    t.add_argument(
+        "--vocabulary",
+        action="store_true",
+        help="also give the model the app's vocabulary (Settings > Vocabulary: your text and the words learned "
+        "from corrections), before --context",
     )
     t.add_argument(
         "--max-new-tokens",

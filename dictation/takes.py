@@ -39,6 +39,7 @@ import numpy as np
 from dictation import session as S
 from dictation.audio.trim import find_speech, transcribed_part
 from dictation.config.history import Outcome
+from dictation.vocabulary import model_context
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,10 @@ class Takes:
         return self._port.settings.general.keep_recordings
 
     def language_context(self) -> tuple[str | None, str]:
+        """The forced language (None: detect) and the model's context: the user's vocabulary text and the
+        words learned from corrections (`dictation.vocabulary.model_context`)."""
         t = self._port.settings.transcription
-        return (None if t.language == "auto" else t.language), t.context
+        return (None if t.language == "auto" else t.language), model_context(t)
 
     # ---- the session's actions ----------------------------------------------------------------------
 

@@ -85,3 +85,31 @@ def test_the_time_left_is_the_pace_so_far(monkeypatch, capsys):
         "talk.wav: 0:00 of 2:00:00 (0%), transcribing in 6 passes",
         "talk.wav: 20:00 of 2:00:00 (17%), pass 1/6, about 12:30 left",
     ]
+
+
+def test_vocabulary_gives_the_model_the_apps_vocabulary_and_learned_words(ckpt_untied, speech_wav, tmp_path):
+    """``--vocabulary``: the context is the app's (the user's text, the learned words), then ``--context``."""
+    from dictation.config.settings import LearnedWord, Settings
+    from dictation.config.store import SettingsStore
+
+    home = tmp_path / "home"
+    settings = Settings()
+    learned = (LearnedWord(word="kubectl", heard="cube cuddle", dictated="2026-11-30T14:03:00+00:00", entry_id=3),)
+    transcription = settings.transcription.replace(context="PySide6, Dr. Nguyen", learned_words=learned)
+    SettingsStore(home / "config" / "settings.json").save(settings.replace(transcription=transcription))
+    env = {"DICTATION_HOME": str(home)}
+
+    def text(*args):
+        proc = run_cli(
+            "transcribe", speech_wav, "--model", ckpt_untied, "--max-new-tokens", "12", "--json", *args, env=env
+        )
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["text"]
+
+    with_vocabulary = text("--vocabulary", "--context", "Helm")
+    assert with_vocabulary == text("--context", "PySide6, Dr. Nguyen\nkubectl\nHelm")
+    assert with_vocabulary != text("--context", "Helm")  # the app's vocabulary really reached the model
+    too_long = run_cli(
+        "transcribe", speech_wav, "--model", ckpt_untied, "--vocabulary", "--context", "x" * 19_990, env=env
+    )
+    assert_one_line_error(too_long, "--vocabulary with --context: the context is")

@@ -38,6 +38,7 @@ FAKE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 FIRST_RUN = {"settings-model-first-run.png": "first-run.png"}
 CONFIGURED = {
     "settings-model.png": "settings-model.png",
+    "settings-vocabulary.png": "settings-vocabulary.png",
     "settings-recording.png": "settings-recording.png",
     "settings-output.png": "settings-output.png",
     "settings-general.png": "settings-general.png",

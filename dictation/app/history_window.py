@@ -13,6 +13,10 @@ entry corrected: the Outcome column says so, and the entry and its recording are
 as training material for Personalise (`dictation.app.personalise`). A correction that cannot be
 saved is said on the line under the table, and the next Edit of that entry starts from the text the
 user wrote. Re-transcribing a corrected entry replaces the user's text, so it asks first.
+
+A saved correction's new names and terms (`dictation.vocabulary.new_words`, against the text as it was
+before the edit) are offered for the vocabulary under the table (`VocabularyOffer`), or added at once,
+as the setting ``transcription.learn_from_corrections`` says; Settings > Vocabulary lists and removes them.
 """
 
 from __future__ import annotations
@@ -43,7 +47,9 @@ from PySide6.QtWidgets import (
 
 from dictation.app.widgets.fields import ERROR_STYLE, WrappedLabel, style_as_help
 from dictation.app.widgets.personalise_panel import PersonalisePanel
+from dictation.app.widgets.vocabulary_offer import VocabularyOffer
 from dictation.config.history import HistoryEntry, Outcome
+from dictation.vocabulary import NewWord, learn, new_words, vocabulary_terms
 
 MAX_ROWS = 500
 SEARCH_DELAY_MS = 200
@@ -171,6 +177,7 @@ class HistoryWindow(QWidget):
         self._retranscribing: set[int] = set()
         self._playing: int | None = None  # the entry whose recording plays
         self._drafts: dict[int, str] = {}  # entry id -> the user's text while (or after failing) being saved
+        self._before: dict[int, HistoryEntry] = {}  # entry id -> the entry as it was before the correction
         if player is None:
             from dictation.audio.sounds import ClipPlayer
 
@@ -255,10 +262,13 @@ class HistoryWindow(QWidget):
         buttons.addSpacing(16)
         buttons.addWidget(self.close_button)
         self.personalise = PersonalisePanel(controller.personaliser)
+        self.vocabulary_offer = VocabularyOffer()
+        self.vocabulary_offer.accepted.connect(self.add_to_vocabulary)
         layout = QVBoxLayout(self)
         layout.addWidget(self.search)
         layout.addWidget(self.table, 1)
         layout.addLayout(status)
+        layout.addWidget(self.vocabulary_offer)
         layout.addLayout(buttons)
         layout.addWidget(self.personalise)
 
@@ -438,6 +448,8 @@ class HistoryWindow(QWidget):
     def save_correction(self, entry_id: int, text: str) -> None:
         """Save ``text`` as the entry's corrected transcript (answered through `_on_corrected`)."""
         self._drafts[entry_id] = text  # kept until the history has it
+        if entry_id in self._entries:
+            self._before.setdefault(entry_id, self._entries[entry_id])
         self.controller.correct_entry(entry_id, text)
 
     def _on_corrected(self, entry_id: int, error: str) -> None:
@@ -448,9 +460,40 @@ class HistoryWindow(QWidget):
                 f"The correction was not saved: {error}. Press Edit again to retry; your text is kept.", error=True
             )
             return
-        del self._drafts[entry_id]
+        text = self._drafts.pop(entry_id)
+        before = self._before.pop(entry_id, None)
         self.reload()
         self.show_message("Correction saved. Personalise can learn from it.")
+        if before is not None:
+            self._learn_words(before, text)
+
+    # --- words for the vocabulary -----------------------------------------------------------------
+
+    def _learn_words(self, before: HistoryEntry, text: str) -> None:
+        """Offer (or add) the names and terms of a saved correction, as the settings say."""
+        transcription = self.controller.settings.transcription
+        if transcription.learn_from_corrections == "off":
+            return
+        words = new_words(before.text, text, vocabulary_terms(transcription))
+        if not words:
+            return
+        if transcription.learn_from_corrections == "add":
+            self.add_to_vocabulary(before.id, before.created, words)
+        else:
+            self.vocabulary_offer.offer(before.id, before.created, words)
+
+    def add_to_vocabulary(self, entry_id: int, created: datetime, words: list[NewWord]) -> None:
+        """Add ``words`` from the correction of entry ``entry_id`` to the learned words, and say so."""
+        settings = self.controller.settings
+        transcription, added = learn(settings.transcription, words, entry_id=entry_id, dictated=created)
+        if not added:
+            self.show_message("The vocabulary is full or has these words; nothing was added.", error=True)
+            return
+        errors = self.controller.apply_settings(settings.replace(transcription=transcription))
+        if errors:
+            self.show_message(f"The words were not added: {errors[0].message}", error=True)
+            return
+        self.show_message(f"Added to the vocabulary: {', '.join(added)} (Settings → Vocabulary lists them).")
 
     def retranscribe_selected(self) -> None:
         entry = self.selected_entry()

@@ -28,10 +28,12 @@ from dictation.app.pages.log_page import LogPage
 from dictation.app.pages.model_page import ModelPage
 from dictation.app.pages.output_page import OutputPage
 from dictation.app.pages.recording_page import RecordingPage
+from dictation.app.pages.vocabulary_page import VocabularyPage
 from dictation.app.widgets.fields import FieldRow
 
 PAGE_CLASSES: tuple[type[SettingsPage], ...] = (
     ModelPage,
+    VocabularyPage,
     RecordingPage,
     OutputPage,
     GeneralPage,
@@ -81,7 +83,7 @@ class SettingsWindow(QWidget):
         self.sidebar.setCurrentRow(0)
 
     def show_page(self, name: str) -> None:
-        """Switch to page ``name`` ("model", "recording", "output", "general", "diagnostics" or "log")."""
+        """Switch to page ``name`` ("model", "vocabulary", "recording", "output", "general", "diagnostics", "log")."""
         if name not in self.pages:
             raise ValueError(f"no settings page {name!r}; the pages are {', '.join(PAGE_NAMES)}")
         self.sidebar.setCurrentRow(PAGE_NAMES.index(name))

@@ -252,6 +252,18 @@ class EngineSettings(_Group):
 
 
 @dataclass(frozen=True)
+class LearnedWord(_Group):
+    """A word or name added to the vocabulary from a corrected dictation (``dictation.vocabulary``)."""
+
+    word: str = setting("", label="Word", help="The word or name as you wrote it.", required=True, private=True)
+    heard: str = setting("", label="Heard as", help="What the model had written in its place.", private=True)
+    dictated: str = setting("", label="Dictated", help="When the corrected dictation was made (UTC, ISO 8601).")
+    entry_id: int = setting(
+        0, label="History entry", help="The corrected dictation's number.", minimum=0, maximum=2**63 - 1
+    )
+
+
+@dataclass(frozen=True)
 class TranscriptionSettings(_Group):
     language: str = setting(
         "auto",
@@ -269,6 +281,21 @@ class TranscriptionSettings(_Group):
         max_length=MAX_CONTEXT_CHARS,
         multiline=True,
         private=True,
+    )
+    learned_words: tuple[LearnedWord, ...] = setting(
+        (),
+        label="Learned words",
+        help="Words and names taken from your corrections in the history; the model is given them after "
+        "your own vocabulary.",
+        private=True,
+    )
+    learn_from_corrections: str = setting(
+        "propose",
+        label="New words in corrections",
+        help="When you correct a dictation in the history, the names and terms you wrote that the model "
+        "had not heard can be offered for the vocabulary, added to it at once, or left alone.",
+        choices=(("propose", "Offer them"), ("add", "Add them"), ("off", "Leave them")),
+        normalize=_lower,
     )
 
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = ("model", "recording", "output", "general", "diagnostics", "log")
+PAGES = ("model", "vocabulary", "recording", "output", "general", "diagnostics", "log")
 
 
 def screenshot_dir() -> Path:
@@ -36,7 +36,7 @@ def save_screenshot(widget, name: str) -> Path:
 
 
 def _sample_controller(folder: Path, *, first_run: bool):
-    from dictation.config.settings import Adapter, Replacement, Settings
+    from dictation.config.settings import Adapter, LearnedWord, Replacement, Settings
     from tests.app.fakes import FakeController
 
     settings = Settings()
@@ -47,7 +47,12 @@ def _sample_controller(folder: Path, *, first_run: bool):
                 variant="int8",
                 adapters=(Adapter(path=str(Path.home() / "adapters" / "medical-terms"), weight=0.8),),
             ),
-            transcription=settings.transcription.replace(context="Kubernetes, PySide6, Dr. Nguyen"),
+            transcription=settings.transcription.replace(
+                context="Kubernetes, PySide6, Dr. Nguyen",
+                learned_words=(
+                    LearnedWord(word="kubectl", heard="cube cuddle", dictated="2026-11-30T14:03:00+00:00", entry_id=12),
+                ),
+            ),
             output=settings.output.replace(
                 replacements=(
                     Replacement(from_="pie side", to="PySide"),

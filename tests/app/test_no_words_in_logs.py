@@ -3,7 +3,7 @@
 Known, unusual words go through the whole app path: the controller and its worker threads, the real
 engine (a tiny checkpoint, streaming with live previews), text options (a replacement), the history,
 the output worker, re-typing, re-transcribing and copying from the history, a failed delivery and
-settings changes, with the vocabulary set. The engine's own text is random (a tiny random model),
+settings changes, with the vocabulary and a learned word set. The engine's own text is random (a tiny random model),
 so at its boundary the transcripts are swapped for the known words; everything after that is the
 app's. Every log line of every level, the log file and stderr must be free of them."""
 
@@ -19,7 +19,7 @@ from dictation.app.logs import setup_logging
 from dictation.asr import AsrEngine
 from dictation.asr.decode.streaming import StreamingTranscription
 from dictation.config import Outcome, Settings
-from dictation.config.settings import Replacement
+from dictation.config.settings import LearnedWord, Replacement
 from dictation.session import Status
 from tests.app.controller_fakes import RecorderFactory
 from tests.app.test_streaming import take_audio
@@ -29,7 +29,9 @@ PREVIEW = "Zyxquorblat met Plimb"  # what the live preview shows first
 AGAIN = "Quendramoor heard Zyxquorblat again"  # the re-transcription
 VOCABULARY = "Vrenthimor, Quixaldrin"  # the user's vocabulary (the prompt's context)
 REPLACED = "Snorvelquist"  # a replacement's "with" text
+LEARNED = LearnedWord(word="Brolligant", heard="Brolly Gant", dictated="2026-11-30T14:03:00+00:00", entry_id=1)
 SECRETS = ("Zyxquorblat", "Plimbacket", "Plimb", "Grüßeltorf", "Quendramoor", "Vrenthimor", "Quixaldrin", REPLACED)
+SECRETS += ("Brolligant", "Brolly Gant")  # a word learned from a correction, and what the model had heard
 
 
 class KnownWordsStream(StreamingTranscription):
@@ -80,7 +82,7 @@ def test_no_dictated_word_reaches_any_log(rig, qtbot, logs, caplog, capfd, ckpt_
     settings = Settings()
     settings = settings.replace(
         engine=settings.engine.replace(model=str(ckpt_untied), device="cpu"),
-        transcription=settings.transcription.replace(context=VOCABULARY),
+        transcription=settings.transcription.replace(context=VOCABULARY, learned_words=(LEARNED,)),
         output=settings.output.replace(replacements=(Replacement("Grüßeltorf", REPLACED),)),
     )
     KnownWordsEngine.contexts = []
@@ -99,7 +101,8 @@ def test_no_dictated_word_reaches_any_log(rig, qtbot, logs, caplog, capfd, ckpt_
     qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
     expected = SPOKEN.replace("Grüßeltorf", REPLACED) + " "
     assert r.chain.delivered == [expected]
-    assert any(VOCABULARY in c for c in KnownWordsEngine.contexts)  # the vocabulary went to the model
+    # the vocabulary went to the model, the words learned from corrections after the user's own
+    assert f"{VOCABULARY}\n{LEARNED.word}" in KnownWordsEngine.contexts
     entry = r.history.recent(1)[0]
     qtbot.waitUntil(lambda: r.history.get(entry.id).outcome == Outcome.PASTED, timeout=10_000)
     assert entry.text == expected

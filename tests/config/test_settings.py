@@ -21,7 +21,7 @@ from dictation.config import (
     to_dict,
     validate,
 )
-from dictation.config.settings import Phrase
+from dictation.config.settings import LearnedWord, Phrase
 
 
 def _by_key() -> dict[str, FieldInfo]:
@@ -87,7 +87,7 @@ def test_every_field_has_label_help_and_the_limits_its_kind_needs():
             assert info.minimum is not None and info.maximum is not None, info.key
             assert info.minimum <= info.default <= info.maximum, info.key
         if info.kind == "list":
-            assert info.item_fields and info.item_type in (Adapter, Replacement, RecentModel, Phrase)
+            assert info.item_fields and info.item_type in (Adapter, Replacement, RecentModel, Phrase, LearnedWord)
             for item in info.item_fields:
                 assert item.label and item.help, f"{info.key}.{item.key}"
 
@@ -259,3 +259,31 @@ print("heavy:", heavy)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "heavy: []"
+
+
+def test_learned_words_load_with_their_sources_and_never_show_their_words_in_problems():
+    data = {
+        "transcription": {
+            "learn_from_corrections": "ADD",
+            "learned_words": [
+                {"word": "kubectl", "heard": "cube cuddle", "dictated": "2026-11-30T14:03:00+00:00", "entry_id": 4},
+                {"word": "", "heard": "Zyxquorblat"},  # no word: dropped
+                {"word": "Quibbleflux", "entry_id": -3},  # a bad number: reset, the word kept
+            ],
+        }
+    }
+    s, problems = from_dict(Settings, data)
+    assert s.transcription.learn_from_corrections == "add"
+    assert [(w.word, w.heard, w.entry_id) for w in s.transcription.learned_words] == [
+        ("kubectl", "cube cuddle", 4),
+        ("Quibbleflux", "", 0),
+    ]
+    assert s.transcription.learned_words[0].dictated == "2026-11-30T14:03:00+00:00"
+    assert sorted(p.key for p in problems) == [
+        "transcription.learned_words[1]",
+        "transcription.learned_words[2].entry_id",
+    ]
+    assert not any(word in str(p) for p in problems for word in ("Zyxquorblat", "Quibbleflux"))
+    back, again = from_dict(Settings, json.loads(json.dumps(to_dict(s))))
+    assert (back, again) == (s, [])
+    assert Settings().transcription.learn_from_corrections == "propose"

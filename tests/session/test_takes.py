@@ -14,6 +14,7 @@ from dictation import session as S
 from dictation.audio.trim import find_speech, transcribed_part
 from dictation.audio.wav import write_wav
 from dictation.config import Outcome, Settings
+from dictation.config.settings import LearnedWord
 from dictation.output import DeliveryResult
 from dictation.takes import Retranscription, Retype, SavedTake, Takes, apply_text_options
 
@@ -82,6 +83,16 @@ def test_a_take_goes_to_the_engine_once_it_is_wanted_and_its_entry_exists(takes,
     assert port.named("transcribe_take") == [("transcribe_take", 1, "German", "")]
     takes.saved(1, saved_take())  # the samples went to the engine worker directly: nothing more to send
     assert len(port.named("transcribe_take")) == 1
+
+
+def test_the_model_is_given_the_users_vocabulary_and_the_words_learned_from_corrections(takes, port):
+    learned = (LearnedWord(word="kubectl", heard="cube cuddle", dictated="2026-11-30T14:03:00+00:00", entry_id=4),)
+    transcription = port.settings.transcription.replace(context="Kubernetes, PySide6", learned_words=learned)
+    port.settings = port.settings.replace(transcription=transcription)
+    started(takes)
+    takes.entry_ready(1)
+    takes.want_transcription(1)
+    assert port.named("transcribe_take") == [("transcribe_take", 1, None, "Kubernetes, PySide6\nkubectl")]
 
 
 def test_a_take_discarded_before_it_started_makes_no_entry(takes, port):

@@ -47,6 +47,8 @@ MEMORY_FACTORS = {"bf16": 1.0, "fp16": 1.0, "fp32": 2.0, "int8": 0.72, "int4": 0
 
 # Built by hand on this page; engine.idle_unload_minutes is on the General page.
 HAND_BUILT = {"engine.model", "engine.recent_models", "engine.adapters", "engine.idle_unload_minutes"}
+# On the Vocabulary page (dictation.app.pages.vocabulary_page).
+VOCABULARY_KEYS = {"transcription.context", "transcription.learned_words", "transcription.learn_from_corrections"}
 
 
 def check_model_folder(path: str | Path) -> str | None:
@@ -262,7 +264,7 @@ class ModelPage(SettingsPage):
         self.variant_editor = runs.rows["engine.variant"].editor
         self.add_note(runs, "GPU memory figures are approximate: weights plus working memory for dictation.")
 
-        self.add_group("Transcription", fields_of("transcription"))
+        self.add_group("Transcription", fields_of("transcription", VOCABULARY_KEYS))
 
         adapters = self.add_group("LoRA adapters")
         self.adapter_row = adapters.add_field(
