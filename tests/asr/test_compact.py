@@ -174,3 +174,18 @@ def test_the_probe_finds_the_float16_product_within_its_bound():
     assert compact.half_matmul_usable() and compact.fbgemm_half_usable()
     x = torch.randn(2, 96)
     assert F.linear(x, torch.zeros(3, 96)).shape == (2, 3)
+
+
+def test_the_table_is_held_from_the_stored_bf16_tensor_never_widened_to_float32(ckpt_bf16, monkeypatch):
+    """The loader's peak: the table goes from the file's bf16 straight to float16 (no float32 copy)."""
+    given = []
+    init = HalfTable.__init__
+
+    def spy(self, table, *args, **kwargs):
+        given.append((table.dtype, kwargs.get("max_abs")))
+        init(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(HalfTable, "__init__", spy)
+    model = load(ckpt_bf16, compact_it=True)
+    tables = 1 if model.lm_head is None else 2
+    assert len(given) == tables and all(dtype == torch.bfloat16 and m is not None for dtype, m in given)
