@@ -92,6 +92,16 @@ def test_a_half_table_looks_up_exact_rows_and_gives_the_float32_heads_argmax_on_
     assert int(half.project(favour).argmax()) == int((favour @ table.T).argmax()) == 10
 
 
+def test_a_half_table_computes_in_float32_where_float16_cannot_bound_the_error():
+    gen = torch.Generator().manual_seed(3)
+    table = (torch.randn(3000, 32, generator=gen) / 8).bfloat16().float()
+    half = HalfTable(table)
+    flat = torch.zeros(1, 32)  # every logit ties: too many candidates to re-score one by one
+    huge = torch.randn(1, 32, generator=gen) * 1e5  # past float16's range
+    for h in (flat, huge):
+        torch.testing.assert_close(half.project(h), h @ table.T, rtol=1e-6, atol=1e-6)
+
+
 def test_float16_holds_bf16_values_and_refuses_float32_ones():
     gen = torch.Generator().manual_seed(2)
     w = torch.randn(64, 64, generator=gen)
