@@ -41,6 +41,7 @@ def load_model(
     *,
     quantize: str | None = None,
     group_size: int | None = None,
+    compact: bool = False,
 ) -> AsrModel:
     """Build the model without initialising it, then fill every parameter from the checkpoint.
 
@@ -53,6 +54,10 @@ def load_model(
     ``quantize_model`` on the model loaded in ``dtype`` gives, bit for bit); no float copy of them is
     ever allocated, so the peak memory of a load-time quantization is the quantized model plus one
     layer (docs/engine.md, "CPU memory").
+
+    ``compact`` (float32 on the CPU): each audio-encoder linear layer and the embedding table / output
+    head is held in float16 (nn/compact.py) as soon as its last tensor is read, where float16 holds it
+    exactly; their float32 copies never coexist.
 
     Nothing is allocated before config.json's sizes are checked against the files' headers (layer
     counts, then every tensor's shape), and every floating tensor is checked for NaN and infinity on
@@ -86,6 +91,7 @@ def load_model(
     expected = {name: tensor for name, tensor in model.state_dict().items()}
     variant = cfg.quantization["variant"] if cfg.quantization else ""
     finite: list[tuple[Path, str, torch.Tensor]] = []  # (file, tensor, a 0-d bool on the device)
+    pending = _compactable(model) if compact and device.type == "cpu" and dtype == torch.float32 else {}
 
     by_file: dict[Path, list[str]] = {}
     for ckpt_name in wanted:
@@ -99,7 +105,8 @@ def load_model(
                     raise WeightsError(f"{path}: tensor {ckpt_name} has shape {shape}, expected {shapes[ours]}")
                 if ours not in at_load and f.read_into(ckpt_name, expected[ours]):  # stored as held: no copy
                     if expected[ours].is_floating_point():
-                        finite.append((path, ckpt_name, finite_flag(expected[ours])))
+                        finite.append((path, ckpt_name, _finite(expected[ours], ours, pending)))
+                    _compact_when_read(model, ours, pending, expected, f.dtype(ckpt_name))
                     continue
                 tensor = f.get_tensor(ckpt_name)
                 if tensor.dtype not in FLOAT_DTYPES and ours not in quantized:
@@ -114,6 +121,11 @@ def load_model(
                     at_load[ours].load_float(weight)
                     del weight
                     continue
+                if ours in pending:
+                    flag = _finite(tensor, ours, pending)
+                    if _compacted_from(model, ours, pending, expected, tensor):
+                        finite.append((path, ckpt_name, flag))
+                        continue
                 target = expected[ours]
                 if ours in quantized and tensor.dtype != target.dtype:
                     raise WeightsError(
@@ -121,14 +133,82 @@ def load_model(
                         f"in a {variant} quantized folder"
                     )
                 target.copy_(tensor)
+                stored = tensor.dtype
+                del tensor
                 if target.is_floating_point():
-                    finite.append((path, ckpt_name, finite_flag(target)))
+                    finite.append((path, ckpt_name, flag if ours in pending else finite_flag(target)))
+                del target
+                _compact_when_read(model, ours, pending, expected, stored)
     check_finite(finite)
     if ignored:
         _log_tied_head(files.tensor_files[ignored[0]], ignored[0], model)
     # Non-persistent buffers were left uninitialised by to_empty(); compute them now.
     model.audio_tower.reset_buffers()
     return model
+
+
+def _compactable(model: AsrModel) -> dict[str, tuple[str, list[str], set[str], dict]]:
+    """Tensor name -> (its module, the module's tensors, those still to read, what is known of its
+    weight: "stored" dtype, "max_abs"), for nn/compact.py's modules."""
+    from dictation.asr.nn.compact import compactable
+
+    pending: dict[str, tuple[str, list[str], set[str], dict]] = {}
+    for module, tensors in compactable(model).items():
+        entry = (module, tensors, set(tensors), {})
+        pending.update({t: entry for t in tensors})
+    return pending
+
+
+def _finite(tensor: torch.Tensor, name: str, pending: dict) -> torch.Tensor:
+    """:func:`finite_flag`, keeping the largest magnitude for a compactable weight (float16's range,
+    the float16 head's error bound: nn/compact.py) from the same pass."""
+    low, high = torch.aminmax(tensor)
+    if name in pending and name.endswith(".weight"):
+        pending[name][3]["max_abs"] = max(-float(low), float(high))
+    return low.isfinite() & high.isfinite()
+
+
+def _compact_when_read(model: AsrModel, name: str, pending: dict, expected: dict, stored: torch.dtype) -> None:
+    """Once every tensor of ``name``'s module is read, hold the module in float16 (where it can be) and
+    drop its float32 tensors from ``expected``, so they are freed now."""
+    if name not in pending:
+        return
+    module, tensors, left, known = pending.pop(name)
+    left.discard(name)
+    if name.endswith(".weight"):
+        known["stored"] = stored
+    if left:
+        return
+    from dictation.asr.nn.compact import compact_module
+
+    if compact_module(model, module, **_exactly_held(known)):
+        for n in tensors:
+            expected.pop(n, None)
+
+
+def _exactly_held(known: dict) -> dict:
+    """compact_module's arguments from what the read told: a weight stored in 16 bits, of known
+    magnitude, is held by float16 exactly when it is within float16's range."""
+    if known.get("stored") not in (torch.float16, torch.bfloat16) or "max_abs" not in known:
+        return {}
+    return {"exact": known["max_abs"] < 65504, "max_abs": known["max_abs"]}
+
+
+def _compacted_from(model: AsrModel, name: str, pending: dict, expected: dict, tensor: torch.Tensor) -> bool:
+    """Compact ``name``'s module straight from the 16-bit ``tensor`` as read, when it is the module's only
+    tensor left to read (a table; a layer whose bias came first): its float32 copy is never written.
+    True if done."""
+    if name not in pending or pending[name][2] != {name} or not name.endswith(".weight"):
+        return False
+    known = {**pending[name][3], "stored": tensor.dtype}
+    if tensor.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    from dictation.asr.nn.compact import compact_module
+
+    if not compact_module(model, pending[name][0], weight=tensor, **_exactly_held(known)):
+        return False
+    del pending[name], expected[name]
+    return True
 
 
 def allocate(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:

@@ -124,8 +124,8 @@ def step_arguments(model) -> tuple | str:
         )
         layers.append(tuple(w.detach() for w in weights))
     head = model.output_weight
-    if not head.is_floating_point():
-        return "the output head is not a float weight"
+    if not head.is_floating_point() or head.dtype != model.dtype:
+        return "the output head is not a float weight in the compute dtype"
     cache = model.cache
     cos, sin = model._rope
     return (

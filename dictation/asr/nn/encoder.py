@@ -144,7 +144,7 @@ class AudioEncoder(nn.Module):
     def reset_buffers(self) -> None:
         """Recompute the position table and lay the conv weights out for their device (after
         construction on the meta device and loading the weights)."""
-        self.positions = self._position_table(self.conv_out.weight.device)
+        self.positions = self._position_table(self.conv2d1.weight.device)
         self._channels_last = CHANNELS_LAST_ON_CPU and self.conv2d1.weight.device.type == "cpu"
         if self._channels_last:
             for conv in (self.conv2d1, self.conv2d2, self.conv2d3):

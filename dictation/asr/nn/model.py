@@ -8,6 +8,7 @@ from torch import nn
 
 from dictation.asr.config import AsrConfig
 from dictation.asr.nn import compiled
+from dictation.asr.nn.compact import HalfTable
 from dictation.asr.nn.decoder import TextDecoder, stamp
 from dictation.asr.nn.encoder import AudioEncoder
 from dictation.asr.nn.kv_cache import StaticKVCache
@@ -73,7 +74,8 @@ class AsrModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.decoder.embed_tokens.weight.dtype
+        """The compute dtype (the final norm's; the embedding table may be held in float16: nn/compact.py)."""
+        return self.decoder.norm.weight.dtype
 
     @property
     def device(self) -> torch.device:
@@ -131,7 +133,15 @@ class AsrModel(nn.Module):
 
     def logits(self, h_last: torch.Tensor) -> torch.Tensor:
         """Final-normed hidden ``[1, 1, hidden]`` → logits ``[vocab]`` in the model dtype."""
-        return (h_last @ self.output_weight.T).reshape(-1)
+        return self.head(h_last).reshape(-1)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """``h [..., hidden]`` → logits ``[..., vocab]``: the output head (tied to the embedding table
+        or not; a float16-held table computes the float32 head's argmax, nn/compact.py)."""
+        table = self.decoder.embed_tokens if self.lm_head is None else self.lm_head
+        if isinstance(table, HalfTable):
+            return table.project(h)
+        return h @ self.output_weight.T
 
     def _run(self, h: torch.Tensor, start: int) -> torch.Tensor:
         assert self.cache is not None and self._rope is not None
@@ -378,4 +388,4 @@ class AsrModel(nn.Module):
             h = self._bucketed_rows(h, position, bucket)
         else:
             h = self.decoder(h, cos[position:stop], sin[position:stop], self.cache, position, last_only=False)
-        return (h @ self.output_weight.T).reshape(k, -1)
+        return self.head(h).reshape(k, -1)

@@ -105,6 +105,7 @@ def weight_bytes(model: nn.Module) -> int:
                 continue
             seen.add(id(t))
             total += t.numel() * t.element_size()
+        total += getattr(module, "nbytes", 0)  # weights packed outside tensors (nn/compact.HalfLinear)
     return total
 
 
