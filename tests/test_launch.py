@@ -21,9 +21,8 @@ from tests.audio.test_early_stream import fake_sounddevice, push_coded
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
+def home(tmp_path, short_tmp, monkeypatch):
+    runtime = short_tmp  # the socket's path stays under 107 bytes (tests/conftest.py)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("DISPLAY", raising=False)

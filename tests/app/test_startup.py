@@ -24,9 +24,8 @@ from tests.app.started import stop_started_apps
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
+def home(tmp_path, short_tmp, monkeypatch):
+    runtime = short_tmp  # the socket's path stays under 107 bytes (tests/conftest.py)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     return tmp_path / "home"  # DICTATION_HOME (tests/app/conftest.py)
 
