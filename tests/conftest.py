@@ -49,7 +49,7 @@ def private_home(tmp_path_factory, monkeypatch):
         "XDG_DATA_HOME": home / ".local" / "share",
         "XDG_STATE_HOME": home / ".local" / "state",
         "XDG_RUNTIME_DIR": runtime,
-        "DICTATION_HOME": home / "dictation",
+        "DICTATION_HOME": home / "app-home",  # not named "dictation": paths.private_folders
         "HF_HOME": home / ".cache" / "huggingface",
     }.items():
         monkeypatch.setenv(name, str(folder))
@@ -57,6 +57,18 @@ def private_home(tmp_path_factory, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     yield home
     shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.fixture
+def home(private_home):
+    """This test's home folder (HOME), with the XDG folders in it."""
+    return private_home
+
+
+@pytest.fixture
+def dictation_home(private_home):
+    """This test's DICTATION_HOME: the app's config/, data/ and log/ go there."""
+    return Path(os.environ["DICTATION_HOME"])
 
 
 @pytest.fixture(autouse=True)
