@@ -3,7 +3,7 @@
 A thin wrapper around ``dictation bench`` (the logic lives in ``dictation/bench/``) that adds the
 official implementation as a contender (``official_contender.py`` next to this script: the package
 itself never loads the reference implementation). Both run in the same process,
-on the same random weights at the real model sizes (spec §2.1), the same synthetic audio, the same
+on the same random weights at the real model sizes (docs/model.md §1), the same synthetic audio, the same
 prompt and the same number of generated tokens. See benchmarks/README.md.
 
     python benchmarks/bench_asr.py --quick

@@ -1,4 +1,4 @@
-"""End-of-speech-to-text time with and without a draft (issue 6, draft verification).
+"""End-of-speech-to-text time with and without a draft (draft verification).
 
     python benchmarks/bench_draft.py --model /tmp/bench_ckpt/qwen3-asr-0.6B-random --seconds 25 --tokens 32 64
 

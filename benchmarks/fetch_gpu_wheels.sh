@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Download the wheels benchmarks/gpu_check.sh installs on a GPU machine without network (issue 16).
+# Download the wheels benchmarks/gpu_check.sh installs on a GPU machine without network.
 #
 #   bash benchmarks/fetch_gpu_wheels.sh            # into .whl/ (git-ignored), for CPython 3.12 on x86_64 Linux
 #   WHEEL_DIR=/tmp/w PY_VERSION=3.11 bash benchmarks/fetch_gpu_wheels.sh   # another folder / Python

@@ -1,4 +1,4 @@
-"""Helpers of benchmarks/gpu_check.sh (issue 16): install the carried wheels, write stand-in modules,
+"""Helpers of benchmarks/gpu_check.sh: install the carried wheels, write stand-in modules,
 check the imports, and print the summary. Standard library only: it runs before anything is installed.
 
     python benchmarks/gpu_check.py install WHEEL_DIR SITE STANDINS [--force-standins]

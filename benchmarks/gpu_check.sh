@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 16): on a fresh GPU machine without network, install the carried wheels, run
+# The GPU check: on a fresh GPU machine without network, install the carried wheels, run
 # the gpu tests, the bf16 decode-step diagnosis and the bench for 1.7B and 0.6B against the official
 # implementation, and print a short summary. Made to finish within 6 minutes (each step's time limit
 # is cut to what is left of GPU_CHECK_SECONDS, 350 by default).
@@ -132,7 +132,7 @@ else
     step bench-0.6B 80 "$PY" benchmarks/bench_asr.py --sizes 0.6B --variants bf16 int8 int4 --seconds 10 \
         ${STEPS06[@]:+--decode-steps "${STEPS06[@]}"} ${EXTRA[@]:+"${EXTRA[@]}"} --tokens 32 --repeats 3 --device cuda --workdir "$CKPT" \
         --json "$OUT/bench-0.6B.json" 2>&1 | tee "$OUT/bench-0.6B.txt" | tail -n 30
-    # issue 18: LoRA training on the 0.6B size (NF4 and bf16 base): s/step, tokens/s, peak GPU memory
+    # LoRA training on the 0.6B size (NF4 and bf16 base): s/step, tokens/s, peak GPU memory
     step train-0.6B 60 "$PY" benchmarks/train_speed.py --size 0.6B --device cuda --steps 10 --workdir "$CKPT" \
         --json "$OUT/train-0.6B.json" 2>&1 | tee "$OUT/train-0.6B.txt" | tail -n 5
     step gemv 40 "$PY" benchmarks/bench_gemv.py --size 1.7B --json "$OUT/gemv-1.7B.json" 2>&1 |

@@ -1,4 +1,4 @@
-"""Diagnosis of the bf16 decode step on a GPU, for benchmarks/gpu_check.sh (issue 16, item 1).
+"""Diagnosis of the bf16 decode step on a GPU, for benchmarks/gpu_check.sh.
 
 On the tiny test checkpoint in bf16, for the clips of the gpu tests:
 

@@ -19,7 +19,7 @@ from dictation.bench.measure import Run, sync
 
 INSTALL_HINT = "pip install 'dictation[reference]' && pip install --no-deps qwen-asr==0.0.6"
 
-# The official chat template rendered for an empty context, no forced language (spec §6.1,
+# The official chat template rendered for an empty context, no forced language (docs/model.md §7.1,
 # Qwen3ASRModel._build_text_prompt); the processor expands the one audio pad to N.
 PROMPT_TEXT = (
     "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|audio_start|><|audio_pad|><|audio_end|>"

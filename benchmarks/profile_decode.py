@@ -1,4 +1,4 @@
-"""Where one decode step's time goes, for each kind of decode step (issue 16).
+"""Where one decode step's time goes, for each kind of decode step.
 
     python benchmarks/profile_decode.py --sizes 1.7B 0.6B --device cuda --steps unfused fused compiled
 

@@ -1,4 +1,4 @@
-"""Training speed and memory of a personal adapter (issue 18) on a random checkpoint of the real size.
+"""Training speed and memory of a personal adapter on a random checkpoint of the real size.
 
     python benchmarks/train_speed.py --size 0.6B --device cpu --steps 3          # CPU: a few minutes
     python benchmarks/train_speed.py --size 0.6B --device cuda --steps 20 --json train.json

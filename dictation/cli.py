@@ -618,16 +618,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv)[:1] == ["_match-patterns"]:  # dictation.asr.tune.patterns.CHILD_ARG
+    words = sys.argv[1:] if argv is None else argv
+    if not words:  # the app, at once: building the parser imports the engine's option tables, and
+        # every millisecond before the hotkey is grabbed is one a press can leak a key (dictation.launch)
+        logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+        return cmd_app(argparse.Namespace(command=None, verbose=False))
+    if words[:1] == ["_match-patterns"]:  # dictation.asr.tune.patterns.CHILD_ARG
         from dictation.asr.tune import patterns
 
         return patterns.child_main()  # the frozen app as the regular-expression child (not a user command)
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format=LOG_FORMAT)
     if args.command is None:
         return cmd_app(args)
     try:

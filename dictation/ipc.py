@@ -34,17 +34,14 @@ be opened, ``ok`` is false.
 
 from __future__ import annotations
 
-import getpass
-import hashlib
 import json
 import logging
 import os
 import socket
 import stat
 import sys
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -64,12 +61,16 @@ def _home_suffix() -> str:
     home = os.environ.get("DICTATION_HOME")
     if not home:
         return ""
+    import hashlib  # only here: loading it (OpenSSL) costs the launch before the hotkey grab time
+
     return "-" + hashlib.sha1(os.path.abspath(home).encode()).hexdigest()[:_SUFFIX_LEN]
 
 
 def server_name() -> str:
     """The name to give QLocalServer.listen: an absolute socket path on POSIX, a pipe name on Windows."""
     if sys.platform == "win32":
+        import getpass
+
         return f"dictation-{getpass.getuser()}{_home_suffix()}"
     return str(socket_dir() / "ipc.sock")
 
@@ -101,16 +102,18 @@ def socket_dir() -> Path:
     raise IpcError("no private folder for the app's socket: " + "; ".join(refused))
 
 
-def _socket_candidates() -> list[tuple[Path, bool]]:
-    """(folder, whether its parent must be a private folder of ours), best first."""
+def _socket_candidates() -> Iterator[tuple[Path, bool]]:
+    """(folder, whether its parent must be a private folder of ours), best first. Made one at a
+    time: the later ones import modules the usual first one does not need (the launch claims the
+    instance before it grabs the hotkey, dictation.launch)."""
     suffix = _home_suffix()
-    out: list[tuple[Path, bool]] = []
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        out.append((Path(runtime) / f"dictation{suffix}", True))
+    runtime_folder = Path(runtime) / f"dictation{suffix}" if runtime and os.path.isabs(runtime) else None
+    if runtime_folder is not None:
+        yield runtime_folder, True
     run_user = Path(RUN_USER) / str(os.getuid()) / f"dictation{suffix}"
-    if run_user not in [folder for folder, _ in out]:
-        out.append((run_user, True))
+    if run_user != runtime_folder:
+        yield run_user, True
     try:
         import platformdirs
 
@@ -118,9 +121,10 @@ def _socket_candidates() -> list[tuple[Path, bool]]:
     except Exception:  # no home folder at all: the other candidates remain
         cache = None
     if cache is not None and cache.is_absolute():
-        out.append((cache / f"run{suffix}", False))
-    out.append((Path(tempfile.gettempdir()) / f"dictation-{os.getuid()}{suffix}", False))
-    return out
+        yield cache / f"run{suffix}", False
+    import tempfile
+
+    yield Path(tempfile.gettempdir()) / f"dictation-{os.getuid()}{suffix}", False
 
 
 def _claim(folder: Path, parent_must_be_private: bool) -> str | None:

@@ -1,4 +1,4 @@
-"""The first moment after `dictation` starts (issue 25 §2): the hotkey and the microphone, before Qt.
+"""The first moment after `dictation` starts: the hotkey and the microphone, before Qt.
 
 Importing PySide6, the app's modules and (on the engine's thread) torch takes a second or two, and
 a user who starts the app and presses the hotkey at once spoke into nothing, while the held chord

@@ -1,4 +1,4 @@
-"""A personal adapter from the user's own clips (issue 18): what ``dictation train-adapter`` and the
+"""A personal adapter from the user's own clips: what ``dictation train-adapter`` and the
 app's "Personalise" action run, around the engine's trainer (``dictation.asr.tune.train``).
 
 The engine may not read audio files or the app's history (its layering rules), so this module does:

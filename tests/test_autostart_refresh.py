@@ -1,4 +1,4 @@
-"""Start at login keeps starting the installation in use (issue 15, item 5): `autostart.refresh`, run
+"""Start at login keeps starting the installation in use: `autostart.refresh`, run
 at every start while the setting is on, makes a missing entry and rewrites a stale one of ours; the
 command is read back (`read_entry`) and its program checked, as `dictation doctor` does. Home and
 XDG folders are redirected to tmp_path; the commands read back are run for real."""

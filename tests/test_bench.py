@@ -202,7 +202,7 @@ def test_cli_bench_help_and_a_tiny_run(workdir):
 
 def test_installed_bench_help_sends_the_official_comparison_to_a_source_checkout():
     """An installed copy has no benchmarks/ folder and never runs the official implementation: its help
-    says where both are (issue 15, item 6), while the checkout's script offers the official side."""
+    says where both are, while the checkout's script offers the official side."""
     installed = _run("-m", "dictation", "bench", "--help")
     assert installed.returncode == 0, installed.stderr
     text = " ".join(installed.stdout.split())

@@ -146,7 +146,7 @@ def test_quantize_says_what_it_does_and_what_it_wrote(ckpt_untied, tmp_path):
 
 
 def test_an_adapter_whose_pattern_never_finishes_is_one_error_not_a_hang(ckpt_untied, speech_wav, tmp_path):
-    """target_modules "(.*)*X" hung `dictation transcribe` for ever (issue 14, item 9); now it is refused
+    """target_modules "(.*)*X" hung `dictation transcribe` for ever; now it is refused
     before the model loads, within the matcher's deadline."""
     import time
 

@@ -1,4 +1,4 @@
-"""`dictation transcribe` within the engine's limits (issue 25 §4): bad devices, token budgets and
+"""`dictation transcribe` within the engine's limits: bad devices, token budgets and
 contexts are one error line, a budget beyond the audio is lowered with a warning, and a long
 file shows its progress on stderr."""
 

@@ -1,4 +1,4 @@
-"""``dictation train-adapter`` end to end on a tiny random checkpoint (issue 18).
+"""``dictation train-adapter`` end to end on a tiny random checkpoint.
 
 The checkpoint (``ckpt``) differs from the default tiny one in two ways, both for what training needs:
 

@@ -5,14 +5,18 @@
 - the screenshots in docs/images are all used, each under 200 kB and together under 2 MB;
 - every `dictation <command>` written in code (inline or in a block) is a real subcommand of
   `dictation.cli.build_parser()`;
-- every setting appears in docs/guide/settings.md with its real default.
+- every setting appears in docs/guide/settings.md with its real default;
+- no comment or docstring points at a document outside the repository (in code, not at the issue
+  tracker either), and every `docs/model.md §N` a file cites is a section of docs/model.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -160,3 +164,86 @@ def test_settings_reference_lists_every_setting_with_its_default():
         elif f"| `{json.dumps(default)}` |" not in row:
             problems.append(f"{key}: the default is {json.dumps(default)}")
     assert problems == []
+
+
+# --- what comments point at --------------------------------------------------------------------------
+# Comments and docstrings point at docs/ or say it in place: never at a document outside the
+# repository (the model specification or the design notes in a shared folder). The words are split so
+# that this file does not match itself.
+OUTSIDE = re.compile("|".join(["spec" + " §", "DESIGN" + r"\.md", "qwen3-asr-" + "spec", "field-" + "notes"]))
+# In code (.py, .sh), the issue tracker is outside too: say what the issue said instead.
+TRACKER = re.compile(r"\bissue" + r" \d+", re.I)
+MODEL_DOC = REPO / "docs" / "model.md"
+MODEL_CITE = re.compile(r"docs/model\.md,? §(\d+(?:\.\d+)?)((?:(?:,| and) §?\d+(?:\.\d+)?)*)")
+SOURCES = sorted(
+    path
+    for folder in ("dictation", "benchmarks", "tests", "packaging")
+    for pattern in ("*.py", "*.sh", "*.md")
+    for path in (REPO / folder).rglob(pattern)
+)
+
+
+def words_of(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment and string of a Python file; every line of another file."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".py":
+        return list(enumerate(text.splitlines(), 1))
+    kinds = {tokenize.COMMENT, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    return [(token.start[0], token.string) for token in tokens if token.type in kinds]
+
+
+def outside_pointers(path: Path) -> list[str]:
+    patterns = [OUTSIDE] if path.suffix == ".md" else [OUTSIDE, TRACKER]
+    return [
+        f"{line}: {found[0]}"
+        for line, words in words_of(path)
+        for pattern in patterns
+        if (found := pattern.search(words))
+    ]
+
+
+def model_sections(text: str) -> set[str]:
+    """The section numbers of docs/model.md: "## 5. The encoder" -> "5", "### 5.4 Attention" -> "5.4"."""
+    titles = [m.group(2) for m in HEADING.finditer(FENCE.sub("", text))]
+    return {n.group(1) for title in titles if (n := re.match(r"(\d+(?:\.\d+)*)\.?\s", title))}
+
+
+def cited_model_sections(text: str) -> list[str]:
+    found = []
+    for match in MODEL_CITE.finditer(text):
+        found.append(match.group(1))
+        found += re.findall(r"\d+(?:\.\d+)?", match.group(2))
+    return found
+
+
+def test_no_comment_points_outside_the_repository():
+    assert [f"{rel(path)}:{hit}" for path in SOURCES if path != Path(__file__) for hit in outside_pointers(path)] == []
+
+
+def test_every_cited_model_section_exists():
+    sections = model_sections(MODEL_DOC.read_text(encoding="utf-8"))
+    missing = [
+        f"{rel(path)}: docs/model.md §{number}"
+        for path in [*SOURCES, *DOCS]
+        for number in cited_model_sections(path.read_text(encoding="utf-8"))
+        if number not in sections
+    ]
+    assert missing == []
+
+
+def test_the_pointer_checks_catch_mistakes(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        f'"""Encoder ({"spec"} §4.2)."""\n'
+        f"x = 1  # see {'DESIGN'}.md principle 4\n"
+        'y = "plain words"  # docs/model.md §5.2\n'
+        f"z = 2  # the fused kernels ({'issue'} 16)\n"
+    )
+    assert [hit.split(": ", 1)[1] for hit in outside_pointers(source)] == ["spec §", "DESIGN.md", "issue 16"]
+    notes = tmp_path / "results.md"
+    notes.write_text(f"Measured for {'issue'} 16, see {'field'}-notes.\n")
+    assert [hit.split(": ", 1)[1] for hit in outside_pointers(notes)] == ["field-notes"]
+    sections = model_sections("# T\n\n## 1. Dims\n\n### 1.2 Tie\n\n```\n## 9. not a heading\n```\n")
+    assert sections == {"1", "1.2"}
+    assert cited_model_sections("(docs/model.md §5.2, §5.4 and §7) docs/model.md, §3") == ["5.2", "5.4", "7", "3"]

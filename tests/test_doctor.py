@@ -671,7 +671,7 @@ def test_doctor_command_json_and_text(tmp_path):
 
 
 def test_a_cuda_torch_build_on_a_machine_without_an_nvidia_gpu(monkeypatch, tmp_path, make_path):
-    """Issue 14, item 21: PyPI's Linux wheel is the CUDA build; on a machine without NVIDIA it is
+    """PyPI's Linux wheel is the CUDA build; on a machine without NVIDIA it is
     several GB for nothing. Faked machine: no nvidia-smi on PATH, no /proc/driver/nvidia, torch
     says CUDA is unusable."""
     monkeypatch.setattr(doctor.engine, "cuda_devices", lambda env: (False, "", []))

@@ -1,4 +1,4 @@
-"""`dictation doctor` on what decides whether the app can start (issue 15, items 1 and 5): Qt's
+"""`dictation doctor` on what decides whether the app can start: Qt's
 platform plugin and system libraries, with the install command for what is missing, and the
 "Start at login" entry, whose program must exist. A hidden library is an empty file of its name on
 LD_LIBRARY_PATH (tests/test_preflight.py); the loader's answers are also injected where the

@@ -1,4 +1,4 @@
-"""What the Linux one-folder app carries, checked without building it (issue 15, item 4).
+"""What the Linux one-folder app carries, checked without building it.
 
 A PyInstaller build takes minutes, so the spec runs here against a stand-in for PyInstaller: its
 Analysis hands over the libraries a real build collected on a Debian 12 machine (with the real files

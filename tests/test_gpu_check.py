@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py, the helpers of the GPU check (issue 16): which carried wheels go in, the
+"""benchmarks/gpu_check.py, the helpers of the GPU check: which carried wheels go in, the
 install without pip, the stand-in modules, the summary. (The whole script: `GPU_CHECK_DRY=1 bash
 benchmarks/gpu_check.sh`, described in benchmarks/README.md.)"""
 

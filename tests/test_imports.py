@@ -1,4 +1,4 @@
-"""The engine runs with Qt and the reference implementation unavailable (DESIGN.md §1)."""
+"""The engine runs with Qt and the reference implementation unavailable (docs/architecture.md, principles 1 and 2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`dictation.launch.begin`: what the app takes in its first moment, before Qt (issue 25 §2), and
+"""`dictation.launch.begin`: what the app takes in its first moment, before Qt, and
 what it leaves alone: a second copy takes nothing, settings decide which microphone stays open, and
 the app's Recorder gets what the microphone heard before it existed."""
 

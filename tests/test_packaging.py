@@ -156,7 +156,7 @@ def test_the_source_distribution_builds_the_same_wheel(source, wheel, tmp_path):
 
 def test_the_cpu_torch_route_is_documented_for_pip_and_pipx_alike():
     """pipx makes its own environment, so torch cannot be installed into it first: its CPU route passes
-    PyTorch's index through --pip-args (issue 15, item 2). The update advice keeps the chosen build."""
+    PyTorch's index through --pip-args. The update advice keeps the chosen build."""
     from dictation.doctor import CPU_TORCH_URL
 
     pipx_cpu = f'pipx install --pip-args="--extra-index-url {CPU_TORCH_URL}" .'

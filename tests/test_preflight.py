@@ -1,4 +1,4 @@
-"""Before Qt starts (issue 15, item 1): a Qt platform plugin that cannot load, or no display, is one
+"""Before Qt starts: a Qt platform plugin that cannot load, or no display, is one
 message on stderr, in the log and as a desktop notification, and exit status 1, not Qt's abort
 (status 134, nothing logged).
 

@@ -128,7 +128,7 @@ def test_a_socket_path_too_long_for_the_system_is_passed_over(no_runtime, monkey
 def test_a_runtime_folder_open_to_group_or_others_is_passed_over_with_the_reason(
     no_runtime, monkeypatch, caplog, loose
 ):
-    """Issue 25, 4b: XDG_RUNTIME_DIR with group or other permission bits was not guarded by any test."""
+    """XDG_RUNTIME_DIR with group or other permission bits was not guarded by any test."""
     runtime = no_runtime / "xdg"
     runtime.mkdir()
     runtime.chmod(loose)

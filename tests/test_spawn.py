@@ -1,4 +1,4 @@
-"""Child processes get the environment the user started the app with (issue 15, item 3).
+"""Child processes get the environment the user started the app with.
 
 The frozen (PyInstaller) app is simulated in this process (tests/frozen.py: sys.frozen, sys._MEIPASS,
 LD_LIBRARY_PATH=<bundle>/_internal, LD_LIBRARY_PATH_ORIG, Qt's plugin paths, _PYI_* variables);

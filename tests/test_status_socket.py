@@ -1,4 +1,4 @@
-"""`dictation status --json` says where the command socket is (issue 15, item 10): the path of the
+"""`dictation status --json` says where the command socket is: the path of the
 running app's socket, and when none runs the path it would listen on, which depends on
 XDG_RUNTIME_DIR and DICTATION_HOME (docs/guide/history-and-files.md). The app's side is a real Unix
 socket served from a thread."""

@@ -1,4 +1,4 @@
-"""benchmarks/train_speed.py (issue 18): one short run on the tiny random checkpoint, as the GPU
+"""benchmarks/train_speed.py: one short run on the tiny random checkpoint, as the GPU
 check's dry run makes it, with the figures it reports."""
 
 from __future__ import annotations

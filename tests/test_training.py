@@ -1,4 +1,4 @@
-"""dictation/training.py: the public API the app's "Personalise" action calls (issue 18): samples from
+"""dictation/training.py: the public API the app's "Personalise" action calls: samples from
 the corrected history entries, the held-out split, WER/CER, and a run that is cancelled and resumed."""
 
 from __future__ import annotations

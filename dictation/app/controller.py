@@ -168,7 +168,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._history_worker = services.history_worker or HistoryWorker.for_history(
             services.history, self._settings.general.history_size
         )
-        self.personaliser = Personaliser(self, **services.personalise)  # issue 18: trains on its own thread
+        self.personaliser = Personaliser(self, **services.personalise)  # trains on its own thread
 
         self._reply_timer = QTimer(self)  # answers `start` requests whose microphone is slow
         self._reply_timer.setSingleShot(True)
@@ -367,12 +367,6 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def toggle(self) -> None:
         self._dispatch(S.ToggleRequested(self._clock()))
-
-    def start_dictation(self) -> None:
-        self._dispatch(S.StartRequested(self._clock()))
-
-    def stop_dictation(self) -> None:
-        self._dispatch(S.StopRequested(self._clock()))
 
     def cancel_dictation(self) -> None:
         self._dispatch(S.CancelRequested())

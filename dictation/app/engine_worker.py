@@ -1,4 +1,4 @@
-"""`EngineWorker`: the speech engine on its own thread (DESIGN.md principle 4).
+"""`EngineWorker`: the speech engine on its own thread (docs/architecture.md, principle 4).
 
 It owns the `AsrEngine`: load (with a CPU fallback and adapter swaps), transcribe (one at a time,
 in request order), unload; and the takes transcribed while they are recorded (streaming, with live
@@ -10,7 +10,7 @@ without speech (a muted microphone, or only silence) is answered with `no_speech
 `transcribe(request, samples, ...)` serves the history's `Retranscription`s; answers carry the
 take id or that request back.
 
-Streaming (a take transcribed while it is recorded, issue 6). The controller asks for it at the
+Streaming (a take transcribed while it is recorded). The controller asks for it at the
 press when the model is loaded and ``engine.stream_while_recording`` is on: ``begin_take``, then
 ``AudioWorker.start(..., stream=True)``. If the device delivers 16 kHz (at other rates the take is
 resampled as a whole at the end, so it is transcribed after the release as before), the audio

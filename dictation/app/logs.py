@@ -1,6 +1,6 @@
 """Logging for the app: a rotating file in the platformdirs log folder, stderr, and the log view.
 
-Users never see stdout (DESIGN.md principle 8), so every line that matters goes to
+Users never see stdout (docs/architecture.md, principle 8), so every line that matters goes to
 ``<log dir>/dictation.log`` (1 MB x 3 files, readable by the user alone) and into `LogBridge`,
 which keeps the last lines for a settings window opened later and re-emits new ones as a Qt signal
 (queued to the GUI thread, whatever thread logged them).

@@ -1,4 +1,4 @@
-"""Personalise: train a personal LoRA adapter on the dictations the user corrected (issue 18).
+"""Personalise: train a personal LoRA adapter on the dictations the user corrected.
 
 `Personaliser` lives on the GUI thread (the controller owns one, `AppController.personaliser`; the
 History window and the Model page show it through `PersonalisePanel`). `start` trains on a QThread
@@ -30,7 +30,6 @@ import math
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -352,7 +351,6 @@ class Personaliser(QObject):
         self._thread: QThread | None = None
         self._worker: TrainingWorker | None = None
         self._job: Job | None = None
-        self._started_at = 0.0
         self.last_message = ""
         self.last_error = False
         controller.history_changed.connect(self.changed)
@@ -426,7 +424,6 @@ class Personaliser(QObject):
             stop=threading.Event(),
         )
         log.info("training a personal adapter on %d corrected dictation(s) into %s", count, out)
-        self._started_at = time.monotonic()
         self.last_message, self.last_error = "", False
         worker = TrainingWorker(self.train, self.samples)
         thread = QThread()

@@ -1,4 +1,4 @@
-"""Worker objects that run the blocking parts off the GUI thread (DESIGN.md principle 4).
+"""Worker objects that run the blocking parts off the GUI thread (docs/architecture.md, principle 4).
 
 Each worker is a QObject moved to its own QThread; the controller calls its slots through queued
 signals and hears back through the worker's signals, so nothing here ever blocks the GUI:
@@ -68,7 +68,7 @@ def stop_thread(thread: QThread, timeout_ms: int = 10_000) -> bool:
 
 # Quitting waits this long for the engine's thread. A torch call (loading the weights, a transcription,
 # the warm-up pass) cannot be interrupted, and a take being transcribed is already safe on disk with
-# its pending history entry (DESIGN.md principle 7), which the next start transcribes: so quitting
+# its pending history entry (docs/architecture.md, principle 7), which the next start transcribes: so quitting
 # does not wait for the call to end; the app ends its process without it (main.py, `leave`).
 ENGINE_STOP_WAIT_MS = 500
 

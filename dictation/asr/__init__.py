@@ -1,4 +1,4 @@
-"""The speech engine: our PyTorch Qwen3-ASR. No Qt, no transformers (DESIGN.md §1).
+"""The speech engine: our PyTorch Qwen3-ASR. No Qt, no transformers (docs/architecture.md, principle 1).
 
 The engine classes are imported on first use, so light modules of this package (errors,
 prompt, models) can be imported without loading torch.

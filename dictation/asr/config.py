@@ -1,6 +1,6 @@
 """Typed model configuration, read from a checkpoint's ``config.json``.
 
-Two layouts exist (DESIGN.md §1.5): the original one, where everything lives under
+Two layouts exist (docs/architecture.md, principle 5): the original one, where everything lives under
 ``thinker_config``, and the transformers-native ``-hf`` one, where ``audio_config`` and
 ``text_config`` sit at the top level. Both become the same frozen dataclasses.
 """
@@ -18,7 +18,7 @@ from dictation.asr.errors import ModelError
 from dictation.files import read_json
 
 SAMPLE_RATE = 16_000
-"""What the engine consumes: mono float32 samples at 16 kHz (the model's mel frontend, spec §3).
+"""What the engine consumes: mono float32 samples at 16 kHz (the model's mel frontend, docs/model.md §4).
 Every part of the app that records, reads or trims audio uses this one constant, re-exported by
 ``dictation.asr``."""
 
@@ -47,7 +47,7 @@ class AudioEncoderConfig:
 
     @property
     def chunk_frames(self) -> int:
-        """Mel frames per conv chunk (100 = 1 s, spec §4.1)."""
+        """Mel frames per conv chunk (100 = 1 s, docs/model.md §5.1)."""
         return 2 * self.n_window
 
 

@@ -1,4 +1,4 @@
-"""AsrEngine: the engine's public face (DESIGN.md §3).
+"""AsrEngine: the engine's public face.
 
 16 kHz mono float32 samples in, text out. Loading is lazy, idempotent and thread-safe; one lock
 serialises use of the model (and its KV cache) between threads.
@@ -106,7 +106,9 @@ class AsrEngine:
     def _load(self) -> None:
         t0 = time.perf_counter()
         read, skipped = self._read_adapters()  # before the base: a bad adapter fails fast
-        model, prompt, folder, variant = self._load_base()
+        # Without adapters a float folder is quantized while it is read (no float copy of the decoder);
+        # adapters are merged into float weights first, so they take the float model (_quantize).
+        model, prompt, folder, variant = self._load_base(quantize_while_reading=not read)
         state, kept = self._apply_adapters(model, variant, read, skipped)
         if skipped:
             order = list(self.options.adapters)
@@ -180,8 +182,9 @@ class AsrEngine:
             loaded = kept
         return state, [spec for spec, _ in loaded]
 
-    def _load_base(self) -> tuple[AsrModel, PromptBuilder, Path, str]:
-        """(model with floating or pre-quantized weights, prompt builder, folder, variant name)."""
+    def _load_base(self, quantize_while_reading: bool = False) -> tuple[AsrModel, PromptBuilder, Path, str]:
+        """(model with floating or quantized weights, prompt builder, folder, variant name);
+        ``quantize_while_reading``: a float folder loaded as int8/int4 is quantized as it is read."""
         from dictation.asr.checkpoints.hub import resolve_model
 
         requested = self.options.variant or None
@@ -204,12 +207,13 @@ class AsrEngine:
         files = locate(folder)
         check_sizes(files, files.headers(), cfg)  # config.json against the weights, before anything is built
         # EOS = {<|im_end|>, <|endoftext|>} from the tokenizer; like the official code we
-        # ignore generation_config.json (spec §2.5).
+        # ignore generation_config.json (docs/model.md §3).
         prompt = PromptBuilder.from_folder(
             folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
         )
         dtype = _compute_dtype(dtype_opt, device, quantized=requested in QUANTIZED or bool(cfg.quantization))
-        model = load_model(folder, cfg, device, dtype)
+        at_load = requested if quantize_while_reading and requested in QUANTIZED and not cfg.quantization else None
+        model = load_model(folder, cfg, device, dtype, quantize=at_load, group_size=self.options.group_size)
         variant = _DTYPE_NAMES[dtype]
         if cfg.quantization:
             variant = cfg.quantization["variant"]  # the folder's metadata decides, never its name
@@ -447,7 +451,7 @@ def setting_up() -> Iterator[None]:
 
 
 def prepare_samples(samples: np.ndarray) -> np.ndarray:
-    """Validate and normalise 16 kHz mono samples as the official toolkit does (spec §3)."""
+    """Validate and normalise 16 kHz mono samples as the official toolkit does (docs/model.md §4)."""
     audio = np.asarray(samples)
     if audio.ndim != 1:
         raise AudioError(f"expected 1-D mono samples, got an array of shape {audio.shape}")
@@ -480,7 +484,7 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 
 def _compute_dtype(dtype_opt: str, device: torch.device, *, quantized: bool) -> torch.dtype:
     """The dtype of activations and floating weights. With ``auto`` a quantized model on a CPU that has
-    bf16 instructions computes in bf16: its integer layers do anyway (quant.cpu_computes_in_bf16), and
+    bf16 instructions computes in bf16: its integer layers do anyway (nn.quantized.cpu_computes_in_bf16), and
     the floating output head would otherwise cost more per token than all the quantized layers."""
     if dtype_opt == "auto" and quantized and device.type == "cpu" and cpu_computes_in_bf16():
         return torch.bfloat16

@@ -13,7 +13,7 @@ of a 20-minute pass (15,000 tokens) and the longest output leaves the model's 65
 room to spare."""
 
 MAX_PASS_SECONDS = 1200.0
-"""The longest audio of one model pass, as the official toolkit (longer clips are split, spec §7)."""
+"""The longest audio of one model pass, as the official toolkit (longer clips are split, docs/model.md §8)."""
 
 AUTO_TOKENS_BASE = 64
 AUTO_TOKENS_PER_SECOND = 10

@@ -1,4 +1,5 @@
-"""The microphone opened in the app's first moment, before numpy (issue 25 §2, `dictation.launch`).
+"""The microphone opened in the app's first moment, before numpy, so that what is
+said in the first second after launch is kept (`dictation.launch`).
 
 Importing numpy takes 0.1-1 s, and what is said meanwhile would be lost, so the stream is opened
 raw (sounddevice's `RawInputStream`, float32 bytes, no numpy) and its blocks are held as they

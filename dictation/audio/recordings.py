@@ -1,4 +1,4 @@
-"""Every take on disk while it is recorded and before it is transcribed (DESIGN.md §1.7); the
+"""Every take on disk while it is recorded and before it is transcribed (docs/architecture.md, principle 7); the
 newest N kept.
 
 A take is written as it is recorded (`TakeFile`): the app appends the new audio and updates the

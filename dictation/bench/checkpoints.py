@@ -34,7 +34,7 @@ WEIGHT_STD = 0.02
 CHECKPOINT_FORMAT = 2  # bump when the generated checkpoint changes (invalidates --workdir caches)
 
 
-# Real dimensions (spec §2.1); "tiny" is for smoke tests (the real vocabulary, a few MB of layers).
+# Real dimensions (docs/model.md §1); "tiny" is for smoke tests (the real vocabulary, a few MB of layers).
 SIZES: dict[str, dict[str, dict[str, int]]] = {
     "tiny": {
         "audio": {

@@ -1,4 +1,4 @@
-"""How many kernels one decode step launches per decoder layer (issue 16): what fusion saves.
+"""How many kernels one decode step launches per decoder layer: what fusion saves.
 
 Eager code (the plain step, the static step, the step with the fused kernels): the operations it
 dispatches that compute, counted by a ``TorchDispatchMode`` while one step runs exactly as decoding

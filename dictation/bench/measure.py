@@ -267,8 +267,8 @@ class Agreement:
 
 
 def warm_page_cache(folder: Path) -> int:
-    """Read every file of ``folder`` once, so that a timed load finds it in the page cache: issue 6 times
-    loading from a warm cache, and otherwise whichever contender loads a checkpoint first pays for the
+    """Read every file of ``folder`` once, so that a timed load finds it in the page cache: the engine's load time
+    is measured from a warm cache, and otherwise whichever contender loads a checkpoint first pays for the
     disk. Returns the bytes read."""
     total = 0
     for path in sorted(Path(folder).rglob("*")):

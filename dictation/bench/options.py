@@ -123,7 +123,7 @@ def add_arguments(p: argparse.ArgumentParser, official: bool = False) -> None:
         default=[],
         choices=DECODE_STEPS,
         help="also time the default float variant with these decode steps, each in a column of its own: unfused "
-        "(torch ops only, no fused kernels: the path before issue 16), gemv (the fused kernels plus our GEMV with "
+        "(torch ops only, no fused kernels: the path before them), gemv (the fused kernels plus our GEMV with "
         "the norms, SiLU and residual adds folded in: 5 kernels a layer), compiled (the decode step compiled by "
         "torch.compile; its compile time shows in 'warm-up (s)')",
     )

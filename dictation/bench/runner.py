@@ -305,7 +305,7 @@ def bench_model(
         any_stats = next(iter(clip["ours"].values()), None) or clip["official"]
         prompt_len = len(any_stats["prompt_ids"])
         clip["prompt_tokens"] = prompt_len
-        clip["audio_tokens"] = prompt_len - 15  # spec §6.1: N + 15 without context
+        clip["audio_tokens"] = prompt_len - 15  # docs/model.md §7.1: N + 15 without context
         context = prompt_len + args.tokens / 2
         for v, stats in clip["ours"].items():
             r = ours_results[v]

@@ -1,4 +1,4 @@
-"""The dictation history: one SQLite row per dictation (DESIGN.md §1.7).
+"""The dictation history: one SQLite row per dictation (docs/architecture.md, principle 7).
 
 Every take gets its row when its recording starts: empty text, outcome ``"pending"`` and the
 path of the recording being written (`pending_takes` finds the ones a crash interrupted, so the
@@ -126,7 +126,7 @@ def _add_streamed_v2(conn: sqlite3.Connection) -> None:
 
 def _add_corrected_v3(conn: sqlite3.Connection) -> None:
     """Entries whose text the user corrected get a flag: they and their recordings are kept for
-    training a personal adapter (issue 18)."""
+    training a personal adapter (docs/app.md, step 7)."""
     if "timings" not in {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}:
         return  # not our table: `_migrate` names the columns it lacks
     conn.execute("ALTER TABLE dictations ADD COLUMN corrected INTEGER NOT NULL DEFAULT 0")

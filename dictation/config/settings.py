@@ -1,4 +1,4 @@
-"""The app's settings as typed, frozen data (DESIGN.md §1.6).
+"""The app's settings as typed, frozen data (docs/architecture.md, principle 6).
 
 Every field carries its label, help text and limits in ``field(metadata=...)`` so the settings
 window can be generated from the classes (see :func:`dictation.config.schema.field_info`), and so

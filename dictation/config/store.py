@@ -1,4 +1,4 @@
-"""Reading and writing ``settings.json``: tolerant load, atomic save (DESIGN.md §1.6).
+"""Reading and writing ``settings.json``: tolerant load, atomic save (docs/architecture.md, principle 6).
 
 Load never fails and never throws a user's settings away:
 

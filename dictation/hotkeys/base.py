@@ -6,7 +6,7 @@ Contract, shared by every backend:
   device); it raises `HotkeyBackendError` only for problems it can see at once.
 - ``on_event(name, pressed)`` is called from the backend's own thread, once per press and once per
   release of a binding. Auto-repeat is suppressed in the backend. The callback must not block; the
-  app forwards it to the GUI thread with a signal (DESIGN.md §1.4). Exceptions it raises are logged
+  app forwards it to the GUI thread with a signal (docs/architecture.md, principle 4). Exceptions it raises are logged
   and do not stop the listener.
 - ``on_error(error)`` reports problems found later (portal dialog dismissed, keyboard unplugged,
   listener died), also from the backend's thread; ``error.fatal`` says whether hotkeys stopped.

@@ -1,5 +1,5 @@
-"""The real start-up code refreshes the "Start at login" entry while the setting is on (issue 15,
-item 5): an entry left by a removed virtual environment starts this installation again, a deleted
+"""The real start-up code refreshes the "Start at login" entry while the setting is on:
+an entry left by a removed virtual environment starts this installation again, a deleted
 one is made again, and one that cannot be written is one line, logged and notified, while the app
 runs on. Offscreen, in a private app home and XDG config folder."""
 

@@ -1,4 +1,4 @@
-"""Dictating back to back through the controller (issue 25 §1): the next take's hotkey is held when
+"""Dictating back to back through the controller: the next take's hotkey is held when
 the previous take's text is ready. The real engine (tiny checkpoint), history and workers; the
 output chain is the real `OutputChain` with keys that record what they sent, and what was held then."""
 

@@ -1,4 +1,4 @@
-"""A press in the first moment after launch (issue 15, item 8), below the whole-app test
+"""A press in the first moment after launch, below the whole-app test
 (tests/e2e/test_cold_start_e2e.py): commands carry their send time and are recorded from it, a
 start is answered once the microphone records and says so when audio after the press is missing,
 the microphone and the hotkeys are ready before the command socket exists, and a second copy

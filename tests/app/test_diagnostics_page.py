@@ -211,7 +211,7 @@ def test_every_check_name_and_result_is_shown_whole_at_the_default_size(qtbot, c
 
 def test_the_doctor_child_of_a_frozen_app_gets_the_users_environment(monkeypatch, tmp_path):
     """`dictation doctor --json` runs as a child process; in the frozen app it must not inherit the
-    bundle's library path (issue 15, item 3). The child here records its environment and answers."""
+    bundle's library path. The child here records its environment and answers."""
     import json
     import sys
 

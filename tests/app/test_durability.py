@@ -1,4 +1,4 @@
-"""No dictation is lost (issue 14, items 1-4 and 24): the recordings folder or the history failing,
+"""No dictation is lost: the recordings folder or the history failing,
 the app quitting or crashing mid-take. The controller runs with a real engine, real files, a real
 SQLite history and a real second process holding its lock; disk errors are injected as the OSError
 the system would raise (the tests run as root, which ignores read-only permissions)."""

@@ -141,7 +141,7 @@ def test_the_saved_take_reaches_the_engine_while_the_gui_thread_is_busy(rig, ckp
     r.qtbot.waitUntil(lambda: bool(r.chain.delivered), timeout=20_000)
 
 
-# ---- failures: one line for what users meet, a traceback for bugs (issue 25, section 4) ----------
+# ---- failures: one line for what users meet, a traceback for bugs --------------------------------
 
 
 def _failure_records(caplog) -> list:

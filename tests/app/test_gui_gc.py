@@ -7,12 +7,15 @@ import gc
 import threading
 import weakref
 
+import pytest
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
 from dictation.app import gui_gc
 from dictation.app.workers import start_thread, stop_thread, stop_threads
 from dictation.asr import AsrEngine, EngineOptions
+
+pytestmark = pytest.mark.own_gc  # these tests start from Python's own collection
 
 
 class Idle(QObject):

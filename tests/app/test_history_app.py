@@ -1,5 +1,5 @@
 """The history window on the real controller (tiny engine, worker threads): a dictation's language cell,
-re-transcribing with progress, and log lines that end in a word, not "()" (issue 14, items 18 and 22)."""
+re-transcribing with progress, and log lines that end in a word, not "()"."""
 
 from __future__ import annotations
 

@@ -170,7 +170,7 @@ def test_new_and_changed_entries_appear_and_the_selection_stays(window, controll
     assert cell(window, 3, COL_OUTCOME).text() == "Pasted"
 
 
-# --- closing, confirmations, progress, playback (issue 14, item 18) -----------------------------------
+# --- closing, confirmations, progress, playback -------------------------------------------------------
 
 
 def test_the_close_button_and_esc_close_the_window(qtbot, window):

@@ -200,7 +200,7 @@ def test_cli_commands_fail_clearly_when_no_app_runs(command):
 
 
 def test_a_folder_another_user_made_in_tmp_does_not_stop_the_app(qtbot, short_tmp, monkeypatch):
-    """Issue 14.7: XDG_RUNTIME_DIR unset and /tmp/dictation-<uid> created first by someone else."""
+    """XDG_RUNTIME_DIR unset and /tmp/dictation-<uid> created first by someone else."""
     tmp_path = short_tmp  # the sockets' paths stay under 107 bytes (tests/conftest.py)
     import tempfile
 
@@ -228,7 +228,7 @@ def test_a_folder_another_user_made_in_tmp_does_not_stop_the_app(qtbot, short_tm
         server.close()
 
 
-# ---- idle clients (issue 25, section 4: 99 idle clients locked out the 100th) ----------------------
+# ---- idle clients (99 idle clients locked out the 100th) -------------------------------------------
 
 
 def open_idle_clients(qtbot, n: int) -> list[socket.socket]:

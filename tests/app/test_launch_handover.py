@@ -1,4 +1,4 @@
-"""The hotkey grabbed in the app's first moment (dictation.launch, issue 25 §2): presses made before
+"""The hotkey grabbed in the app's first moment (dictation.launch): presses made before
 the app took the backend over wait, with their own times, and reach the controller in order once it
 has; the take is recorded from the press, not from the hand-over."""
 

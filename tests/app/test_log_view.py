@@ -1,4 +1,4 @@
-"""The Log page shows long lines whole (issue 14, item 22: they were cut at the edge of the view)."""
+"""The Log page shows long lines whole (they were cut at the edge of the view)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Choosing a model on the Model page and in the tray (issue 14, item 19): a repo id that is not
+"""Choosing a model on the Model page and in the tray: a repo id that is not
 downloaded points to a Download button beside it (not to the CLI), the folder chooser opens beside
 the models (never in the directory the app was started from), and the folders the user chose are
 remembered in the settings and offered again, with every model of the Hugging Face cache."""

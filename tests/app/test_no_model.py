@@ -1,4 +1,4 @@
-"""A new user presses the hotkey before choosing a speech model (issue 14, item 16): nothing is recorded,
+"""A new user presses the hotkey before choosing a speech model: nothing is recorded,
 the press is answered at once (error sound, a message naming what to do) and the Model page opens."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No dictated word in any log (issue 14, item 17; docs/guide/privacy.md).
+"""No dictated word in any log (docs/guide/privacy.md).
 
 Known, unusual words go through the whole app path: the controller and its worker threads, the real
 engine (a tiny checkpoint, streaming with live previews), text options (a replacement), the history,

@@ -1,4 +1,4 @@
-"""Correcting transcripts in the History window and the Personalise action (issue 18, "In the app").
+"""Correcting transcripts in the History window and the Personalise action.
 
 Real Qt windows, a real History file and real settings (FakeController); the training function is a
 fake behind `dictation.training.train_adapter`'s signature, except in the integration test at the end.

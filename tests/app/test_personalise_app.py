@@ -1,6 +1,6 @@
 """Correcting and Personalise on the real controller (tiny engine, worker threads, real history worker):
 a dictation is corrected in the History window, Personalise switches the new adapter on in the loaded
-engine, and quitting mid-training cancels it (issue 18, "In the app")."""
+engine, and quitting mid-training cancels it."""
 
 from __future__ import annotations
 

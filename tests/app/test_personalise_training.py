@@ -1,7 +1,7 @@
 """Personalise with the real trainer (`dictation.training`) on the tiny checkpoint, in the running app:
 corrected dictations with speech recordings → an adapter the engine loads (five: too few to measure
 it, and said so);
-a cancelled run leaves nothing behind (issue 18, "In the app")."""
+a cancelled run leaves nothing behind."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quitting while the engine is in a call that cannot be interrupted (issue 25, section 4): the other
+"""Quitting while the engine is in a call that cannot be interrupted: the other
 threads stop as before, the engine's is waited for `ENGINE_STOP_WAIT_MS` only and handed back to the
 caller (main.py ends the process without it), and what the engine says after that is dropped.
 The whole app under SIGTERM and Quit: tests/e2e/test_crash_recovery_e2e.py."""

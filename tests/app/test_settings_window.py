@@ -633,7 +633,7 @@ def test_the_file_manager_of_a_frozen_app_gets_the_users_environment(
     qtbot, open_window, controller, monkeypatch, tmp_path
 ):
     """Qt would start xdg-open (and so the file manager) with the bundle's LD_LIBRARY_PATH and Qt plugin
-    path (issue 15, item 3)."""
+    path."""
     from dictation.paths import log_dir
     from tests.frozen import USER_LIBRARY_PATH, bundle_variables, fake_tool, simulate_frozen
 

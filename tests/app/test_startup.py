@@ -150,7 +150,7 @@ def test_a_fresh_start_writes_nothing_others_can_read(qtbot, dictation_home, sta
     assert not [r for r in records(app) if r.getMessage().startswith("made ")]  # nothing to repair
 
 
-# --- a history or log that cannot be used (issue 14, item 11) -------------------------------------
+# --- a history or log that cannot be used ---------------------------------------------------------
 
 
 def test_a_history_table_with_the_wrong_columns(qtbot, dictation_home, start):

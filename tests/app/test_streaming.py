@@ -1,4 +1,4 @@
-"""Takes transcribed while they are recorded (issue 6): the controller with a real tiny engine whose
+"""Takes transcribed while they are recorded: the controller with a real tiny engine whose
 streams are spied on, and fake microphones that deliver the take bit by bit while it records."""
 
 from __future__ import annotations

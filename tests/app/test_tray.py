@@ -129,7 +129,7 @@ def test_the_portal_app_id_is_the_installed_desktop_file_and_the_qt_desktop_name
 
 
 def test_pausing_the_hotkeys_changes_the_icon_and_the_status(rig, qtbot):
-    """Issue 14, item 22: the tray looked the same with the hotkeys paused."""
+    """The tray looked the same with the hotkeys paused."""
     from dictation.app.icons import icon, status_icon
     from dictation.app.tray import PAUSED_TEXT
 

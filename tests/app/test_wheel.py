@@ -1,5 +1,5 @@
 """The mouse wheel scrolls the settings window; it changes a combo or spin box only once the user has
-clicked or tabbed into it (issue 14, item 15: scrolling the Model page set the weights to int4).
+clicked or tabbed into it (scrolling the Model page set the weights to int4).
 
 Real wheel events (QTest.wheelEvent goes through the window system queue as a mouse's would, so Qt's
 focus-on-wheel and propagation rules apply) over every combo and spin box of the real window.

@@ -1,4 +1,4 @@
-"""Adapters the engine refuses with one line (issue 25 §4): absurd weights, and a modules_to_save
+"""Adapters the engine refuses with one line: absurd weights, and a modules_to_save
 entry the adapter file holds nothing for (it used to be ignored without a word)."""
 
 from __future__ import annotations

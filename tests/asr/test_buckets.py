@@ -1,5 +1,5 @@
 """The audio encoder padded to buckets of 8-s windows and the prefill padded to buckets of prompt
-lengths (issue 16): what CUDA captures per bucket (encoder.ENCODER_BUCKETS, model.PREFILL_BUCKETS,
+lengths: what CUDA captures per bucket (encoder.ENCODER_BUCKETS, model.PREFILL_BUCKETS,
 graphs.StaticCall), checked here on the CPU, uncaptured, against the unpadded computation: the
 encoder bit for bit in fp32; the prefill to float32 rounding (the CPU's causal attention kernel
 blocks its work by the sequence length) with the same ids. (Captured on a GPU: test_fast_paths_cuda.py.)"""

@@ -242,7 +242,10 @@ def test_every_type_holds_gguf_py_bytes_and_reads_back(ckpt_tied, tmp_path, kind
     raw = read_gguf_file(path)
     model = read_gguf(path)
     source = tensors_by_our_name(ckpt_tied, "thinker")
-    assert "output.weight" not in raw.tensors  # tied: read_gguf ties a model without a head
+    head, embed = raw.tensors["output.weight"], raw.tensors["token_embd.weight"]  # tied: a copy (CrispASR needs it)
+    kind_ = SUPPORTED_TYPES[embed.ggml_type]
+    assert head.type_name == embed.type_name and np.array_equal(raw.raw(head, kind_), raw.raw(embed, kind_))
+    assert "lm_head.weight" not in model.tensors  # read_gguf ties a head that copies the embeddings
     assert model.cfg == replace(AsrConfig.from_file(ckpt_tied / "config.json"), support_languages=())
     for ours, tensor in model.tensors.items():
         t = raw.tensors[gguf_name(ours, "single")]
@@ -282,7 +285,11 @@ def test_the_pair_reads_back_as_the_single_file(ckpt_untied, tmp_path):
     single = read_gguf(convert(ckpt_untied, "gguf", tmp_path / "one.gguf", type_name="Q8_0")[0])
     pair = read_gguf(text)
     assert pair.layout == "llama.cpp" and pair.cfg == single.cfg
-    assert all(torch.equal(pair.tensors[n], single.tensors[n]) for n in single.tensors)
+    conv = {n for n in single.tensors if n.startswith("audio_tower.conv") and n.endswith(".weight")}
+    assert all(torch.equal(pair.tensors[n], single.tensors[n]) for n in single.tensors.keys() - conv)
+    source = tensors_by_our_name(ckpt_untied, "thinker")  # the mmproj's conv kernels: F16, as llama.cpp's
+    assert all(pair.source_types[n] == "F16" and torch.equal(pair.tensors[n], source[n].half().float()) for n in conv)
+    assert single.source_types["audio_tower.conv_out.weight"] == "Q8_0"
     projector = gguf.GGUFReader(mmproj)
     assert projector.fields["clip.audio.projector_type"].contents() == "qwen3a"
     assert {t.name for t in projector.tensors} >= {"a.conv2d.1.bias", "mm.a.mlp.2.weight", "a.position_embd.weight"}
@@ -299,6 +306,22 @@ def test_an_adapter_is_merged_into_the_gguf(ckpt_untied, engine_factory, tmp_pat
     assert got.keys() == expected.keys() and all(torch.equal(got[n], t) for n, t in expected.items())
     q = "decoder.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(got[q], tensors_by_our_name(ckpt_untied, "thinker")[q])
+
+
+def test_two_stacked_adapters_are_both_merged_into_the_gguf(ckpt_untied, tmp_path):
+    """W + (alpha / r) B1 A1 + (alpha / r) B2 A2 (PEFT's merge), computed here; merging one of them fails."""
+    first, second = lora_adapter(tmp_path / "a", 64, 2048, seed=2), lora_adapter(tmp_path / "b", 64, 2048, seed=3)
+    path = convert(ckpt_untied, "gguf", tmp_path / "m.gguf", adapters=[str(first), str(second)], type_name="F32")[0]
+    q = "decoder.layers.0.self_attn.q_proj.weight"
+    module = "base_model.model.thinker.model.layers.0.self_attn.q_proj"
+    delta = []
+    for folder in (first, second):
+        lora = load_file(str(folder / "adapter_model.safetensors"))
+        delta.append(2.0 * lora[f"{module}.lora_B.weight"] @ lora[f"{module}.lora_A.weight"])  # alpha 8 / r 4
+    base = tensors_by_our_name(ckpt_untied, "thinker")[q]
+    got = read_gguf(path).tensors[q]
+    torch.testing.assert_close(got, base + delta[0] + delta[1], rtol=0, atol=1e-5)
+    assert (got - (base + delta[0])).abs().max() > 0.1 and (got - (base + delta[1])).abs().max() > 0.1
 
 
 # --- bad input: one clear error, nothing left behind ----------------------------------------------------------

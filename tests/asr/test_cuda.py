@@ -1,4 +1,4 @@
-"""CUDA paths (run where a GPU exists; CI has none, DESIGN.md §5)."""
+"""CUDA paths (run where a GPU exists; CI has none)."""
 
 from __future__ import annotations
 

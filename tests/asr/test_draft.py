@@ -1,4 +1,4 @@
-"""Draft verification (issue 6): a guessed output is checked in batched passes; the ids never change."""
+"""Draft verification: a guessed output is checked in batched passes; the ids never change."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def common_prefix(a, b) -> int:
 
 
 def prompt_embeds(engine, audio: np.ndarray) -> torch.Tensor:
-    """The prompt ``_run_pass`` builds for ``audio``."""
+    """The prompt ``Pipeline.run`` builds for ``audio``."""
     model, prompt = engine.model, engine.prompt
     with torch.inference_mode():
         features = engine.pipeline.mel(audio)

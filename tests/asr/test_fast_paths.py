@@ -1,4 +1,4 @@
-"""The decode-step levers of issue 6 give exactly the ids of the plain path (CPU; CUDA: test_fast_paths_cuda.py).
+"""The decode-step levers (docs/engine.md) give exactly the ids of the plain path (CPU; CUDA: test_fast_paths_cuda.py).
 
 - fused q/k/v and gate/up projections (decoder.py), through adapters, quantization and moves;
 - ids kept on the device and read every few steps or a few steps late (decode/greedy.py), cut at the first EOS;
@@ -468,7 +468,7 @@ def test_static_step_logits_and_cache_writes_equal_the_plain_step(ckpt_untied):
 
 def test_in_bf16_the_static_steps_picks_are_the_plain_steps_argmaxes_up_to_rounding(ckpt_untied, static_step):
     """In bf16 the static and the plain step round differently (attention over the whole masked cache
-    or over the filled part), so their ids may part at a near tie (issue 16: on an H100 the captured
+    or over the filled part), so their ids may part at a near tie (on an H100 the captured
     step's ids left the plain step's at the second id). What holds: each id the static step picks is,
     fed back through the plain step, that step's argmax up to bf16 rounding."""
     engine = fresh(ckpt_untied, dtype="bf16")

@@ -1,4 +1,4 @@
-"""The captured CUDA-graph decode step (issue 6) on a GPU (CI has none; the CPU side: test_fast_paths.py).
+"""The captured CUDA-graph decode step on a GPU (CI has none; the CPU side: test_fast_paths.py).
 
 Three ways to decode: ``graph`` (the default on CUDA), ``static`` (the same static-shape step run
 eagerly: CUDA's path wherever no graph is captured) and ``plain`` (the plain step, projections apart,

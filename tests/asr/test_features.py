@@ -1,4 +1,4 @@
-"""Log-mel frontend (spec §3) against the official feature extractor, and the token-count formula."""
+"""Log-mel frontend (docs/model.md §4) against the official feature extractor, and the token-count formula."""
 
 import numpy as np
 import pytest

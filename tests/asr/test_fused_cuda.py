@@ -1,8 +1,8 @@
-"""The fused decoder kernels and the compiled step on a GPU (issue 16; the CPU side:
+"""The fused decoder kernels and the compiled step on a GPU (the CPU side:
 test_triton_fused.py, test_compiled_step.py).
 
 ``fused``: CUDA's default, our Triton kernels in prefill and decode; ``unfused``: the torch ops (the
-path before issue 16, ``TextDecoder.kernels = False``). In fp32 both give the plain step's ids; in
+path before the fused kernels, ``TextDecoder.kernels = False``). In fp32 both give the plain step's ids; in
 bf16 the attention sums (and rsqrt/exp approximations) differ, so only the first ids are compared,
 as test_fast_paths_cuda.py does for the static step. Captured or not, each path gives its own ids.
 """

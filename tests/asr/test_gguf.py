@@ -709,7 +709,7 @@ def test_non_bpe_tokenizer_is_refused(ckpt_untied, tmp_path):
         vocab.build()
 
 
-# --- malformed headers, absurd hyper-parameters, damaged values (issue 14, item 10) -----------------------
+# --- malformed headers, absurd hyper-parameters, damaged values -------------------------------------------
 
 
 def raw_gguf(path: Path, kv: bytes, n_kv: int) -> Path:

@@ -1,4 +1,4 @@
-"""A damaged GGUF header is one line naming the file and the real problem (issue 25 §4): the field a
+"""A damaged GGUF header is one line naming the file and the real problem: the field a
 cut-short file ends inside, and a tensor whose size or offset no model file can have (it used to be
 "truncated ... an interrupted download?" with a 49-digit byte offset, or Python's "unpack_from
 requires a buffer")."""

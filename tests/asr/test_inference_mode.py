@@ -1,6 +1,6 @@
-"""The engine inside ``torch.inference_mode()`` (issue 16), as library users call it.
+"""The engine inside ``torch.inference_mode()``, as library users call it.
 
-Every public entry point, and ``_run_pass``, on an engine that was not prepared (loading then happens
+Every public entry point, and ``Pipeline.run``, on an engine that was not prepared (loading then happens
 inside the caller's inference mode) and on one prepared before: each gives what it gives outside
 inference mode, and the model's weights stay ordinary tensors, so a later change of adapters or a
 fusion planned again (which re-point and view the weights outside inference mode) still works.

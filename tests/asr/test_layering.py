@@ -1,4 +1,4 @@
-"""The engine's layout (issue 17): no import circles, and each layer imports only the layers below it.
+"""The engine's layout: no import circles, and each layer imports only the layers below it.
 
 Layers, lowest first: the base modules (``errors``, ``config``, ``device``, ``limits``), ``text`` (tokenizer,
 prompt, output parsing) and ``nn`` (the network), then ``checkpoints`` (files → a model and its

@@ -1,4 +1,4 @@
-"""What the engine takes (issue 25 §4): device strings, the context and token budget limits of
+"""What the engine takes: device strings, the context and token budget limits of
 asr/limits.py at the engine's public face, and the budget a pass's audio and the model's positions allow."""
 
 from __future__ import annotations

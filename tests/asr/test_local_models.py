@@ -1,4 +1,4 @@
-"""Which local models a menu offers (issue 14, item 19): every Qwen3-ASR model in the Hugging Face
+"""Which local models a menu offers: every Qwen3-ASR model in the Hugging Face
 cache, known or not, and the folders the user chose, without the network and without other models."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Splitting of audio longer than one pass (spec §7) against the official splitter."""
+"""Splitting of audio longer than one pass (docs/model.md §8) against the official splitter."""
 
 import numpy as np
 import pytest

@@ -403,7 +403,7 @@ def test_an_adapter_without_lora_weights(tmp_path):
     assert check_adapter(adapter) == f"{adapter / 'adapter_model.safetensors'}: holds no LoRA weights"
 
 
-# --- regular expressions that never finish (issue 14, item 9) ---------------------------------------
+# --- regular expressions that never finish ----------------------------------------------------------
 
 BACKTRACKS = "(.*)*X"  # exponential in re against a 40-character module name: it would never finish
 

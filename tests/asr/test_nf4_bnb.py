@@ -1,5 +1,5 @@
 """Our NF4 (dictation/asr/tune/nf4.py) against an independent implementation: bitsandbytes'
-``quantize_4bit(quant_type="nf4")``, which runs on the CPU since bitsandbytes 0.46 (issue 18).
+``quantize_4bit(quant_type="nf4")``, which runs on the CPU since bitsandbytes 0.46.
 
 First level (64-value blocks, fp32 absmax): bitsandbytes and we must pick the very same 4-bit level
 for every value and the very same block scale. Its packing differs (the first value of a pair in the

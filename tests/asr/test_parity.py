@@ -1,6 +1,6 @@
 """Token-for-token parity with the official implementation (fp32, CPU) on tiny random checkpoints.
 
-The oracle is qwen-asr 0.0.6 on transformers 4.57.6 with windowed encoder attention (spec §4.6).
+The oracle is qwen-asr 0.0.6 on transformers 4.57.6 with windowed encoder attention (docs/model.md §5.5).
 Clips: under 1 s, between 1 and 8 s, and over 8 s (three attention windows).
 """
 
@@ -152,7 +152,7 @@ def test_tied_head_ignores_stored_lm_head(ckpt_root, engine_factory):
 
 
 def test_context_uses_the_original_qwen_split_not_the_patched_one(ckpt_untied, engine_factory):
-    """transformers 4.57.6 swaps in a "fixed Mistral" regex for local folders (spec §2.4); we tokenise
+    """transformers 4.57.6 swaps in a "fixed Mistral" regex for local folders (docs/model.md §2); we tokenise
     free text with the original Qwen regex the model was trained with."""
     audio = clip("short")
     context = "HelloWorld, don't you'll CamelCaseNames"

@@ -1,4 +1,4 @@
-"""Output parsing (spec §6.4), checked case by case and against the official parser."""
+"""Output parsing (docs/model.md §7.3), checked case by case and against the official parser."""
 
 import random
 

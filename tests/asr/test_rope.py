@@ -1,4 +1,4 @@
-"""Plain 1-D RoPE equals the checkpoint's interleaved MRoPE for speech positions (spec §5.3)."""
+"""Plain 1-D RoPE equals the checkpoint's interleaved MRoPE for speech positions (docs/model.md §6.2)."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""Streaming transcription (issue 6): windows encoded and prefilled while recording, same result."""
+"""Streaming transcription: windows encoded and prefilled while recording, same result."""
 
 from __future__ import annotations
 

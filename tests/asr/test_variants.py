@@ -296,6 +296,52 @@ def test_quantize_model_is_what_the_engine_runs(ckpt_untied):
         assert torch.equal(a, b), name
 
 
+@pytest.mark.parametrize(("variant", "dtype"), [("int8", "fp32"), ("int4", "fp32"), ("int8", "bf16")])
+def test_a_float_folder_loaded_as_a_variant_never_allocates_the_float_decoder(ckpt_untied, monkeypatch, variant, dtype):
+    """Quantized as it is read: when the model's storage is allocated (safetensors.allocate) the decoder's linear
+    layers are already integer layers, and the result is still quantize_model of the float model."""
+    from dictation.asr.checkpoints import safetensors
+
+    allocated = []
+    allocate = safetensors.allocate
+
+    def spy(module, device):
+        allocated.extend(n for n, m in module.decoder.named_modules() if isinstance(m, torch.nn.Linear))
+        return allocate(module, device)
+
+    monkeypatch.setattr(safetensors, "allocate", spy)
+    e = engine(ckpt_untied, variant=variant, dtype=dtype)
+    assert allocated == []
+    monkeypatch.setattr(safetensors, "allocate", allocate)
+    float_model = engine(ckpt_untied, dtype=dtype).model
+    quantize_model(float_model, variant)
+    for (name, a), (_, b) in zip(e.model.state_dict().items(), float_model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("source", ["prequantized int8", "prequantized int4", "at load int8", "at load int4"])
+def test_fused_quantized_projections_are_loaded_in_place(ckpt_untied, prequantized, source):
+    """q/k/v and gate/up load straight into the fused layer's tensors: the fusion adopts them (no
+    concatenated second copy of the decoder's integer weights, at the load's peak)."""
+    from dictation.asr.checkpoints.safetensors import load_model
+    from dictation.asr.config import AsrConfig
+
+    kind, variant = source.rsplit(" ", 1)
+    folder = prequantized[variant] if kind == "prequantized" else ckpt_untied
+    cfg = AsrConfig.from_file(folder / "config.json")
+    with torch.no_grad():
+        model = load_model(
+            folder, cfg, torch.device("cpu"), torch.float32, quantize=variant if kind == "at load" else None
+        )
+    tensor = "weight" if variant == "int8" else "qweight"
+    loaded = [getattr(model.decoder.layers[i].self_attn.q_proj, tensor).data_ptr() for i in range(2)]
+    loaded += [getattr(model.decoder.layers[i].mlp.gate_proj, tensor).data_ptr() for i in range(2)]
+    model.sync_weights()
+    fused = [getattr(model.decoder.layers[i].self_attn.fusion.layer, tensor).data_ptr() for i in range(2)]
+    fused += [getattr(model.decoder.layers[i].mlp.fusion.layer, tensor).data_ptr() for i in range(2)]
+    assert fused == loaded
+
+
 def test_the_settings_check_accepts_adapters_for_prequantized_and_gguf_models(prequantized, gguf_file, adapters):
     from dictation.asr.checkpoints.hub import check_model_folder
     from dictation.asr.tune.adapter_files import check_adapter

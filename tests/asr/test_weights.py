@@ -205,22 +205,24 @@ def test_fused_projections_load_in_place(ckpt_untied, dtype):
     assert torch.equal(mlp.fusion.weight[sizes[0] :], model.get_parameter("decoder.layers.1.mlp.up_proj.weight"))
 
 
-def test_loading_does_not_import_torch_dynamo(ckpt_untied):
-    """Building the model on the meta device must not run torch's Python meta kernels, whose first use
-    imports torch._dynamo: about a second of every app start."""
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_loading_does_not_import_torch_dynamo_or_sympy(ckpt_untied, variant):
+    """Building the model on the meta device and materialising it must not run torch's Python meta
+    kernels, whose first use imports torch._dynamo, nor ``empty_like`` on meta tensors, which imports
+    sympy (torch.fx's symbolic shapes): each about a second of every app start."""
     import subprocess
     import sys
 
     code = (
         "import sys; from dictation.asr import AsrEngine, EngineOptions; "
-        f"e = AsrEngine(EngineOptions(model={str(ckpt_untied)!r}, device='cpu', dtype='fp32')); e.prepare(); "
-        "print('torch._dynamo' in sys.modules)"
+        f"e = AsrEngine(EngineOptions(model={str(ckpt_untied)!r}, device='cpu', dtype='fp32', variant={variant!r})); "
+        "e.prepare(); print('torch._dynamo' in sys.modules, 'sympy' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "False", out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False False", out.stderr
 
 
-# --- config sizes, damaged files and special files (issue 14, item 10) --------------------------------
+# --- config sizes, damaged files and special files ----------------------------------------------------
 
 
 def edit_config(folder, change):

@@ -435,7 +435,7 @@ def test_take_samples_may_run_past_the_release_and_the_take_is_their_prefix():
     np.testing.assert_array_equal(early[: len(take.samples)], take.samples)
 
 
-# --- how far a take reaches back, known as it starts (issue 15, item 8) -------------------------------
+# --- how far a take reaches back, known as it starts --------------------------------------------------
 
 
 def test_start_gap_of_a_warm_stream_is_the_pre_roll():
@@ -515,7 +515,7 @@ def test_start_gap_is_none_when_the_first_block_does_not_come_in_time():
     recorder.cancel()
 
 
-# --- blocks delivered late (issue 25 §2): the callback thread waits for the GIL while the app imports
+# --- blocks delivered late: the callback thread waits for the GIL while the app imports
 # Qt and torch, so a block can arrive long after it was captured. Where a press lands in the stream
 # and how much after it is missing follow the stream's own clock, not the newest block's arrival.
 

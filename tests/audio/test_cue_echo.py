@@ -1,4 +1,4 @@
-"""The start cue, heard by the microphone, is kept out of the take (issue 14 item 20).
+"""The start cue, heard by the microphone, is kept out of the take.
 
 The cue here is always the real packaged start.wav. It is mixed into takes where it would have been
 heard (late or early against the time the player reported, as audio latencies are only estimates,

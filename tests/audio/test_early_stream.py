@@ -1,4 +1,4 @@
-"""The microphone opened before numpy (issue 25 §2): its blocks wait, with their arrival times, and
+"""The microphone opened before numpy: its blocks wait, with their arrival times, and
 the Recorder that takes the stream over later has them in its ring as if it had been open all along."""
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ def test_pruning_never_deletes_a_protected_recording(dictation_home):
     assert list_recordings() == [saved[0], saved[2], saved[3], saved[4]]
 
 
-# ---- a link in place of the recordings folder (issue 25, section 4) --------------------------------
+# ---- a link in place of the recordings folder ------------------------------------------------------
 
 
 def _linked_recordings(dictation_home, mode: int):

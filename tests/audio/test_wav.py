@@ -356,7 +356,7 @@ def test_write_wav_rejects_bad_input(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-# --- special files and absurd rates (issue 14, item 10) ---------------------------------------------------
+# --- special files and absurd rates -----------------------------------------------------------------------
 
 
 def _on_a_thread(fn, seconds: float = 30.0):

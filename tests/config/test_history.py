@@ -452,7 +452,7 @@ def test_streamed_is_a_field_and_old_shaped_writes_are_read_alike(history, db_pa
     assert history.get(first).streamed and history.get(first).timings == {"total": 0.1}
 
 
-# --- corrected entries: the user's own text, kept for training a personal adapter (issue 18) --------
+# --- corrected entries: the user's own text, kept for training a personal adapter -------------------
 
 
 def test_a_correction_replaces_the_text_and_marks_the_entry(history, db_path, tmp_path):

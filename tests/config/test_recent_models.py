@@ -1,4 +1,4 @@
-"""The model folders a user chose before (``engine.recent_models``; issue 14, item 19): kept in the
+"""The model folders a user chose before (``engine.recent_models``): kept in the
 settings file, newest first, bounded, and loaded tolerantly like every other list."""
 
 from __future__ import annotations

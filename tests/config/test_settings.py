@@ -46,7 +46,7 @@ def test_defaults_users_depend_on():
     assert s.output.restore_delay_ms >= 1000  # shorter delays lose pastes in slow apps (field notes)
     assert s.engine.idle_unload_minutes == 0
     assert s.transcription.language == "auto"
-    assert s.engine.stream_while_recording is True  # transcribing during speech (issue 6)
+    assert s.engine.stream_while_recording is True  # transcribing during speech
     assert s.general.live_preview is True
 
 

@@ -1,4 +1,4 @@
-"""Cold-start presses against the real app (issue 15, item 8): start `python -m dictation` on a fresh
+"""Cold-start presses against the real app: start `python -m dictation` on a fresh
 home, press the moment its command socket exists, play a tone burst into the virtual microphone at
 that press, let go, and measure how much of the burst the take's WAV holds.
 
@@ -274,7 +274,7 @@ def cold_start(way: str, xvfb: dict, pulse, home: Path, model: Path, burst: Path
             keyboard.close()
 
 
-# --- a press at a set time after the launch (issue 25 §2) ---------------------------------------------
+# --- a press at a set time after the launch -----------------------------------------------------------
 
 LATE_WARNING = re.compile(r"The recording began (\d+) ms after the press")
 STARTUP_LINE = re.compile(r"start-up: .*")

@@ -1,4 +1,4 @@
-"""A press in the first moment after launch (issue 15, item 8): the real app, started cold under
+"""A press in the first moment after launch: the real app, started cold under
 Xvfb with the virtual microphone, is pressed the moment its command socket exists, by `dictation
 start` and by the global hotkey, while a tone burst plays into the microphone; the take must hold
 the burst from its start (see `tests/e2e/coldstart.py`)."""
@@ -37,7 +37,7 @@ def test_a_press_as_the_socket_appears_records_from_the_press(
             assert run.reply["ok"] is True and run.reply["status"] == "recording" and "warning" not in run.reply
 
 
-# --- presses at set times after the launch (issue 25 §2) ------------------------------------------------
+# --- presses at set times after the launch --------------------------------------------------------------
 
 DELAYS_S = (0.5, 0.6, 1.0, 1.5)  # 0.3 s is the issue's aim, not met on 2 cores (docs/app.md)
 LONG_BURST_S = 3.0

@@ -1,4 +1,4 @@
-"""The real app killed mid-dictation, then started again (issue 14, items 3 and 4).
+"""The real app killed mid-dictation, then started again.
 
 `kill -9` while recording: the take was being written to disk as it was recorded, so the file
 holds all but the last half second, and its history entry waits, pending. `kill -9` or SIGTERM
@@ -8,7 +8,7 @@ has the focus.
 
 SIGTERM and Quit end the app within 2 s whatever the engine is doing (transcribing, loading, warming
 up: a torch call that cannot be interrupted), without Qt's "Destroyed while thread is still running"
-abort, and the take being transcribed stays for the next start (issue 25).
+abort, and the take being transcribed stays for the next start.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A day of real use (issue 25, section 6): the real app under Xvfb with a window manager (openbox),
+"""A day of real use: the real app under Xvfb with a window manager (openbox),
 a tray host, a gated virtual microphone (digital zeros between the clips), the x11 hotkey backend
 pressed through XTest and text pasted by xdotool into a real target window, through the patterns
 users hit, 42 dictations in all:

@@ -1,4 +1,4 @@
-"""A key event's X server stamp as this process's clock (issue 25 §2): a press is dated when it
+"""A key event's X server stamp as this process's clock: a press is dated when it
 happened, not when a thread busy behind the app's imports got to it."""
 
 from __future__ import annotations

@@ -275,7 +275,7 @@ def test_escape_is_taken_only_while_the_cancel_key_is_enabled(run):
 
 
 # (keys pressed, the bindings held afterwards): each release ends its own chord, no other, and no
-# earlier (issue 25 §4b: a release that ended every held chord left the final events the same)
+# earlier (a release that ended every held chord left the final events the same)
 HOLD_STEPS = [
     (("keydown", "F9"), {"ptt"}),
     (("key", "Escape"), {"ptt"}),  # Esc's release ends the cancel key alone
@@ -565,7 +565,7 @@ def test_doctor_names_a_hotkey_another_program_holds(xvfb_display, monkeypatch, 
 
 
 def test_each_report_carries_the_x_servers_time_of_its_key_event(run, target, xvfb_display):
-    """Issue 25 §2: the listener's thread may get to a press late (it waits for the GIL while the app
+    """The listener's thread may get to a press late (it waits for the GIL while the app
     imports Qt and torch); the press is dated by the X server's stamp, on this process's clock."""
     r = run()
     times = []
@@ -594,7 +594,7 @@ class EventTimes:
 
 
 def test_a_chord_held_at_the_start_counts_from_when_the_microphone_began(run, target, xvfb_display):
-    """Issue 25 §2: when a held chord went down is unknown; the app's early start says from when its
+    """When a held chord went down is unknown; the app's early start says from when its
     microphone hears (held_since), and the take reaches back to that."""
     target.focus()
     xdotool(xvfb_display, "keydown", "ctrl+alt+space")
@@ -608,7 +608,7 @@ def test_a_chord_held_at_the_start_counts_from_when_the_microphone_began(run, ta
 
 
 def test_a_chord_held_before_the_grabs_exist_is_caught_told_and_its_release_comes_to_us(run, target, xvfb_display):
-    """Issue 15, item 8: pressed while the app was still starting, the chord was lost without trace
+    """Pressed while the app was still starting, the chord was lost without trace
     (a grab starts only at a press) and its release went to the window."""
     target.focus()
     xdotool(xvfb_display, "keydown", "ctrl+alt+space")

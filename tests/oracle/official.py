@@ -6,7 +6,7 @@ CPU, and answers with the official code paths: the official processor (feature e
 audio-pad expansion), ``thinker.get_audio_features``, the thinker forward, ``model.generate``, the official
 ``batch_decode`` and ``parse_asr_output``.
 
-One deliberate change: the audio encoder attends within its 104-token (8 s) windows (spec §4.6). qwen-asr
+One deliberate change: the audio encoder attends within its 104-token (8 s) windows (docs/model.md §5.5). qwen-asr
 0.0.6 only honours the windows with FlashAttention-2; with sdpa/eager it attends over the whole clip. We
 register ``WINDOWED_ATTENTION`` with transformers' ``AttentionInterface`` (split q/k/v at ``cu_seq_lens_q``,
 bidirectional sdpa per window) and point the audio tower's ``_attn_implementation`` at it. Clips of at most
@@ -73,7 +73,7 @@ class OfficialOracle:
     ``fix_mistral_regex=True`` reproduces the official wrapper's processor load
     (``AutoProcessor.from_pretrained(path, fix_mistral_regex=True)``); for a local folder whose config.json says
     4.57.2 < transformers_version < 5 (our tiny checkpoints say 4.57.6) transformers 4.57.6 then swaps the Qwen
-    pre-tokenizer regex (spec §2.4 "loader quirk"), which changes how free *context* text is tokenised (e.g.
+    pre-tokenizer regex (docs/model.md §2 "loader quirk"), which changes how free *context* text is tokenised (e.g.
     CamelCase splits). ``fix_mistral_regex=False`` keeps the original Qwen regex (what the model was trained
     with, and what our engine implements). Fixed prompt tokens, the language suffix and decoding are the same.
 
@@ -160,7 +160,7 @@ class OfficialOracle:
         return inputs.to(self.model.device).to(self.model.dtype)
 
     def prompt_ids(self, audio: np.ndarray, context: str = "", language: str | None = None) -> list[int]:
-        """Prompt token ids incl. the expanded ``<|audio_pad|>`` run (spec §6.1)."""
+        """Prompt token ids incl. the expanded ``<|audio_pad|>`` run (docs/model.md §7.1)."""
         return self.inputs(audio, context, language)["input_ids"][0].tolist()
 
     # --- numbers --------------------------------------------------------------------------------------------

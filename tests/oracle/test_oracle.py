@@ -76,7 +76,7 @@ def test_synth_audio_is_deterministic_and_seed_dependent():
     assert 0.49 < np.abs(a).max() <= 0.5
 
 
-# --- tokenizer and prompt (spec §6.1) -------------------------------------------------------------------------
+# --- tokenizer and prompt (docs/model.md §7.1) -------------------------------------------------------------------
 
 
 def test_prompt_ids_without_context(oracle):
@@ -233,7 +233,7 @@ def test_transcribe_uses_official_decode_and_parse(oracle):
     assert forced_raw != raw
 
 
-# --- tied head (spec §2.1) ------------------------------------------------------------------------------------
+# --- tied head (docs/model.md §1) --------------------------------------------------------------------------------
 
 
 def test_tied_head_uses_embeddings_and_ignores_stored_lm_head(tied, oracle_tied, oracle):

@@ -1,4 +1,4 @@
-"""Measurement, not a test (no test_ prefix: run it by name). Issue 25 §1's race on purpose: each
+"""Measurement, not a test (no test_ prefix: run it by name). The back-to-back race on purpose: each
 text goes out and the next take's chord goes down 0-SPREAD s later, mostly into the paste itself.
 
     PYTHONPATH=$PWD python -m pytest -q -s tests/output/measure_back_to_back.py   # TAKES=40 SEED=25 SPREAD=0.25

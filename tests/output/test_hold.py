@@ -1,4 +1,4 @@
-"""Keys wait while a hotkey of ours is held (issue 25 §1), with an in-memory clipboard and keys that
+"""Keys wait while a hotkey of ours is held, with an in-memory clipboard and keys that
 record what the hold said at the moment they were sent. The real X server: test_hold_x11_real.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dictating back to back on a real X server (issue 25 §1): the real x11 hotkey backend, fed to the
+"""Dictating back to back on a real X server: the real x11 hotkey backend, fed to the
 hold as the app feeds it (`HotkeyInput`), the real output chain and a real target window under Xvfb.
 The chord is held with xdotool while a take's text is ready."""
 
@@ -90,7 +90,7 @@ TAKES = 20
 
 
 def test_twenty_takes_in_a_row_lose_nothing(xvfb, target, xclipboard, hotkeys):
-    """Issue 25's measurement: 20 dictations in a row, each pressed soon after the previous release;
+    """The first measurement: 20 dictations in a row, each pressed soon after the previous release;
     3 were lost, each one whose paste came while the next take's chord was already down. Here about
     half the texts are ready while it is down, the others before it goes down."""
     hold, _backend = hotkeys

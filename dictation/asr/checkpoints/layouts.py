@@ -25,7 +25,7 @@ from dictation.asr.config import AsrConfig
 ENDOFTEXT_ID, IM_END_ID, TIMESTAMP_ID, USER_TOKEN_ID = 151643, 151645, 151705, 872
 MROPE_SECTION = [24, 20, 20]  # every Qwen3-ASR text model (spec); with text positions only it is 1-D RoPE
 
-# The chat templates (written for this project from the prompt format, spec §6.1): the system turn holds
+# The chat templates (written for this project from the prompt format, docs/model.md §7.1): the system turn holds
 # the context text, the user turn one audio placeholder per audio item; the -hf one also renders an
 # assistant message (transformers 5 prefills "language X<asr_text>" as one, continue_final_message=True).
 _COLLECT = (

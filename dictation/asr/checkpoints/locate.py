@@ -4,7 +4,7 @@ Split from ``checkpoints/safetensors.py`` so that checking a model folder or a L
 does it while the user picks a folder) costs milliseconds: nothing here imports torch or numpy,
 and no tensor data is read, only the JSON header at the start of each safetensors file.
 
-Our parameter names are the checkpoint's with a prefix map (DESIGN.md §1.5), per layout:
+Our parameter names are the checkpoint's with a prefix map (docs/architecture.md, principle 5), per layout:
 
 - ``audio_tower.proj1/proj2.*``: ``thinker.audio_tower.proj1/proj2.*`` (original) or
   ``model.multi_modal_projector.linear_1/linear_2.*`` (``-hf``)

@@ -1,6 +1,6 @@
 """Locating, reading, validating and mapping a checkpoint's safetensors tensors.
 
-Our modules carry the checkpoint's names (DESIGN.md §1.5), so loading is a prefix map (the table
+Our modules carry the checkpoint's names (docs/architecture.md, principle 5), so loading is a prefix map (the table
 is in ``checkpoints/locate.py``, which also finds the files and reads their headers without torch).
 
 Loading is strict: a missing, unexpected or mis-shaped tensor is an error naming the file, the
@@ -9,11 +9,12 @@ tensor, and the expected and actual shapes. Pickle checkpoints are refused.
 
 from __future__ import annotations
 
+import json
 import logging
+import struct
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from dictation.asr.checkpoints.locate import (
     INDEX_FILE,
@@ -32,12 +33,26 @@ log = logging.getLogger(__name__)
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.dtype) -> AsrModel:
+def load_model(
+    folder: Path,
+    cfg: AsrConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    quantize: str | None = None,
+    group_size: int | None = None,
+) -> AsrModel:
     """Build the model without initialising it, then fill every parameter from the checkpoint.
 
     A pre-quantized folder (``cfg.quantization`` set from config.json's ``quantization_config``) gets
     the decoder's linear layers as empty Int8Linear / Int4Linear first, so their int8 / uint8 / float32
     tensors load as stored; every floating tensor loads into ``dtype``.
+
+    ``quantize`` ("int8" / "int4", a float folder only): the decoder's linear layers are quantized as
+    they are read, one stored tensor at a time, from the tensor cast to ``dtype`` (what
+    ``quantize_model`` on the model loaded in ``dtype`` gives, bit for bit); no float copy of them is
+    ever allocated, so the peak memory of a load-time quantization is the quantized model plus one
+    layer (docs/engine.md, "CPU memory").
 
     Nothing is allocated before config.json's sizes are checked against the files' headers (layer
     counts, then every tensor's shape), and every floating tensor is checked for NaN and infinity on
@@ -64,7 +79,8 @@ def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.
                 f"{files.tensor_files[ckpt_name]}: tensor {ckpt_name} has shape {tuple(headers[ckpt_name].shape)}, "
                 f"expected {shapes[ours]}"
             )
-    model = model.to(dtype).to_empty(device=device)
+    at_load = _quantize_at_load(model, cfg, quantize, group_size)  # weight name -> empty quantized module
+    model = allocate(model.to(dtype), device)
     model.eval().requires_grad_(False)
     model.decoder.allocate_fused()  # q/k/v and gate/up load straight into their fused tensors
     expected = {name: tensor for name, tensor in model.state_dict().items()}
@@ -75,23 +91,34 @@ def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.
     for ckpt_name in wanted:
         by_file.setdefault(files.tensor_files[ckpt_name], []).append(ckpt_name)
     for path, names in by_file.items():
-        with safe_open(str(path), framework="pt", device="cpu") as f:
+        with TensorReader(path) as f:
             for ckpt_name in names:
-                target = expected[wanted[ckpt_name]]
-                shape = tuple(f.get_slice(ckpt_name).get_shape())
-                if shape != tuple(target.shape):
-                    raise WeightsError(f"{path}: tensor {ckpt_name} has shape {shape}, expected {tuple(target.shape)}")
+                ours = wanted[ckpt_name]
+                shape = f.shape(ckpt_name)
+                if shape != shapes[ours]:
+                    raise WeightsError(f"{path}: tensor {ckpt_name} has shape {shape}, expected {shapes[ours]}")
+                if ours not in at_load and f.read_into(ckpt_name, expected[ours]):  # stored as held: no copy
+                    if expected[ours].is_floating_point():
+                        finite.append((path, ckpt_name, finite_flag(expected[ours])))
+                    continue
                 tensor = f.get_tensor(ckpt_name)
-                if wanted[ckpt_name] in quantized:
-                    if tensor.dtype != target.dtype:
-                        raise WeightsError(
-                            f"{path}: tensor {ckpt_name} is {tensor.dtype}, expected {target.dtype} "
-                            f"in a {variant} quantized folder"
-                        )
-                elif tensor.dtype not in FLOAT_DTYPES:
+                if tensor.dtype not in FLOAT_DTYPES and ours not in quantized:
                     raise WeightsError(
                         f"{path}: tensor {ckpt_name} is {tensor.dtype}; only bf16/fp16/fp32 checkpoints load here"
                         + _unmarked_hint(tensor.dtype, cfg)
+                    )
+                if ours in at_load:  # quantized now from the weight as the float model would hold it
+                    weight = tensor.to(device=device, dtype=dtype)
+                    del tensor
+                    finite.append((path, ckpt_name, finite_flag(weight)))
+                    at_load[ours].load_float(weight)
+                    del weight
+                    continue
+                target = expected[ours]
+                if ours in quantized and tensor.dtype != target.dtype:
+                    raise WeightsError(
+                        f"{path}: tensor {ckpt_name} is {tensor.dtype}, expected {target.dtype} "
+                        f"in a {variant} quantized folder"
                     )
                 target.copy_(tensor)
                 if target.is_floating_point():
@@ -102,6 +129,96 @@ def load_model(folder: Path, cfg: AsrConfig, device: torch.device, dtype: torch.
     # Non-persistent buffers were left uninitialised by to_empty(); compute them now.
     model.audio_tower.reset_buffers()
     return model
+
+
+def allocate(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``model.to_empty(device=device)`` without its ``empty_like`` on meta tensors, whose first call
+    imports sympy (torch.fx's symbolic shapes): about a second of every load, for nothing. The
+    strides are kept (the encoder's channels-last conv weights)."""
+    return model._apply(lambda t: torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=device))
+
+
+_DTYPES = {
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "I16": torch.int16,
+    "I32": torch.int32,
+    "I64": torch.int64,
+    "BOOL": torch.bool,
+}
+
+
+class TensorReader:
+    """Reads a safetensors file's tensors with plain reads, one at a time (its header was checked by
+    ``locate.read_header``). Not memory-mapped on purpose: the pages of a mapped file that were read
+    count towards the process's resident memory until it is unmapped, which put the whole file on top
+    of the model at the peak of a load (docs/engine.md, "CPU memory")."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by __exit__
+        (n,) = struct.unpack("<Q", self._file.read(8))
+        header = json.loads(self._file.read(n))
+        header.pop("__metadata__", None)
+        self._base = 8 + n
+        self._entries = header
+
+    def __enter__(self) -> TensorReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._entries[name]["shape"])
+
+    def dtype(self, name: str) -> torch.dtype:
+        stored = self._entries[name]["dtype"]
+        if stored not in _DTYPES:
+            raise WeightsError(f"{self.path}: tensor {name} has an unsupported dtype {stored}")
+        return _DTYPES[stored]
+
+    def _read(self, name: str, out: torch.Tensor) -> None:
+        begin, end = self._entries[name]["data_offsets"]
+        buffer = out.view(-1).view(torch.uint8).numpy()
+        self._file.seek(self._base + begin)
+        if end - begin != buffer.nbytes or self._file.readinto(buffer) != buffer.nbytes:
+            raise WeightsError(f"{self.path}: tensor {name} is truncated (an interrupted download?)")
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        """A new CPU tensor holding ``name``."""
+        out = torch.empty(self.shape(name), dtype=self.dtype(name))
+        self._read(name, out)
+        return out
+
+    def read_into(self, name: str, target: torch.Tensor) -> bool:
+        """Read ``name`` straight into ``target`` if it is a contiguous CPU tensor of the stored dtype and
+        shape (no intermediate copy); False, reading nothing, otherwise."""
+        if (
+            target.device.type != "cpu"
+            or target.dtype != self.dtype(name)
+            or tuple(target.shape) != self.shape(name)
+            or not target.is_contiguous()
+        ):
+            return False
+        self._read(name, target)
+        return True
+
+
+def _quantize_at_load(model: AsrModel, cfg: AsrConfig, variant: str | None, group_size: int | None) -> dict:
+    """Swap the (meta) model's quantizable decoder linears for empty quantized ones when ``variant`` asks
+    for load-time quantization of a float folder; returns {float weight name: the new module}."""
+    if variant is None or cfg.quantization is not None:
+        return {}
+    from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE
+    from dictation.asr.nn.quantized import empty_quantized
+
+    names = empty_quantized(model, variant, group_size=group_size or DEFAULT_GROUP_SIZE)
+    return {f"{name}.weight": model.get_submodule(name) for name in names}
 
 
 def finite_flag(tensor: torch.Tensor) -> torch.Tensor:
@@ -165,7 +282,7 @@ def match_tensors(
 
 
 def _log_tied_head(path: Path, name: str, model: AsrModel) -> None:
-    with safe_open(str(path), framework="pt", device="cpu") as f:
+    with TensorReader(path) as f:
         stored = f.get_tensor(name)
     embed = model.decoder.embed_tokens.weight
     same = stored.shape == embed.shape and torch.equal(stored.to(embed.dtype).to(embed.device), embed)

@@ -1,6 +1,6 @@
 """Greedy decoding: prefill, then one-token steps until an end-of-sequence id or the budget.
 
-Draft verification (issue 6): a *draft* is a guess at the output, e.g. the ids of a partial
+Draft verification: a *draft* is a guess at the output, e.g. the ids of a partial
 transcript of the audio so far. After the prefill picks the first token, the draft tokens are
 checked in one forward pass per up to ``VERIFY_CHUNK`` tokens instead of one pass per token; the
 longest prefix the model would have produced itself is kept, plus the model's own next token, and
@@ -9,7 +9,7 @@ decoding whatever the draft (up to float rounding of the batched pass, as with c
 CUDA each check (at most ``VERIFY_CHUNK`` ids) replays the captured graph of its row bucket
 (``AsrModel.forward_rows``).
 
-No host sync per token (issue 6): the ids stay on the device, each step's argmax feeding the next.
+No host sync per token: the ids stay on the device, each step's argmax feeding the next.
 On CUDA each id is copied to pinned host memory as soon as its step is queued, and the host checks
 it for EOS one step later (``READ_LAG``), while the next step already runs: the GPU never waits for
 the host, and one step is wasted after an EOS (it writes a cache position past the output, which
@@ -17,7 +17,7 @@ nothing reads). The CPU reads every id at once (it costs nothing there); other a
 every ``READ_EVERY`` steps. Either way the ids, ``stopped_on_eos`` and ``should_stop`` behave as if
 each token were checked before the next step.
 
-The decode step on CUDA (issue 6): always ``AsrModel.static_step`` (device position, k/v written by
+The decode step on CUDA: always ``AsrModel.static_step`` (device position, k/v written by
 index, attention over the whole static cache under a mask), captured once per cache as a CUDA graph
 and replayed per token (:class:`DecodeGraph`); captured again when the cache grows or the weights
 change (``AsrModel.weights_key``), dropped with the cache. Where it cannot be captured (unmerged
@@ -102,7 +102,7 @@ def greedy(
     start: int = 0,
     draft: Sequence[int] | None = None,
 ) -> Generation:
-    """Greedy decode after the prompt ``embeds [1, S, hidden]`` (spec §2.5: no sampling, no penalty).
+    """Greedy decode after the prompt ``embeds [1, S, hidden]`` (docs/model.md §3: no sampling, no penalty).
 
     ``start > 0``: the prompt's first ``start`` positions are already in the cache (``embeds`` is the rest).
 

@@ -1,4 +1,4 @@
-"""Audio longer than one pass (spec §7): split at the quietest point near the limit, join results.
+"""Audio longer than one pass (docs/model.md §8): split at the quietest point near the limit, join results.
 
 The official toolkit transcribes up to 20 minutes in one pass. Longer clips are cut near each
 20-minute mark, at the sample of least magnitude inside the quietest 100 ms within ±5 s, so no

@@ -1,6 +1,6 @@
-"""Transcribing while the user speaks (issue 6): encode and prefill each finished 8-s window early.
+"""Transcribing while the user speaks: encode and prefill each finished 8-s window early.
 
-The encoder never attends across 8-s windows (800 mel frames → 104 audio tokens, spec §4.4) and its
+The encoder never attends across 8-s windows (800 mel frames → 104 audio tokens, docs/model.md §5.4) and its
 conv stack works on 1-s chunks inside them (§4.1), so a window's audio embeddings depend only on its
 own features. The decoder is causal, so the prompt up to the end of a window can sit in the KV cache
 before later audio exists. :class:`StreamingTranscription` does that work in :meth:`feed`; at

@@ -1,4 +1,4 @@
-"""The decode step compiled by ``torch.compile``: an option beside the fused Triton kernels (issue 16).
+"""The decode step compiled by ``torch.compile``: an option beside the fused Triton kernels.
 
 Inductor fuses the step's elementwise work into a few generated kernels, as gpt-fast does: static
 shapes (the cache size), ``fullgraph=True``, compiled at the first use (the warm-up's decode step:

@@ -1,8 +1,8 @@
-"""Qwen3 text decoder (spec §5): RMSNorm, attention with q/k norm + RoPE + GQA, SwiGLU MLP.
+"""Qwen3 text decoder (docs/model.md §6): RMSNorm, attention with q/k norm + RoPE + GQA, SwiGLU MLP.
 
 Module names follow the checkpoint's ``thinker.model.*`` tensors.
 
-Fused projections (issue 6): q/k/v and gate/up each run as ONE matmul. The per-module layers
+Fused projections: q/k/v and gate/up each run as ONE matmul. The per-module layers
 (``q_proj`` ... ``up_proj``) stay what loading, quantization, adapters and ``state_dict`` see; a
 :class:`Fusion` beside them holds the stacked weight, and the members' own weights are re-pointed
 to row views of it, so every weight is stored once and an in-place change of a member (a merged
@@ -14,7 +14,7 @@ are still the same modules) and fully at the start of every pass (``TextDecoder.
 same modules, same tensor addresses, same quantized-layer versions); whatever changed is planned
 again. Moving or casting the model (``_apply``) drops the fusion, to be rebuilt on the next use.
 
-Fused kernels (issue 16, fused.py): where they run (CUDA by default), each layer is ``forward_fused``:
+Fused kernels (kernels/fused.py): where they run (CUDA by default), each layer is ``forward_fused``:
 the residual add and the RMSNorm after it are one kernel, q/k norm + RoPE + the KV-cache write
 another (in the decode step together with the attention over the filled cache), SiLU * up a third;
 the projections stay what they are (float, int8/int4, adapters). The residual stream is carried as
@@ -50,7 +50,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32, cast back, then scale: the reference's exact order (spec §5.2).
+        # Normalise in float32, cast back, then scale: the reference's exact order (docs/model.md §6.1).
         x32 = x.float()
         y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * y.to(x.dtype)
@@ -557,6 +557,9 @@ class TextDecoder(nn.Module):
         copy of most of the decoder). Called by ``weights.load_model`` before it fills the weights."""
         for group in self._groups():
             members = group._members()
+            if group.fuse and isinstance(members[0], quantized.QUANT_MODULES):
+                quantized.allocate_rows(members)  # a pre-quantized folder, or quantized as it is read
+                continue
             if not (group.fuse and _float_fusable(members)) or _adjacent_rows(members) is not None:
                 continue
             first = members[0].weight

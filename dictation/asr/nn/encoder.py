@@ -1,4 +1,4 @@
-"""Audio encoder ("AuT", spec §4): chunked conv stack, per-chunk positions, windowed attention.
+"""Audio encoder ("AuT", docs/model.md §5): chunked conv stack, per-chunk positions, windowed attention.
 
 Module names follow the checkpoint (``audio_tower.conv2d1``, ``layers.N.self_attn.q_proj`` ...),
 so loading is a prefix map.
@@ -18,7 +18,7 @@ from dictation.asr.nn.features import conv_out_len, n_audio_tokens
 # Chunks per conv batch: a memory bound (no numeric effect). 100 one-second chunks of the first
 # conv's output are 600 MB in fp32; the checkpoint's 500 would be 3 GB for long clips.
 CONV_BATCH = 100
-# Buckets (issue 16): on CUDA a clip of at least one chunk is encoded padded to the smallest of these
+# Buckets: on CUDA a clip of at least one chunk is encoded padded to the smallest of these
 # numbers of 8-s attention windows that holds it, as one CUDA graph per bucket (graphs.StaticCall), so
 # that what is left of the encoder at release is a few launches. Longer clips run uncaptured, padded
 # to whole windows. The padding is exact: chunks, rows and windows are computed independently (the
@@ -31,7 +31,7 @@ BUCKETED: bool | None = None
 # False: never capture (the bucketed computation then runs eagerly on CUDA).
 USE_ENCODER_GRAPH = True
 # On the CPU the three conv weights are kept channels-last: oneDNN then runs the 480-channel stride-2
-# convs, a third of the 0.6B encoder's time, about 20 % faster (issue 16: the convs of a 10-s clip,
+# convs, a third of the 0.6B encoder's time, about 20 % faster (measured: the convs of a 10-s clip,
 # 2 cores, 380 -> 300 ms; the official encoder keeps PyTorch's default layout). The results differ from
 # the default layout's only by float rounding (3e-7 on that clip), and a chunk's rows stay the same
 # whatever batch of chunks it runs in (AudioEncoder._first_conv). CUDA keeps the default layout
@@ -40,7 +40,7 @@ CHANNELS_LAST_ON_CPU = True
 
 
 def sinusoid_table(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
-    """``[length, channels]``: sin block then cos block (spec §4.2), computed in float32."""
+    """``[length, channels]``: sin block then cos block (docs/model.md §5.2), computed in float32."""
     increment = math.log(max_timescale) / (channels // 2 - 1)
     inv = torch.exp(-increment * torch.arange(channels // 2).float())
     t = torch.arange(length)[:, None] * inv[None, :]
@@ -189,7 +189,7 @@ class AudioEncoder(nn.Module):
         return y.reshape(-1, y.shape[-1])[:n_tokens]
 
     def attention_window(self, frames: int) -> int:
-        """Tokens per attention block: 104 (8 s) for clips of at least a chunk (spec §4.4)."""
+        """Tokens per attention block: 104 (8 s) for clips of at least a chunk (docs/model.md §5.4)."""
         c = self.cfg.chunk_frames
         per_chunk = conv_out_len(c if frames >= c else frames)
         return per_chunk * (self.cfg.n_window_infer // c)

@@ -1,4 +1,4 @@
-"""Log-mel frontend (spec §3): Whisper-style features without the 30-s padding.
+"""Log-mel frontend (docs/model.md §4): Whisper-style features without the 30-s padding.
 
 One clip at a time, in float32 on the engine's device. This reproduces the official
 single-clip features exactly: periodic Hann(400), hop 160, centred reflect padding, the
@@ -67,14 +67,14 @@ def n_frames(n_samples: int) -> int:
 
 
 def conv_out_len(length: int) -> int:
-    """Length after the encoder's three k3/s2/p1 convolutions (spec §4.2)."""
+    """Length after the encoder's three k3/s2/p1 convolutions (docs/model.md §5.2)."""
     for _ in range(3):
         length = (length - 1) // 2 + 1
     return length
 
 
 def n_audio_tokens(frames: int, chunk_frames: int = 100) -> int:
-    """Audio tokens the encoder emits for ``frames`` mel frames (spec §4.3): 13 per full second."""
+    """Audio tokens the encoder emits for ``frames`` mel frames (docs/model.md §5.3): 13 per full second."""
     full, tail = divmod(frames, chunk_frames)
     return full * conv_out_len(chunk_frames) + (conv_out_len(tail) if tail else 0)
 

@@ -1,4 +1,4 @@
-"""Every CUDA graph of the engine (issue 16): whole computations with static shapes captured once and
+"""Every CUDA graph of the engine: whole computations with static shapes captured once and
 replayed, and the GPU timing the kernel choices use.
 
 - :class:`StaticCall`: static input buffers and ``fn`` run on them, captured as one CUDA graph: the

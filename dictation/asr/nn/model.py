@@ -19,7 +19,7 @@ PREFILL_CHUNK = 1024
 # Positions reserved for generated tokens at prefill; the cache grows in steps of this size.
 DECODE_RESERVE = 512
 CACHE_ROUND = 512
-# Prefill buckets (issue 16): on CUDA a prompt prefilled from position 0 that fits one of these lengths
+# Prefill buckets: on CUDA a prompt prefilled from position 0 that fits one of these lengths
 # runs padded to the smallest that holds it, as one CUDA graph per bucket (graphs.StaticCall), so that
 # the prefill at release is a few launches. Padding goes after the prompt, where the causal attention
 # keeps it from every prompt position; the cache positions it writes are overwritten before any step
@@ -29,7 +29,7 @@ PREFILL_BUCKETS = (64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896
 PREFILL_BUCKETED: bool | None = None
 # False: never capture (the bucketed prefill and rows then run eagerly on CUDA).
 USE_PREFILL_GRAPH = True
-# Row buckets (issue 16): on CUDA, decoder work that continues a prompt already in the cache (the
+# Row buckets: on CUDA, decoder work that continues a prompt already in the cache (the
 # prompt tail at a streaming finish or preview, an 8-s window extended while the user speaks, a draft
 # check) runs padded to the smallest of these lengths that holds it, as one CUDA graph per bucket
 # that takes its first position as a device tensor (AsrModel.forward_rows): attention spans the whole
@@ -47,7 +47,7 @@ class AsrModel(nn.Module):
         self.cfg = cfg
         self.audio_tower = AudioEncoder(cfg.audio)
         self.decoder = TextDecoder(cfg.text)
-        # Tie rule (spec §2.1): text_config.tie_word_embeddings decides; a stored lm_head is then ignored.
+        # Tie rule (docs/model.md §1): text_config.tie_word_embeddings decides; a stored lm_head is then ignored.
         self.lm_head = (
             None if cfg.text.tie_word_embeddings else nn.Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
         )
@@ -361,7 +361,7 @@ class AsrModel(nn.Module):
     @torch.inference_mode()
     def forward_tokens(self, tokens: torch.Tensor, position: int) -> torch.Tensor:
         """Tokens ``[k]`` at positions ``position .. position+k-1`` → logits ``[k, vocab]``: row ``i`` is
-        the next-token logits after ``tokens[: i + 1]`` (draft verification, see :func:`generate.greedy`).
+        the next-token logits after ``tokens[: i + 1]`` (draft verification, see :func:`decode.greedy.greedy`).
 
         Writes the k positions into the cache like ``k`` calls of :meth:`step`; attention sees only
         positions ``< position + k``, so entries a later call does not overwrite stay invisible to it."""

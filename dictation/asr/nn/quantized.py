@@ -307,6 +307,18 @@ class _QuantLinear(nn.Module):
     def dequantize(self) -> torch.Tensor:
         raise NotImplementedError
 
+    def load_float(self, weight: torch.Tensor) -> None:
+        """Quantize the float ``weight [out, in]`` into this layer's own buffers, as ``from_weight``
+        would (loading a float folder as int8/int4 without a float copy: checkpoints/safetensors.py)."""
+        with torch.inference_mode(False), torch.no_grad():
+            fresh = self.from_weight(weight.to(getattr(self, self._TENSORS[0]).device), **self._quant_kwargs())
+            for name in self._TENSORS:
+                getattr(self, name).copy_(getattr(fresh, name))
+        self.clear_cache()
+
+    def _quant_kwargs(self) -> dict:
+        return {}
+
     def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         return self.dequantize().to(dtype)
 
@@ -474,6 +486,9 @@ class Int4Linear(_QuantLinear):
             module.prepare(compute_dtype)
         return module
 
+    def _quant_kwargs(self) -> dict:
+        return {"group_size": self.group_size}
+
     def dequantize(self) -> torch.Tensor:
         return self._dequantized(torch.float32)
 
@@ -579,7 +594,10 @@ def fuse_rows(layers: Sequence[_QuantLinear]) -> _QuantLinear:
         fused = Int8Linear(first.in_features, out_features, device="meta")
     with torch.inference_mode(False), torch.no_grad():
         for name in first._TENSORS:
-            whole = torch.cat([getattr(layer, name) for layer in layers])
+            parts = [getattr(layer, name) for layer in layers]
+            whole = stacked_rows(parts)  # loaded in place (allocate_rows): adopted, not copied
+            if whole is None:
+                whole = torch.cat(parts)
             setattr(fused, name, whole)
             start = 0
             for layer in layers:
@@ -588,6 +606,36 @@ def fuse_rows(layers: Sequence[_QuantLinear]) -> _QuantLinear:
     for layer in layers:
         layer.clear_cache()  # their kernel layouts are not needed while the fused layer serves them
     return fused
+
+
+def stacked_rows(parts: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """``torch.cat(parts)`` without copying, if ``parts`` are consecutive contiguous row blocks of one
+    storage that holds nothing else (:func:`allocate_rows`, decoder.allocate_fused); else None."""
+    storage, offset = parts[0].untyped_storage(), 0
+    for t in parts:
+        if t.untyped_storage().data_ptr() != storage.data_ptr() or t.storage_offset() != offset:
+            return None
+        offset += t.numel() if t.is_contiguous() else -1
+    if storage.device.type == "meta" or offset * parts[0].element_size() != storage.nbytes():
+        return None
+    shape = (sum(t.shape[0] for t in parts), *parts[0].shape[1:])
+    return parts[0].detach().as_strided(shape, parts[0].stride(), 0)
+
+
+def allocate_rows(layers: Sequence[_QuantLinear]) -> None:
+    """Give fusable ``layers`` one uninitialised tensor per stored tensor, each layer its consecutive
+    rows, so that loading writes straight into the layout :func:`fuse_rows` adopts (no copy)."""
+    if not all(layers[0].fusable_with(layer) for layer in layers):
+        return
+    with torch.inference_mode(False), torch.no_grad():
+        for name in layers[0]._TENSORS:
+            parts = [getattr(layer, name) for layer in layers]
+            rows = sum(t.shape[0] for t in parts)
+            whole = torch.empty((rows, *parts[0].shape[1:]), dtype=parts[0].dtype, device=parts[0].device)
+            for layer, block in zip(layers, whole.split([t.shape[0] for t in parts]), strict=True):
+                layer._buffers[name] = block
+    for layer in layers:
+        layer.clear_cache()
 
 
 def kernel_cache_bytes(model: nn.Module) -> int:

@@ -1,4 +1,4 @@
-"""Rotary position embedding for the decoder (spec §5.3).
+"""Rotary position embedding for the decoder (docs/model.md §6.2).
 
 The checkpoint's config describes *interleaved MRoPE* with sections ``[24, 20, 20]``: frequency
 ``j`` of the 64 takes its angle from position row T, H or W depending on ``j % 3``. MRoPE exists

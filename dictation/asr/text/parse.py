@@ -1,4 +1,4 @@
-"""The model's raw output → (language, text) (spec §6.4): the ``language X<asr_text>`` prefix, a
+"""The model's raw output → (language, text) (docs/model.md §7.3): the ``language X<asr_text>`` prefix, a
 forced language, runs of repeated characters or phrases collapsed, and control characters other
 than newline and tab removed (`dictation.textclean`: typed into a terminal they would act).
 """

@@ -1,4 +1,4 @@
-"""The chat template, the context and the forced language: prompt ids for one pass (spec §6), and
+"""The chat template, the context and the forced language: prompt ids for one pass (docs/model.md §7), and
 generated ids back to text. The tokenizer itself: ``tokenizer.py``; parsing the text: ``parse.py``.
 """
 
@@ -25,7 +25,7 @@ from dictation.asr.text.tokenizer import (
 log = logging.getLogger(__name__)
 
 
-# (name, ISO code) of the 30 languages a transcription can be forced to (spec §6.5).
+# (name, ISO code) of the 30 languages a transcription can be forced to (docs/model.md §7.4).
 LANGUAGES: tuple[tuple[str, str], ...] = (
     ("Chinese", "zh"),
     ("English", "en"),
@@ -156,7 +156,7 @@ class PromptBuilder:
         return context
 
     def prompt_ids(self, n_audio_tokens: int, *, context: str = "", language: str | None = None) -> list[int]:
-        """The official chat template (spec §6.1) with ``n_audio_tokens`` audio pads.
+        """The official chat template (docs/model.md §7.1) with ``n_audio_tokens`` audio pads.
 
         The system turn carries the context and is always present, even when empty; the user
         turn holds only the audio; a forced language prefills ``language X<asr_text>``.

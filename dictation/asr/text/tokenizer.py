@@ -1,7 +1,7 @@
-"""The checkpoint's own tokenizer: byte-level BPE read with the ``tokenizers`` library (spec §2.4, §6).
+"""The checkpoint's own tokenizer: byte-level BPE read with the ``tokenizers`` library (docs/model.md §2, §7).
 
 Free text (the context) is split with the original Qwen regex, not the "fixed Mistral" regex that
-transformers 4.57.6 swaps in for some local folders (spec §2.4): the model was trained on the
+transformers 4.57.6 swaps in for some local folders (docs/model.md §2): the model was trained on the
 former.
 """
 
@@ -50,7 +50,7 @@ def load_tokenizer(folder: Path, vocab_size: int | None = None) -> tuple[Tokeniz
             tok = Tokenizer.from_file(str(json_path))
         except Exception as exc:  # the tokenizers library raises plain Exception subclasses
             raise ModelError(f"{json_path}: unreadable ({_first_line(exc)})") from None
-        # Use the original Qwen split even if a saved file carries another regex (spec §2.4).
+        # Use the original Qwen split even if a saved file carries another regex (docs/model.md §2).
         tok.pre_tokenizer = _qwen_pre_tokenizer()
     else:
         vocab, merges = folder / "vocab.json", folder / "merges.txt"

@@ -29,6 +29,7 @@ from safetensors import safe_open
 
 from dictation.asr.checkpoints.gguf import export
 from dictation.asr.checkpoints.gguf.quantize import WRITABLE, encode_chunks
+from dictation.asr.checkpoints.gguf.vocab import vocab_metadata
 from dictation.asr.checkpoints.gguf.writer import PlannedTensor, write_gguf
 from dictation.asr.checkpoints.hub import resolve_model
 from dictation.asr.checkpoints.layouts import OWN_FILES, layout_files
@@ -217,15 +218,15 @@ def _write_gguf(
     if source.tied and not source.untie:
         shapes.pop("lm_head.weight", None)
     tokenizer, _ = load_tokenizer(source.folder, cfg.text.vocab_size)
-    vocab = export.vocab_metadata(tokenizer, cfg.text.vocab_size)
+    vocab = vocab_metadata(tokenizer, cfg.text.vocab_size, source.folder)
     name = source.folder.name + (f" + {', '.join(a.label for a in source.adapters)}" if source.adapters else "")
     plans = export.plan(cfg, shapes, vocab, requested, layout, name=name, quantize_all=quantize_all)
     total = sum(len(p.tensors) for p in plans)
     done = 0
 
     def produce(t: PlannedTensor):
-        if t.source == export.POSITION_TABLE:
-            return export.position_table(*t.shape)
+        if t.source in export.CONSTANTS:
+            return export.constant(t.source, t.shape)
         tensor = source.read(t.source)
         return encode_chunks(tensor.reshape(t.shape), t.type_name)
 

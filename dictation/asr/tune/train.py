@@ -1,4 +1,4 @@
-"""Training a LoRA adapter on a loaded model (issue 18): LoRA on a float or NF4 base, then a PEFT folder.
+"""Training a LoRA adapter on a loaded model: LoRA on a float or NF4 base, then a PEFT folder.
 
 The recipe is QLoRA's: the base model is frozen, either in its floating dtype (``bits=16``) or with
 the decoder's linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices
@@ -131,10 +131,6 @@ class TrainResult:
     base_bytes_per_parameter: float | None = None  # the NF4 base's decoder linears (bits=4)
     lora: dict[str, LoraTrainLinear] = field(default_factory=dict)
     resumed_at: int = 0  # the step a resumed run went on from (0: from the start)
-
-    @property
-    def steps_per_s(self) -> float:
-        return (len(self.losses) - self.resumed_at) / self.seconds if self.seconds else 0.0
 
     @property
     def tokens_per_s(self) -> float:

@@ -106,4 +106,4 @@ MMPROJ_KEYS = {
     "audio.encoder_ffn_dim": "clip.audio.feed_forward_length",
     "audio.output_dim": "clip.audio.projection_dim",
 }
-AUDIO_HEAD_DIM = 64  # every Qwen3-ASR audio tower (spec §2.1); used only when a file omits the head count
+AUDIO_HEAD_DIM = 64  # every Qwen3-ASR audio tower (docs/model.md §1); used only when a file omits the head count

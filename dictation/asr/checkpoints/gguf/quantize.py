@@ -14,7 +14,10 @@ gguf-py reproduces bit for bit; ours give the same bytes (tests/asr/test_convert
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -42,28 +45,90 @@ def fits(type_name: str, shape: tuple[int, ...]) -> bool:
 
 def encode(tensor: torch.Tensor, type_name: str) -> np.ndarray:
     """``tensor`` (any float dtype) as the bytes of ``type_name``: uint8, ``[rows, bytes per row]``."""
-    t = tensor.detach().cpu()
-    rows = t.reshape(-1, t.shape[-1]) if t.dim() else t.reshape(1, 1)
-    if type_name == "F32":
-        return rows.float().numpy().view(np.uint8)
-    if type_name == "F16":
-        return rows.half().numpy().view(np.uint8)
-    if type_name == "BF16":
-        return rows.bfloat16().view(torch.int16).numpy().view(np.uint8)
-    encoder = _BLOCK_ENCODERS.get(type_name) or kquants.ENCODERS.get(type_name)
-    if encoder is None:
-        raise ValueError(f"cannot write {type_name}")
-    x = rows.float().numpy()
-    return encoder(x.reshape(-1, kind(type_name).block_size)).reshape(x.shape[0], -1)
+    rows = _rows(tensor)
+    return np.concatenate([p.reshape(-1) for p in encode_chunks(rows, type_name)]).reshape(rows.shape[0], -1)
 
 
 def encode_chunks(tensor: torch.Tensor, type_name: str, chunk_values: int = 1 << 22) -> Iterator[np.ndarray]:
-    """``encode`` in slices of whole rows of about ``chunk_values`` values, so the float32 temporaries of
-    a large matrix (the embeddings: 311M values in the 1.7B model) never exist at full size."""
-    rows = tensor.reshape(-1, tensor.shape[-1]) if tensor.dim() else tensor.reshape(1, 1)
-    step = max(1, chunk_values // max(1, rows.shape[1]))
-    for start in range(0, rows.shape[0], step):
-        yield encode(rows[start : start + step], type_name)
+    """``encode``'s bytes in order, in parts: the float types in slices of whole rows of about
+    ``chunk_values`` values, the block types piece by piece as a thread per core finishes them (each piece
+    widened to float32 by the thread that encodes it). The float32 temporaries of a large matrix (the
+    embeddings: 311M values in the 1.7B model) never exist at full size."""
+    rows = _rows(tensor)
+    if type_name in FLOAT_ENCODERS:
+        step = max(1, chunk_values // max(1, rows.shape[1]))
+        for start in range(0, rows.shape[0], step):
+            yield FLOAT_ENCODERS[type_name](rows[start : start + step])
+        return
+    encoder = _BLOCK_ENCODERS.get(type_name) or kquants.ENCODERS.get(type_name)
+    if encoder is None:
+        raise ValueError(f"cannot write {type_name}")
+    blocks = rows.reshape(-1, kind(type_name).block_size)
+    step = max(1, _PIECE_VALUES["K" if type_name in kquants.ENCODERS else "legacy"] // blocks.shape[1])
+    yield from _in_pieces(encoder, blocks, step)
+
+
+def _rows(tensor: torch.Tensor) -> torch.Tensor:
+    t = tensor.detach().cpu()
+    return t.reshape(-1, t.shape[-1]) if t.dim() else t.reshape(1, 1)
+
+
+FLOAT_ENCODERS: dict[str, Callable[[torch.Tensor], np.ndarray]] = {
+    "F32": lambda rows: rows.float().numpy().view(np.uint8),
+    "F16": lambda rows: rows.half().numpy().view(np.uint8),
+    "BF16": lambda rows: rows.bfloat16().view(torch.int16).numpy().view(np.uint8),
+}
+# Values per piece a thread encodes at a time: the K-quants' temporaries (6 arrays of float32) stay near a
+# core's L2 cache, and numpy's per-call cost stays small beside the work; the block types' few
+# temporaries are re-used by the allocator instead of faulted in anew for every chunk.
+_PIECE_VALUES = {"K": 1 << 18, "legacy": 1 << 15}
+_AHEAD = 4  # pieces queued per thread beyond the one it works on
+_pool: ThreadPoolExecutor | None = None
+
+
+def _workers() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def _float32(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's values as float32 in numpy; bf16 widened by its bits (exact, and in numpy: no torch
+    threads started from the encoding threads)."""
+    if t.dtype == torch.float32:
+        return t.numpy()
+    if t.dtype == torch.bfloat16:
+        return (t.view(torch.int16).numpy().view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return t.numpy().astype(np.float32)
+
+
+def _in_pieces(encoder: Callable[[np.ndarray], np.ndarray], blocks: torch.Tensor, step: int) -> Iterator[np.ndarray]:
+    """``encoder`` over ``blocks`` [B, block values] in pieces of ``step`` blocks, in order, on a thread per
+    core (numpy lets go of the GIL inside each call) with a few pieces queued ahead, under
+    ``np.errstate(all="ignore")``: values near float32's limits overflow in the K-quants' fits, as they
+    do in ggml, and give what ggml gives."""
+    global _pool
+
+    def encode_piece(piece: torch.Tensor) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return encoder(_float32(piece))
+
+    pieces = (blocks[i : i + step] for i in range(0, max(1, blocks.shape[0]), step))
+    if blocks.shape[0] <= step or _workers() == 1:
+        yield from map(encode_piece, pieces)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="gguf-encode")
+    queued: deque[Future[np.ndarray]] = deque()
+    try:
+        for piece in pieces:
+            queued.append(_pool.submit(encode_piece, piece))
+            if len(queued) > _workers() * (1 + _AHEAD):
+                yield queued.popleft().result()
+        while queued:
+            yield queued.popleft().result()
+    finally:
+        for future in queued:
+            future.cancel()
 
 
 def _inverse(d: np.ndarray) -> np.ndarray:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, models
 
@@ -139,3 +141,109 @@ class GgufVocab:
             if tok.token_to_id(content) != i:
                 raise ModelError(f"{src}: could not place added token {content!r} at id {i}")
         return tok, [content for _, content, _, _ in entries]
+
+
+# --- writing: the vocabulary as llama.cpp's converter stores it ------------------------------------------------
+# (ggml-org/llama.cpp ``conversion/base.py`` ``get_vocab_base`` / ``does_token_look_special`` and
+# ``gguf-py/gguf/vocab.py`` ``SpecialVocab``; ``conversion/qwen3vl.py`` ``Qwen3ASRTextModel.set_vocab``.)
+
+IM_END = "<|im_end|>"
+# The chat template llama.cpp's converter writes for Qwen3-ASR in place of the model's own (plain ChatML:
+# llama.cpp's mtmd puts the audio markers into the prompt itself); docs/engine.md, "GGUF".
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+_SPECIAL_KINDS = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
+
+
+def looks_special(content: str) -> bool:
+    """An added token llama.cpp's converter stores as CONTROL although the tokenizer does not mark it special
+    (``<|fim_prefix|>`` ... ``<|file_sep|>`` in Qwen's vocabulary)."""
+    return (
+        content in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+        or (content.startswith("<|") and content.endswith("|>"))
+        or (content.startswith("<｜") and content.endswith("｜>"))
+        or (content.startswith("<unused") and content.endswith(">"))
+    )
+
+
+def vocab_metadata(tokenizer: Tokenizer, vocab_size: int, folder: Path | None = None) -> dict[str, Any]:
+    """``tokenizer.ggml.*`` for a byte-level BPE: every id up to ``vocab_size`` (``[PAD<id>]`` where the
+    tokenizer has none), llama.cpp's token types, the merges in rank order, ``<|im_end|>`` as EOS and BOS,
+    the other special ids and add_*_token flags as llama.cpp's converter reads them from ``folder``."""
+    model = json.loads(tokenizer.to_str())["model"]
+    tokens = [f"[PAD{i}]" for i in range(vocab_size)]
+    types = [TOKEN_UNUSED] * vocab_size
+    for token, i in model["vocab"].items():
+        if i < vocab_size:
+            tokens[i], types[i] = token, TOKEN_NORMAL
+    for i, added in tokenizer.get_added_tokens_decoder().items():
+        if i < vocab_size and not added.content.startswith("<|unused_"):
+            tokens[i] = added.content
+            special = added.special or looks_special(added.content)
+            types[i] = TOKEN_CONTROL if special else TOKEN_USER_DEFINED
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    meta: dict[str, Any] = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "qwen2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": merges,
+    }
+    ids, add = _special_tokens(folder, vocab_size) if folder is not None else ({}, {})
+    eos = tokenizer.token_to_id(IM_END)
+    if eos is not None and eos < vocab_size:  # Qwen3ASRTextModel.set_vocab: <|im_end|> is BOS and EOS
+        ids |= {"bos": eos, "eos": eos}
+    for kind in _SPECIAL_KINDS:
+        if kind in ids:
+            meta[f"tokenizer.ggml.{'padding' if kind == 'pad' else kind}_token_id"] = ids[kind]
+    for kind, value in add.items():
+        meta[f"tokenizer.ggml.add_{kind}_token"] = value
+    return meta
+
+
+def _special_tokens(folder: Path, vocab_size: int) -> tuple[dict[str, int], dict[str, bool]]:
+    """Special ids (``bos``, ``pad``, ...) and add_*_token flags as gguf-py's ``SpecialVocab`` reads them: the
+    ``<kind>_token`` strings of tokenizer_config.json resolved through tokenizer.json's added tokens (only where
+    that file exists), then ``<kind>_token_id`` integers of config.json (top level or ``text_config``); the
+    flags from tokenizer.json's ByteLevel post-processor (both false) and tokenizer_config.json."""
+
+    def load(name: str) -> dict:
+        path = folder / name
+        try:
+            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"{path}: unreadable ({exc})") from None
+        return data if isinstance(data, dict) else {}
+
+    tokenizer_json, tokenizer_config = load("tokenizer.json"), load("tokenizer_config.json")
+    config = load("config.json")
+    ids: dict[str, int] = {}
+    add: dict[str, bool] = {}
+    processor = tokenizer_json.get("post_processor") or {}
+    for part in processor.get("processors", [processor]) if isinstance(processor, dict) else []:
+        if isinstance(part, dict) and part.get("type") == "ByteLevel":
+            add.setdefault("bos", False)
+            add.setdefault("eos", False)
+    added = tokenizer_json.get("added_tokens") or []
+
+    def put(kind: str, tid: Any) -> None:
+        if type(tid) is int and 0 <= tid < vocab_size and kind not in ids:
+            ids[kind] = tid
+
+    if tokenizer_config:
+        for kind in _SPECIAL_KINDS:
+            flag = tokenizer_config.get(f"add_{kind}_token")
+            if isinstance(flag, bool) and kind not in add:
+                add[kind] = flag
+            entry = tokenizer_config.get(f"{kind}_token")
+            content = entry.get("content") if isinstance(entry, dict) else entry
+            if isinstance(content, str):
+                match = [a.get("id") for a in added if isinstance(a, dict) and a.get("content") == content]
+                put(kind, match[0] if match else None)
+    text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for kind in _SPECIAL_KINDS:
+        tid = config.get(f"{kind}_token_id")
+        put(kind, tid if tid is not None else text_config.get(f"{kind}_token_id"))
+    return ids, add

@@ -1,4 +1,4 @@
-"""Where the decoder's fused kernels run (issue 16), and the torch operators that launch them.
+"""Where the decoder's fused kernels run, and the torch operators that launch them.
 
 The kernels are in triton_fused.py: the residual add + RMSNorm, q/k norm + RoPE + the KV-cache
 write (+ the decode step's attention over the filled cache), and SiLU * up. Each is registered as

@@ -1,4 +1,4 @@
-"""Fused Triton kernels for the decoder's elementwise work (issue 16), and their launchers.
+"""Fused Triton kernels for the decoder's elementwise work, and their launchers.
 
 Why: on a GPU the matrix products of a decode step read the weights near the memory bandwidth, but
 the step also ran ~110 tiny elementwise kernels (RMSNorm as pow/mean/rsqrt/mul with dtype copies,
@@ -16,7 +16,7 @@ an H100. Here each group is one kernel:
 
 Numerics follow the reference's order of roundings, so that in float32 the results equal the torch
 code's up to the order of sums, and in bf16/fp16 each intermediate is rounded where torch rounds it:
-RMSNorm normalises in float32, casts to the dtype, then multiplies by the weight (spec §5.2); RoPE is
+RMSNorm normalises in float32, casts to the dtype, then multiplies by the weight (docs/model.md §6.1); RoPE is
 ``x * cos + rotate_half(x) * sin`` with each product rounded to the dtype (rope.py); SiLU rounds
 before the product with ``up``. Sums and attention accumulate in float32.
 
