@@ -261,6 +261,8 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._output_flush.emit()
         self._audio_close.emit()
         self.left_running, self._threads = stop_threads(self._threads, self._s.engine_worker), []
+        if not self.left_running:  # the engine's thread stopped: its model is freed now, not at the exit
+            self._s.engine_worker.close()
         # The workers have stopped; results they queued for us (a delivery's outcome, a finished
         # transcript) are handled now, and what that asks of the history worker is done before
         # it stops: it drains its queue, answers, then closes its connection.
@@ -277,7 +279,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._load.connect(e.load)
         self._unload.connect(e.unload)
         self._transcribe.connect(e.transcribe)
-        e.loading.connect(lambda what: self.model_progress.emit(f"Loading {what} …"))
+        e.loading.connect(self._on_loading)  # methods, not lambdas: a lambda kept the controller alive
         e.loaded.connect(self._on_loaded)
         e.load_failed.connect(self._on_load_failed)
         e.adapters_failed.connect(self._on_adapters_failed)
@@ -303,7 +305,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         a.started.connect(self._on_started)
         a.start_failed.connect(self._on_start_failed)
         a.saved.connect(self._on_saved)
-        a.open_failed.connect(lambda msg: self._notify("warning", f"Microphone: {msg}"))
+        a.open_failed.connect(self._on_open_failed)
         self._output_configure.connect(o.configure)
         self._deliver.connect(o.deliver)
         self._output_flush.connect(o.flush)
@@ -633,6 +635,9 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._answer_start(take_id, {"ok": False, "message": f"Could not start recording: {message}"})
         self.takes.discard(take_id)
         self._dispatch(S.RecordingFailed(take_id, message))
+
+    def _on_open_failed(self, message: str) -> None:
+        self._notify("warning", f"Microphone: {message}")
 
     def _on_history_ready(self, take_id: int, durable: bool) -> None:
         self.takes.entry_ready(take_id)
