@@ -261,8 +261,6 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._output_flush.emit()
         self._audio_close.emit()
         self.left_running, self._threads = stop_threads(self._threads, self._s.engine_worker), []
-        if not self.left_running:  # the engine's thread stopped: its model is freed now, not at the exit
-            self._s.engine_worker.close()
         # The workers have stopped; results they queued for us (a delivery's outcome, a finished
         # transcript) are handled now, and what that asks of the history worker is done before
         # it stops: it drains its queue, answers, then closes its connection.
@@ -572,7 +570,7 @@ class AppController(ModelLifecycle, Commands, QObject):
             self.takes.deliver(action)
         elif isinstance(action, S.ScheduleTick):
             delay = max(0, int((action.at_t - self._clock()) * 1000) + 1)
-            QTimer.singleShot(delay, self, lambda: self._dispatch(S.Tick(self._clock())))
+            QTimer.singleShot(delay, self, self._tick)  # a lambda would hold the controller until it fired
         elif isinstance(action, S.PlaySound):
             if self._sounds is not None:
                 self._sounds.play(action.kind.value)
@@ -635,6 +633,9 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._answer_start(take_id, {"ok": False, "message": f"Could not start recording: {message}"})
         self.takes.discard(take_id)
         self._dispatch(S.RecordingFailed(take_id, message))
+
+    def _tick(self) -> None:
+        self._dispatch(S.Tick(self._clock()))
 
     def _on_open_failed(self, message: str) -> None:
         self._notify("warning", f"Microphone: {message}")

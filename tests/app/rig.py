@@ -100,6 +100,9 @@ class Rig:
 
     def close(self) -> None:
         self.c.shutdown()
+        for thread in self.c.left_running:  # the engine was still loading (a busy machine): let it end,
+            thread.wait()  # then free the model it loaded; the app's process would simply end here
+        self.engine_worker.close()
         self.history.close()
 
 

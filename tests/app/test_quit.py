@@ -23,7 +23,7 @@ from dictation.app.workers import start_thread, stop_threads
 from dictation.asr import AsrEngine
 from dictation.config import Settings
 from dictation.session import ModelState
-from tests.app.rig import Rig
+from tests.app.rig import Rig, speech
 
 
 class Busy(QObject):
@@ -36,6 +36,10 @@ class Busy(QObject):
         super().__init__()
         self.inside = threading.Event()
         self.release = threading.Event()
+        self.closed = False
+
+    def close(self) -> None:  # as EngineWorker.close: called once its thread stopped
+        self.closed = True
 
     @Slot()
     def work(self) -> None:
@@ -71,7 +75,7 @@ def test_an_engine_that_finishes_in_time_is_not_left_behind(qtbot):
     engine.release.set()
     thread = start_thread(engine, "engine")
     assert stop_threads([thread], engine) == []
-    assert not thread.isRunning() and not engine.signalsBlocked()
+    assert not thread.isRunning() and not engine.signalsBlocked() and engine.closed
 
 
 def loaded(r: Rig, qtbot) -> None:
@@ -101,9 +105,13 @@ def test_a_controller_that_quit_is_freed_with_its_workers(qtbot, tmp_path, ckpt_
     worker or the model alive once nothing else holds it."""
     settings = Settings()
     r = Rig(qtbot, tmp_path, settings.replace(engine=settings.engine.replace(model=str(ckpt_untied), device="cpu")))
-    loaded(r, qtbot)
-    controller, worker = weakref.ref(r.c), weakref.ref(r.engine_worker)
-    r.close()
+    controller, worker, chain = weakref.ref(r.c), weakref.ref(r.engine_worker), r.chain
+    try:
+        loaded(r, qtbot)
+        r.dictate(speech())  # a take schedules the session's ticks
+        qtbot.waitUntil(lambda: len(chain.delivered) == 1, timeout=20_000)
+    finally:
+        r.close()
     del r
     gc.collect()
     assert controller() is None and worker() is None
