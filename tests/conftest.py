@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.oracle.checkpoints import cached_checkpoint
-
 # Where the suite's short folders go: Unix socket paths hold at most 107 bytes, and pytest-xdist's
 # temporary folders (/tmp/pytest-of-<user>/pytest-<n>/popen-gw<k>/<test name>0/...) go past that.
 SHORT_BASE = "/tmp"
@@ -98,18 +96,22 @@ def ckpt_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ckpt_untied(ckpt_root):
+    from tests.oracle.checkpoints import cached_checkpoint  # torch: imported when a test needs it
+
     return cached_checkpoint(ckpt_root, tie_word_embeddings=False)
 
 
 @pytest.fixture(scope="session")
 def ckpt_tied(ckpt_root):
+    from tests.oracle.checkpoints import cached_checkpoint
+
     return cached_checkpoint(ckpt_root, tie_word_embeddings=True)
 
 
 @pytest.fixture(scope="session")
 def ckpt_stops(ckpt_root):
     """A checkpoint whose model ends its output after a few tokens."""
-    from tests.oracle.checkpoints import EOS_BIAS_EARLY_STOP
+    from tests.oracle.checkpoints import EOS_BIAS_EARLY_STOP, cached_checkpoint
 
     return cached_checkpoint(ckpt_root, tie_word_embeddings=False, eos_bias=EOS_BIAS_EARLY_STOP)
 
