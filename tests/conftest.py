@@ -1,12 +1,72 @@
-"""Shared fixtures: tiny random checkpoints (built once per session) and engines on them."""
+"""Shared fixtures: a private home for every test, tiny random checkpoints (built once per session)
+and engines on them (docs/architecture.md, "Tests")."""
 
 from __future__ import annotations
 
 import gc
+import os
+import shutil
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
 
 import pytest
 
-from tests.oracle.checkpoints import cached_checkpoint
+# Where the suite's short folders go: Unix socket paths hold at most 107 bytes, and pytest-xdist's
+# temporary folders (/tmp/pytest-of-<user>/pytest-<n>/popen-gw<k>/<test name>0/...) go past that.
+SHORT_BASE = "/tmp"
+
+ENGINES_KEPT = 2  # engines the session keeps warm; more held every test's engine (13 GB by the end)
+
+
+def short_dir(prefix: str = "dt-") -> Path:
+    """A new private (0700) folder with a short path, for Unix sockets; the caller removes it."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=SHORT_BASE))
+
+
+@pytest.fixture
+def short_tmp():
+    """A private folder of this test with a path short enough for Unix sockets (see short_dir)."""
+    folder = short_dir()
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path_factory, monkeypatch):
+    """Every test runs in a home of its own: HOME, the XDG folders, DICTATION_HOME and the Hugging
+    Face folders point into this test's temporary folder, the runtime folder (sockets, locks) into
+    a short private one. Nothing a test runs (nor the processes it starts) reaches the user's own
+    ~/.cache/dictation, ~/.config or Hugging Face cache (tests/test_isolation.py checks it)."""
+    home = tmp_path_factory.mktemp("home", numbered=True)
+    runtime = short_dir("dtrun-")
+    for name, folder in {
+        "HOME": home,
+        "XDG_CONFIG_HOME": home / ".config",
+        "XDG_CACHE_HOME": home / ".cache",
+        "XDG_DATA_HOME": home / ".local" / "share",
+        "XDG_STATE_HOME": home / ".local" / "state",
+        "XDG_RUNTIME_DIR": runtime,
+        "DICTATION_HOME": home / "app-home",  # not named "dictation": paths.private_folders
+        "HF_HOME": home / ".cache" / "huggingface",
+    }.items():
+        monkeypatch.setenv(name, str(folder))
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    yield home
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.fixture
+def home(private_home):
+    """This test's home folder (HOME), with the XDG folders in it."""
+    return private_home
+
+
+@pytest.fixture
+def dictation_home(private_home):
+    """This test's DICTATION_HOME: the app's config/, data/ and log/ go there."""
+    return Path(os.environ["DICTATION_HOME"])
 
 
 @pytest.fixture(autouse=True)
@@ -25,39 +85,58 @@ def collector_given_back():
 
 @pytest.fixture(scope="session")
 def ckpt_root(tmp_path_factory):
+    """Where the session's checkpoints are built: under pytest-xdist one folder for all workers
+    (``cached_checkpoint`` builds atomically, so the first worker's build serves the others)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.getbasetemp().parent / "checkpoints"
+        root.mkdir(exist_ok=True)
+        return root
     return tmp_path_factory.mktemp("checkpoints")
 
 
 @pytest.fixture(scope="session")
 def ckpt_untied(ckpt_root):
+    from tests.oracle.checkpoints import cached_checkpoint  # torch: imported when a test needs it
+
     return cached_checkpoint(ckpt_root, tie_word_embeddings=False)
 
 
 @pytest.fixture(scope="session")
 def ckpt_tied(ckpt_root):
+    from tests.oracle.checkpoints import cached_checkpoint
+
     return cached_checkpoint(ckpt_root, tie_word_embeddings=True)
 
 
 @pytest.fixture(scope="session")
 def ckpt_stops(ckpt_root):
     """A checkpoint whose model ends its output after a few tokens."""
-    from tests.oracle.checkpoints import EOS_BIAS_EARLY_STOP
+    from tests.oracle.checkpoints import EOS_BIAS_EARLY_STOP, cached_checkpoint
 
     return cached_checkpoint(ckpt_root, tie_word_embeddings=False, eos_bias=EOS_BIAS_EARLY_STOP)
 
 
 @pytest.fixture(scope="session")
 def engine_factory():
-    """Cached fp32 CPU engines by (folder, dtype)."""
+    """CPU engines by (folder, dtype), the last ENGINES_KEPT of them kept for the tests that follow.
+
+    Many tests build an engine on a folder of their own (a copy of a checkpoint in tmp_path): a cache
+    that kept them all held every engine of the session, about 13 GB at the end of a full run."""
     from dictation.asr import AsrEngine, EngineOptions
 
-    engines = {}
+    engines: OrderedDict[tuple[str, str], AsrEngine] = OrderedDict()
 
     def make(folder, dtype="fp32"):
         key = (str(folder), dtype)
-        if key not in engines:
-            engines[key] = AsrEngine(EngineOptions(model=str(folder), device="cpu", dtype=dtype))
-            engines[key].prepare()
+        if key in engines:
+            engines.move_to_end(key)
+        else:
+            engine = AsrEngine(EngineOptions(model=str(folder), device="cpu", dtype=dtype))
+            engine.prepare()
+            engines[key] = engine
+            while len(engines) > ENGINES_KEPT:
+                engines.popitem(last=False)  # the tests that had it keep their own reference
         return engines[key]
 
-    return make
+    yield make
+    engines.clear()

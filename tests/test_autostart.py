@@ -20,10 +20,8 @@ from dictation.autostart import AutostartError, autostart_path, is_enabled, set_
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
+def home(home, monkeypatch):
+    """The test's home (tests/conftest.py) with the config folder left to its default, ~/.config."""
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.delenv("APPDATA", raising=False)
     return home

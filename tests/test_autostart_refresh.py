@@ -18,10 +18,8 @@ from tests.test_autostart import parse_exec
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
+def home(home, tmp_path, monkeypatch):
+    """The test's home (tests/conftest.py), its config folder outside it (a test puts a file there)."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("APPDATA", str(tmp_path / "appdata"))
     return home

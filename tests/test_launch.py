@@ -21,15 +21,10 @@ from tests.audio.fakes import FakeClock, decode
 from tests.audio.test_early_stream import fake_sounddevice, push_coded
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
-    monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
+@pytest.fixture(autouse=True)
+def no_display(monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
-    return tmp_path / "home"
 
 
 @pytest.fixture
@@ -57,14 +52,14 @@ def keep_log():
     root.setLevel(level)
 
 
-def save(home, **recording) -> None:
+def save(dictation_home, **recording) -> None:
     settings = Settings()
     settings = settings.replace(recording=settings.recording.replace(**recording))  # no display: no grab
-    SettingsStore(home / "config" / "settings.json").save(settings)
+    SettingsStore(dictation_home / "config" / "settings.json").save(settings)
 
 
-def test_the_default_microphone_opens_and_a_recorder_for_another_is_refused_it(home, sd, keep_log):
-    save(home)
+def test_the_default_microphone_opens_and_a_recorder_for_another_is_refused_it(dictation_home, sd, keep_log):
+    save(dictation_home)
     early = launch.begin()
     try:
         assert early.instance is not None and early.hotkeys is None  # no X display: nothing to grab
@@ -78,8 +73,8 @@ def test_the_default_microphone_opens_and_a_recorder_for_another_is_refused_it(h
         early.close()
 
 
-def test_the_recorder_made_for_the_app_holds_what_was_heard_before_it(home, sd, keep_log):
-    save(home)
+def test_the_recorder_made_for_the_app_holds_what_was_heard_before_it(dictation_home, sd, keep_log):
+    save(dictation_home)
     early = launch.begin()
     try:
         raw = sd.streams[-1]
@@ -102,8 +97,8 @@ def test_the_recorder_made_for_the_app_holds_what_was_heard_before_it(home, sd, 
         early.close()
 
 
-def test_a_named_microphone_is_opened_instead_of_the_default(home, sd, keep_log):
-    save(home, input_device="Other Mic")
+def test_a_named_microphone_is_opened_instead_of_the_default(dictation_home, sd, keep_log):
+    save(dictation_home, input_device="Other Mic")
     early = launch.begin()
     try:
         opened = [s for s in sd.streams if not s.closed]
@@ -113,8 +108,8 @@ def test_a_named_microphone_is_opened_instead_of_the_default(home, sd, keep_log)
         early.close()
 
 
-def test_a_microphone_opened_at_each_press_is_not_opened_ahead(home, sd, keep_log):
-    save(home, keep_mic_open=False)
+def test_a_microphone_opened_at_each_press_is_not_opened_ahead(dictation_home, sd, keep_log):
+    save(dictation_home, keep_mic_open=False)
     early = launch.begin()
     try:
         assert early.stream is None and all(s.closed for s in sd.streams)
@@ -122,8 +117,8 @@ def test_a_microphone_opened_at_each_press_is_not_opened_ahead(home, sd, keep_lo
         early.close()
 
 
-def test_a_second_copy_takes_neither_microphone_nor_keys(home, sd, keep_log):
-    save(home)
+def test_a_second_copy_takes_neither_microphone_nor_keys(dictation_home, sd, keep_log):
+    save(dictation_home)
     first = claim_instance()
     try:
         early = launch.begin()
@@ -134,8 +129,8 @@ def test_a_second_copy_takes_neither_microphone_nor_keys(home, sd, keep_log):
         first.release()
 
 
-def test_what_was_logged_before_the_apps_log_reaches_it(home, sd, keep_log, caplog):
-    save(home)
+def test_what_was_logged_before_the_apps_log_reaches_it(dictation_home, sd, keep_log, caplog):
+    save(dictation_home)
     early = launch.begin()
     try:
         logging.getLogger("dictation.test").info("held until the app's log exists")

@@ -369,10 +369,8 @@ def test_tray_icons_stand_out_on_light_and_dark_panels():
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
+def home(home, monkeypatch):
+    """The test's home (tests/conftest.py) with the XDG folders left to their defaults, on Linux."""
     for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(sys, "platform", "linux")

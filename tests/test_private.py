@@ -25,12 +25,6 @@ def umask(request):
     os.umask(old)
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
 def mode(path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
@@ -133,23 +127,23 @@ def test_exposed_lists_what_others_can_read(tmp_path):
     assert private.exposed([root, tmp_path / "missing"]) == [(root / "settings.json", 0o640)]
 
 
-def test_private_folders_are_the_apps_own(home):
-    assert paths.private_folders() == [home / "config", home / "data", home / "log"]
+def test_private_folders_are_the_apps_own(dictation_home):
+    assert paths.private_folders() == [dictation_home / "config", dictation_home / "data", dictation_home / "log"]
 
 
 # --- each writer, on a new install ---------------------------------------------------------------
 
 
-def test_history_database_and_its_wal_and_shm_are_private(home, umask):
+def test_history_database_and_its_wal_and_shm_are_private(dictation_home, umask):
     with History() as history:
         history.add("Zyxquorblat is a secret word")
-        data = home / "data"
+        data = dictation_home / "data"
         assert {p.name for p in data.iterdir()} >= {"history.sqlite3", "history.sqlite3-wal", "history.sqlite3-shm"}
         assert all_private(data) == {}
 
 
-def test_history_of_an_older_install_is_made_private(home):
-    data = home / "data"
+def test_history_of_an_older_install_is_made_private(dictation_home):
+    data = dictation_home / "data"
     data.mkdir(parents=True)
     with History(data / "history.sqlite3") as history:
         history.add("old words")
@@ -163,8 +157,8 @@ def test_history_of_an_older_install_is_made_private(home):
         assert all_private(data) == {}
 
 
-def test_a_damaged_history_is_moved_aside_and_the_new_one_is_private(home, umask):
-    data = home / "data"
+def test_a_damaged_history_is_moved_aside_and_the_new_one_is_private(dictation_home, umask):
+    data = dictation_home / "data"
     data.mkdir(parents=True)
     (data / "history.sqlite3").write_bytes(b"this is not a database, it is garbage" * 100)
     with History() as history:
@@ -173,11 +167,11 @@ def test_a_damaged_history_is_moved_aside_and_the_new_one_is_private(home, umask
     assert mode(data / "history.sqlite3") == 0o600 and mode(data) == 0o700
 
 
-def test_settings_folder_file_and_backups_are_private(home, umask):
+def test_settings_folder_file_and_backups_are_private(dictation_home, umask):
     store = SettingsStore()
     s = Settings()
     store.save(s.replace(transcription=s.transcription.replace(context="Zyxquorblat")))
-    config = home / "config"
+    config = dictation_home / "config"
     assert all_private(config) == {}
     # a broken file from an older version (0644): its backup must not stay readable
     broken = {"schema_version": SCHEMA_VERSION, "general": {"history_size": "lots"}}
@@ -194,10 +188,10 @@ def test_settings_folder_file_and_backups_are_private(home, umask):
     assert all_private(config) == {}
 
 
-def test_recordings_folder_and_files_are_private(home, umask):
+def test_recordings_folder_and_files_are_private(dictation_home, umask):
     path = save_recording(np.zeros(1600, dtype=np.float32))
-    assert path.parent == home / "data" / "recordings"
-    assert all_private(home / "data") == {}
+    assert path.parent == dictation_home / "data" / "recordings"
+    assert all_private(dictation_home / "data") == {}
 
 
 def test_an_existing_file_is_made_private_without_dropping_this_processs_locks_on_it(tmp_path):

@@ -17,8 +17,10 @@ OTHER_UID = 54321  # no such user: a folder "another user" made
 
 
 @pytest.fixture
-def no_runtime(tmp_path, monkeypatch):
-    """No XDG_RUNTIME_DIR, no /run/user/<uid>; the user's cache and the temp folder are the test's."""
+def no_runtime(short_tmp, monkeypatch):
+    """No XDG_RUNTIME_DIR, no /run/user/<uid>; the user's cache and the temp folder are the test's
+    (in a folder with a short path: the sockets' paths stay under 107 bytes, tests/conftest.py)."""
+    tmp_path = short_tmp
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(ipc, "RUN_USER", str(tmp_path / "no-run-user"))

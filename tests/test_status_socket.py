@@ -26,7 +26,8 @@ def home_hash(home) -> str:
 
 
 @pytest.fixture
-def no_runtime(tmp_path, monkeypatch):
+def no_runtime(short_tmp, monkeypatch):
+    tmp_path = short_tmp  # the sockets' paths stay under 107 bytes (tests/conftest.py)
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(ipc, "RUN_USER", str(tmp_path / "no-run-user"))
@@ -41,9 +42,8 @@ def status_json(capsys) -> tuple[int, dict, str]:
     return code, json.loads(out), err
 
 
-def test_not_running_prints_the_socket_it_would_use_in_the_runtime_folder(tmp_path):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
+def test_not_running_prints_the_socket_it_would_use_in_the_runtime_folder(tmp_path, short_tmp):
+    runtime = short_tmp  # the socket's path stays under 107 bytes (tests/conftest.py)
     home = tmp_path / "home"
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "DICTATION_HOME": str(home)}
     proc = subprocess.run(

@@ -277,7 +277,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._load.connect(e.load)
         self._unload.connect(e.unload)
         self._transcribe.connect(e.transcribe)
-        e.loading.connect(lambda what: self.model_progress.emit(f"Loading {what} …"))
+        e.loading.connect(self._on_loading)  # methods, not lambdas: a lambda kept the controller alive
         e.loaded.connect(self._on_loaded)
         e.load_failed.connect(self._on_load_failed)
         e.adapters_failed.connect(self._on_adapters_failed)
@@ -303,7 +303,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         a.started.connect(self._on_started)
         a.start_failed.connect(self._on_start_failed)
         a.saved.connect(self._on_saved)
-        a.open_failed.connect(lambda msg: self._notify("warning", f"Microphone: {msg}"))
+        a.open_failed.connect(self._on_open_failed)
         self._output_configure.connect(o.configure)
         self._deliver.connect(o.deliver)
         self._output_flush.connect(o.flush)
@@ -570,7 +570,7 @@ class AppController(ModelLifecycle, Commands, QObject):
             self.takes.deliver(action)
         elif isinstance(action, S.ScheduleTick):
             delay = max(0, int((action.at_t - self._clock()) * 1000) + 1)
-            QTimer.singleShot(delay, self, lambda: self._dispatch(S.Tick(self._clock())))
+            QTimer.singleShot(delay, self, self._tick)  # a lambda would hold the controller until it fired
         elif isinstance(action, S.PlaySound):
             if self._sounds is not None:
                 self._sounds.play(action.kind.value)
@@ -633,6 +633,12 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._answer_start(take_id, {"ok": False, "message": f"Could not start recording: {message}"})
         self.takes.discard(take_id)
         self._dispatch(S.RecordingFailed(take_id, message))
+
+    def _tick(self) -> None:
+        self._dispatch(S.Tick(self._clock()))
+
+    def _on_open_failed(self, message: str) -> None:
+        self._notify("warning", f"Microphone: {message}")
 
     def _on_history_ready(self, take_id: int, durable: bool) -> None:
         self.takes.entry_ready(take_id)

@@ -195,6 +195,12 @@ class EngineWorker(QObject):
         self._drop()
         self.unloaded.emit()
 
+    def close(self) -> None:
+        """The app quits and this worker's thread has stopped: the model is freed, without a word
+        (nobody listens any more)."""
+        self.blockSignals(True)
+        self._drop()
+
     def _drop(self) -> None:
         self._cancel_streams("the model was unloaded or reloaded")
         if self._engine is not None:

@@ -59,6 +59,9 @@ class ModelLifecycle:
             self._dispatch(S.ModelLoading())
         self._load.emit(functools.partial(engine_options, self._settings, device))
 
+    def _on_loading(self, what: str) -> None:
+        self.model_progress.emit(f"Loading {what} …")
+
     def _on_loaded(self, label: str, seconds: float) -> None:
         self._model_label = label
         self.model_label_changed.emit(label)

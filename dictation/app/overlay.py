@@ -71,7 +71,10 @@ class Overlay(QWidget):
         controller.status_changed.connect(self.on_status)
         controller.input_level_changed.connect(self.on_level)
         controller.preview_changed.connect(self.on_preview)
-        controller.settings_changed.connect(lambda _s: self.on_status(self.controller.status))
+        controller.settings_changed.connect(self._on_settings)  # a lambda here would keep the controller alive
+
+    def _on_settings(self, _settings: object) -> None:
+        self.on_status(self.controller.status)
 
     def wanted(self, status: Status) -> bool:
         return (

@@ -354,7 +354,12 @@ class Personaliser(QObject):
         self.last_message = ""
         self.last_error = False
         controller.history_changed.connect(self.changed)
-        controller.settings_changed.connect(lambda _settings: self.changed.emit())
+        # a method, not a lambda: the controller would hold a lambda holding this, which holds the
+        # controller, a cycle the collector cannot see through Qt
+        controller.settings_changed.connect(self._on_settings_changed)
+
+    def _on_settings_changed(self, _settings: Any) -> None:
+        self.changed.emit()
 
     # --- state -----------------------------------------------------------------------------------
 

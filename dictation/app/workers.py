@@ -73,10 +73,11 @@ def stop_thread(thread: QThread, timeout_ms: int = 10_000) -> bool:
 ENGINE_STOP_WAIT_MS = 500
 
 
-def stop_threads(threads: list[QThread], engine: QObject) -> list[QThread]:
+def stop_threads(threads: list[QThread], engine: Any) -> list[QThread]:
     """Stop the workers' threads in order; returns those left running: the engine's, when it is in
     a call longer than `ENGINE_STOP_WAIT_MS`. Whatever it says after that (``engine``'s signals) is
-    dropped: the app is quitting, and its take is transcribed at the next start."""
+    dropped: the app is quitting, and its take is transcribed at the next start. An engine whose
+    thread stopped is closed (``engine.close()``): its model is freed now, not when the process ends."""
     left = []
     for thread in threads:
         if thread.objectName() != "engine":
@@ -85,7 +86,9 @@ def stop_threads(threads: list[QThread], engine: QObject) -> list[QThread]:
         thread.quit()
         stopped = thread.wait(ENGINE_STOP_WAIT_MS)
         gui_gc.release()  # the process ends soon without it
-        if not stopped:
+        if stopped:
+            engine.close()
+        else:
             engine.blockSignals(True)
             log.info(
                 "quitting while the engine is busy (loading, transcribing or warming up cannot be "

@@ -58,10 +58,11 @@ class Rig:
         self.clock = Clock()
         self.statuses: list[Status] = []
         self.notes: list[tuple[str, str]] = []
+        self.engine_worker = EngineWorker(engine_factory)
         services = Services(
             store=self.store,
             history=self.history,
-            engine_worker=EngineWorker(engine_factory),
+            engine_worker=self.engine_worker,
             audio_worker=AudioWorker(self.recorders, recordings_dir=tmp_path / "recordings"),
             output_worker=OutputWorker(lambda options: self.chain),
             hotkey_chooser=hotkey_chooser(self.hotkeys),
@@ -70,7 +71,10 @@ class Rig:
         )
         self.c = AppController(services, settings=settings)
         self.c.status_changed.connect(self.statuses.append)
-        self.c.notified.connect(lambda level, message: self.notes.append((level, message)))
+        self.c.notified.connect(self._note)  # a lambda here would keep the controller alive (tests/app/test_quit.py)
+
+    def _note(self, level: str, message: str) -> None:
+        self.notes.append((level, message))
 
     def start(self) -> None:
         self.c.start()
@@ -96,6 +100,9 @@ class Rig:
 
     def close(self) -> None:
         self.c.shutdown()
+        for thread in self.c.left_running:  # the engine was still loading (a busy machine): let it end,
+            thread.wait()  # then free the model it loaded; the app's process would simply end here
+        self.engine_worker.close()
         self.history.close()
 
 

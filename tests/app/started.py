@@ -11,6 +11,9 @@ def stop_started_apps(started: list, handlers: dict) -> None:
     saved before (``handlers``: signal -> handler) and drop the app's log handlers."""
     for app in started:
         app.shutdown()
+        for thread in app.controller.left_running:  # the engine was still loading: let it end, then
+            thread.wait()  # free the model it loaded (the app's process would simply end here)
+            app.controller._s.engine_worker.close()
         app.qapp.aboutToQuit.disconnect(app.shutdown)
         for window in (app.settings_window, app.history_window):
             if window is not None:

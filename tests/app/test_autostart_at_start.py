@@ -19,9 +19,8 @@ from tests.app.started import stop_started_apps
 
 
 @pytest.fixture
-def config(tmp_path, monkeypatch):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
+def config(tmp_path, short_tmp, monkeypatch):
+    runtime = short_tmp  # the socket's path stays under 107 bytes (tests/conftest.py)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     return tmp_path / "config"

@@ -34,9 +34,8 @@ from tests.app.started import stop_started_apps
 
 
 @pytest.fixture
-def runtime(tmp_path, monkeypatch):
-    folder = tmp_path / "xdg"
-    folder.mkdir(mode=0o700)
+def runtime(short_tmp, monkeypatch):
+    folder = short_tmp  # the socket's path stays under 107 bytes (tests/conftest.py)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
     return folder
 

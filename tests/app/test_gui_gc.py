@@ -19,7 +19,8 @@ pytestmark = pytest.mark.own_gc  # these tests start from Python's own collectio
 
 
 class Idle(QObject):
-    pass
+    def close(self) -> None:
+        """stop_threads closes the engine's worker once its thread stopped (EngineWorker.close)."""
 
 
 def _cyclic_garbage(make=QObject) -> list[int]:

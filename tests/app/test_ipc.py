@@ -22,9 +22,8 @@ from dictation.ipc import IpcError, NotRunning, send_command, server_name
 
 
 @pytest.fixture(autouse=True)
-def private_runtime(tmp_path, monkeypatch):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
+def private_runtime(tmp_path, short_tmp, monkeypatch):
+    runtime = short_tmp  # the socket's path stays under 107 bytes (tests/conftest.py)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("DICTATION_HOME", str(tmp_path / "home"))
     return runtime
@@ -200,8 +199,9 @@ def test_cli_commands_fail_clearly_when_no_app_runs(command):
     assert proc.stderr.strip() == "dictation: error: dictation is not running (start it with `dictation`)"
 
 
-def test_a_folder_another_user_made_in_tmp_does_not_stop_the_app(qtbot, tmp_path, monkeypatch):
+def test_a_folder_another_user_made_in_tmp_does_not_stop_the_app(qtbot, short_tmp, monkeypatch):
     """XDG_RUNTIME_DIR unset and /tmp/dictation-<uid> created first by someone else."""
+    tmp_path = short_tmp  # the sockets' paths stay under 107 bytes (tests/conftest.py)
     import tempfile
 
     from dictation import ipc

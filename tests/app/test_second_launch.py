@@ -22,9 +22,8 @@ SLOW_S = 4.0  # building the settings window: longer than the client's 3-s wait
 
 
 @pytest.fixture
-def app_env(tmp_path, monkeypatch):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
+def app_env(tmp_path, short_tmp, monkeypatch):
+    runtime = short_tmp  # the socket's path stays under 107 bytes (tests/conftest.py)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))  # this process asks the same socket
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYLAND_", "DISPLAY"))}
     env.update(

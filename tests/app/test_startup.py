@@ -24,14 +24,6 @@ from tests.app.started import stop_started_apps
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
-    return tmp_path / "home"  # DICTATION_HOME (tests/app/conftest.py)
-
-
-@pytest.fixture
 def start(qtbot, monkeypatch):
     """``start()``: the app started by the real start-up code; afterwards it is shut down as quitting
     does, and the process's signal handlers and log handlers are put back."""
@@ -107,13 +99,13 @@ def assert_running_with_history_in_memory(qtbot, app) -> None:
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask022", "umask000"])
-def test_start_makes_an_older_installs_files_private(qtbot, home, start, umask):
+def test_start_makes_an_older_installs_files_private(qtbot, dictation_home, start, umask):
     old_umask = os.umask(umask)
     try:
-        (home / "data" / "recordings").mkdir(parents=True)
-        (home / "config").mkdir()
-        (home / "log").mkdir()
-        with sqlite3.connect(home / "data" / "history.sqlite3") as conn:
+        (dictation_home / "data" / "recordings").mkdir(parents=True)
+        (dictation_home / "config").mkdir()
+        (dictation_home / "log").mkdir()
+        with sqlite3.connect(dictation_home / "data" / "history.sqlite3") as conn:
             conn.execute("PRAGMA journal_mode=WAL")
         for name in (
             "data/history.sqlite3-wal",
@@ -122,17 +114,17 @@ def test_start_makes_an_older_installs_files_private(qtbot, home, start, umask):
             "log/dictation.log",
             "log/dictation.log.1",
         ):
-            (home / name).write_bytes(b"")
-        (home / "config" / "settings.json").write_text("{}")
-        for path in [*home.rglob("*")]:
+            (dictation_home / name).write_bytes(b"")
+        (dictation_home / "config" / "settings.json").write_text("{}")
+        for path in [*dictation_home.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)  # as an older version left them
 
         app = start()
 
-        everything = [p for p in home.rglob("*") if not p.is_symlink()]
+        everything = [p for p in dictation_home.rglob("*") if not p.is_symlink()]
         assert {p.name: mode(p) for p in everything if mode(p) != (0o700 if p.is_dir() else 0o600)} == {}
         assert {"history.sqlite3", "history.sqlite3-wal", "history.sqlite3-shm"} <= {
-            p.name for p in (home / "data").iterdir()
+            p.name for p in (dictation_home / "data").iterdir()
         }
         made = [r.getMessage() for r in records(app) if r.getMessage().startswith("made ")]
         assert len(made) == 1 and "files and folders readable by you alone" in made[0]
@@ -140,7 +132,7 @@ def test_start_makes_an_older_installs_files_private(qtbot, home, start, umask):
         os.umask(old_umask)
 
 
-def test_a_fresh_start_writes_nothing_others_can_read(qtbot, home, start):
+def test_a_fresh_start_writes_nothing_others_can_read(qtbot, dictation_home, start):
     old_umask = os.umask(0)
     try:
         app = start()
@@ -151,9 +143,9 @@ def test_a_fresh_start_writes_nothing_others_can_read(qtbot, home, start):
         logging.getLogger("test").warning("a line for the new log file")
     finally:
         os.umask(old_umask)
-    written = [p for p in home.rglob("*")]
+    written = [p for p in dictation_home.rglob("*")]
     for name in ("log/dictation.log", "log/dictation.log.1", "data/history.sqlite3", "data/history.sqlite3-wal"):
-        assert home / name in written
+        assert dictation_home / name in written
     assert {str(p): oct(mode(p)) for p in written if mode(p) != (0o700 if p.is_dir() else 0o600)} == {}
     assert not [r for r in records(app) if r.getMessage().startswith("made ")]  # nothing to repair
 
@@ -161,15 +153,15 @@ def test_a_fresh_start_writes_nothing_others_can_read(qtbot, home, start):
 # --- a history or log that cannot be used ---------------------------------------------------------
 
 
-def test_a_history_table_with_the_wrong_columns(qtbot, home, start):
-    (home / "data").mkdir(parents=True)
-    with sqlite3.connect(home / "data" / "history.sqlite3") as conn:
+def test_a_history_table_with_the_wrong_columns(qtbot, dictation_home, start):
+    (dictation_home / "data").mkdir(parents=True)
+    with sqlite3.connect(dictation_home / "data" / "history.sqlite3") as conn:
         conn.execute("CREATE TABLE dictations (id INTEGER PRIMARY KEY, words TEXT)")
         conn.execute("PRAGMA user_version = 1")
     app = start()
     line = one_line(app, "History unavailable: ")
     assert line == (
-        f"History unavailable: {home / 'data' / 'history.sqlite3'}: its dictations table lacks the columns "
+        f"History unavailable: {dictation_home / 'data' / 'history.sqlite3'}: its dictations table lacks the columns "
         "['created', 'text', 'language', 'duration_s', 'model_label', 'audio_path', 'outcome', 'timings', "
         "'streamed', 'corrected']. "
         "Dictation works; this session's dictations are kept until you quit, not saved"
@@ -177,16 +169,16 @@ def test_a_history_table_with_the_wrong_columns(qtbot, home, start):
     assert_running_with_history_in_memory(qtbot, app)
 
 
-def test_a_folder_in_place_of_the_history(qtbot, home, start):
-    (home / "data" / "history.sqlite3").mkdir(parents=True)
+def test_a_folder_in_place_of_the_history(qtbot, dictation_home, start):
+    (dictation_home / "data" / "history.sqlite3").mkdir(parents=True)
     app = start()
     line = one_line(app, "History unavailable: ")
-    assert line.startswith(f"History unavailable: {home / 'data' / 'history.sqlite3'}: Is a directory. ")
+    assert line.startswith(f"History unavailable: {dictation_home / 'data' / 'history.sqlite3'}: Is a directory. ")
     assert_running_with_history_in_memory(qtbot, app)
 
 
-def test_a_read_only_data_folder(qtbot, home, start, monkeypatch):
-    data = home / "data"
+def test_a_read_only_data_folder(qtbot, dictation_home, start, monkeypatch):
+    data = dictation_home / "data"
     data.mkdir(parents=True)
     if os.geteuid() == 0:  # root writes anywhere: the kernel's answer for a non-root user, injected
         real_open = os.open
@@ -208,23 +200,25 @@ def test_a_read_only_data_folder(qtbot, home, start, monkeypatch):
         data.chmod(0o700)
 
 
-def test_a_file_in_place_of_the_log_folder(qtbot, home, start):
-    home.mkdir(parents=True)
-    (home / "log").write_text("not a folder")
+def test_a_file_in_place_of_the_log_folder(qtbot, dictation_home, start):
+    dictation_home.mkdir(parents=True)
+    (dictation_home / "log").write_text("not a folder")
     app = start()
     line = one_line(app, "No log file: ")
-    assert line == (f"No log file: {home / 'log'}: Not a directory. This session's log is kept on the Log page only")
+    assert line == (
+        f"No log file: {dictation_home / 'log'}: Not a directory. This session's log is kept on the Log page only"
+    )
     assert ask(qtbot, "status")["ok"] is True
-    assert (home / "log").read_text() == "not a folder"
+    assert (dictation_home / "log").read_text() == "not a folder"
     assert app.controller.history.count() == 0  # the history file works as usual
-    assert (home / "data" / "history.sqlite3").is_file()
+    assert (dictation_home / "data" / "history.sqlite3").is_file()
 
 
-def test_a_folder_in_place_of_the_log_file(qtbot, home, start):
-    (home / "log" / "dictation.log").mkdir(parents=True)
+def test_a_folder_in_place_of_the_log_file(qtbot, dictation_home, start):
+    (dictation_home / "log" / "dictation.log").mkdir(parents=True)
     app = start()
     line = one_line(app, "No log file: ")
-    assert line.startswith(f"No log file: {home / 'log' / 'dictation.log'}: Is a directory. ")
+    assert line.startswith(f"No log file: {dictation_home / 'log' / 'dictation.log'}: Is a directory. ")
     assert ask(qtbot, "status")["ok"] is True
 
 
@@ -244,14 +238,14 @@ def full_device(path: Path) -> Path:
     return path
 
 
-def test_a_full_disk_under_the_log_is_said_once_and_the_app_goes_on(qtbot, home, start, capfd):
+def test_a_full_disk_under_the_log_is_said_once_and_the_app_goes_on(qtbot, dictation_home, start, capfd):
     """The fault run: a "--- Logging error ---" traceback for every line (21 in a short session)."""
-    (home / "log").mkdir(parents=True)
-    device = full_device(home / "log" / "dictation.log")
+    (dictation_home / "log").mkdir(parents=True)
+    device = full_device(dictation_home / "log" / "dictation.log")
     app = start()
     for n in range(20):
         logging.getLogger("test").warning("line %d", n)
-    problem = f"Cannot write the log file {home / 'log' / 'dictation.log'}: No space left on device. "
+    problem = f"Cannot write the log file {dictation_home / 'log' / 'dictation.log'}: No space left on device. "
     qtbot.waitUntil(lambda: any(note.startswith(problem) for _, note in app.notes), timeout=5000)
     line = one_line(app, problem)
     assert line.endswith("Dictation goes on; this session's log is on the Log page")

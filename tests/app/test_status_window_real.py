@@ -10,8 +10,9 @@ import json
 from dictation.app.hotkey_input import no_backend_message
 from dictation.app.tray import STATUS_WIDTH
 from dictation.hotkeys.choose import COMMANDS_HINT
-from tests.output.conftest import _run, sway, wait_until, xvfb  # noqa: F401  (fixtures)
+from tests.output.conftest import _run, sway, xvfb  # noqa: F401  (fixtures)
 from tests.output.test_focus_real import OwnApp
+from tests.waiting import wait_until
 
 NO_HOTKEYS = no_backend_message(
     "Hotkeys: none of the global hotkey backends works in this Wayland session (sway).\n"

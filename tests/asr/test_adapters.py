@@ -14,8 +14,7 @@ from torch import nn
 
 from dictation.asr import AdapterError, AsrEngine, EngineOptions
 from dictation.asr.tune.adapters import AdapterState, LoraLinear, load_adapters
-from tests.oracle import synth_audio
-from tests.oracle.checkpoints import EOS_IDS
+from tests.oracle import strip_eos, synth_audio
 
 MAX_NEW = 16
 AUDIO = synth_audio(2.5, seed=21)
@@ -36,10 +35,6 @@ CONFIGS = {
         r=4, lora_alpha=8, target_modules=r".*audio_tower\.(layers\.\d+\.(fc1|fc2|self_attn\.out_proj)|proj1)"
     ),
 }
-
-
-def strip_eos(ids):
-    return ids[:-1] if ids and ids[-1] in EOS_IDS else ids
 
 
 def make_peft_adapter(checkpoint, out, config: dict, seed: int = 0):

@@ -10,8 +10,8 @@ import torch
 from dictation.asr import AsrEngine, EngineOptions
 from dictation.asr.nn.graphs import capture_stream
 from tests.asr.test_fast_paths import BF16_PICK_TOLERANCE
-from tests.oracle import synth_audio
-from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
+from tests.oracle import strip_eos, synth_audio
+from tests.oracle.checkpoints import cached_checkpoint
 from tests.oracle.official import OfficialOracle, oracle_for
 
 pytestmark = [
@@ -19,10 +19,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 CLIPS = [(0.62, 11), (4.3, 12), (19.5, 13)]
-
-
-def strip_eos(ids):
-    return ids[:-1] if ids and ids[-1] in EOS_IDS else ids
 
 
 @pytest.fixture(autouse=True)

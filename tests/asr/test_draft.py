@@ -8,8 +8,8 @@ import torch
 
 import dictation.asr.decode.greedy as generate_mod
 from dictation.asr.decode.greedy import greedy
-from dictation.asr.nn.features import n_audio_tokens
 from dictation.asr.nn.kv_cache import StaticKVCache
+from tests.asr.embeds import prompt_embeds
 from tests.oracle import synth_audio
 
 SR = 16000
@@ -22,17 +22,6 @@ def common_prefix(a, b) -> int:
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return n
-
-
-def prompt_embeds(engine, audio: np.ndarray) -> torch.Tensor:
-    """The prompt ``Pipeline.run`` builds for ``audio``."""
-    model, prompt = engine.model, engine.prompt
-    with torch.inference_mode():
-        features = engine.pipeline.mel(audio)
-        audio_embeds = model.audio_tower(features)
-        n = n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames)
-        ids = prompt.prompt_ids(n)
-        return model.embed_prompt(torch.tensor(ids), audio_embeds)
 
 
 def run(engine, embeds, draft=None, max_new_tokens=MAX_NEW, **kw):

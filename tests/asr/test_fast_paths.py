@@ -25,11 +25,11 @@ from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
 from dictation.asr.decode.greedy import greedy
 from dictation.asr.nn import graphs, quantized
-from dictation.asr.nn.features import n_audio_tokens
 from dictation.asr.nn.graphs import DecodeGraph
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
 from dictation.asr.tune.adapters import LoraLinear
+from tests.asr.embeds import prompt_embeds
 from tests.asr.test_variants import write_adapter
 from tests.oracle import synth_audio
 
@@ -43,15 +43,6 @@ def fresh(folder, **options) -> AsrEngine:
     engine = AsrEngine(EngineOptions(model=str(folder), **options))
     engine.prepare()
     return engine
-
-
-def prompt_embeds(engine: AsrEngine, audio) -> torch.Tensor:
-    model = engine.model
-    with torch.inference_mode():
-        features = engine.pipeline.mel(audio)
-        audio_embeds = model.audio_tower(features)
-        ids = engine.prompt.prompt_ids(n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames))
-        return model.embed_prompt(torch.tensor(ids, device=model.device), audio_embeds)
 
 
 def decode(engine: AsrEngine, embeds: torch.Tensor, max_new_tokens: int = MAX_NEW, **kw):

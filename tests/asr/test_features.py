@@ -3,8 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from qwen_asr.core.transformers_backend.modeling_qwen3_asr import _get_feat_extract_output_lengths
-from transformers import WhisperFeatureExtractor
 
 from dictation.asr.nn.features import LogMel, mel_filters, n_audio_tokens, n_frames
 from tests.oracle import synth_audio
@@ -12,6 +10,8 @@ from tests.oracle import synth_audio
 
 @pytest.fixture(scope="module")
 def official_extractor():
+    from transformers import WhisperFeatureExtractor  # slow to import: only where it is used
+
     return WhisperFeatureExtractor(
         feature_size=128, sampling_rate=16000, hop_length=160, n_fft=400, chunk_length=30, padding_value=0.0
     )
@@ -51,6 +51,8 @@ def test_frame_count_drops_last_stft_frame():
 
 @pytest.mark.parametrize("frames", [1, 4, 30, 99, 100, 101, 130, 500, 799, 800, 2300, 120000])
 def test_token_count_formula_matches_official(frames):
+    from qwen_asr.core.transformers_backend.modeling_qwen3_asr import _get_feat_extract_output_lengths
+
     ref = int(_get_feat_extract_output_lengths(torch.tensor([frames]))[0])
     assert n_audio_tokens(frames) == ref
 

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from qwen_asr.inference.utils import split_audio_into_chunks
 
 from dictation.asr.decode.longform import join_texts, merge_languages, split_long_audio
 
@@ -20,6 +19,8 @@ def speechy(seconds: float, seed: int) -> np.ndarray:
 def test_split_matches_official(seconds, limit, seed):
     audio = speechy(seconds, seed)
     ours = split_long_audio(audio, 16000, limit, search_seconds=2.0)
+    from qwen_asr.inference.utils import split_audio_into_chunks  # the official package: slow to import
+
     ref = split_audio_into_chunks(audio, 16000, limit, search_expand_sec=2.0)
     assert len(ours) == len(ref)
     for (a, off_a), (b, off_b) in zip(ours, ref, strict=True):

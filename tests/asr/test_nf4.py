@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy.stats import norm
 
 from dictation.asr.tune.nf4 import (
     BLOCK,
@@ -25,6 +24,8 @@ from dictation.asr.tune.nf4 import (
 def paper_code() -> np.ndarray:
     """The NF4 levels rebuilt from the QLoRA paper's recipe (appendix E, bitsandbytes' create_normal_map
     with offset 0.9677): 8 positive quantiles of N(0, 1), 7 negative, and an exact zero, scaled by the max."""
+    from scipy.stats import norm  # slow to import (3 s of the suite's collection)
+
     offset = 0.9677083
     positive = norm.ppf(np.linspace(offset, 0.5, 9)[:-1])
     negative = -norm.ppf(np.linspace(offset, 0.5, 8)[:-1])

@@ -11,7 +11,7 @@ import torch
 
 from dictation.asr.nn.features import n_audio_tokens
 from dictation.asr.text.prompt import normalize_language
-from tests.oracle import synth_audio
+from tests.oracle import strip_eos, synth_audio
 from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
 from tests.oracle.official import oracle_for
 
@@ -33,10 +33,6 @@ def checkpoint(root, kind):
     ours = cached_checkpoint(root, tie_word_embeddings=tied, layout=layout, shards=shards)
     twin = cached_checkpoint(root, tie_word_embeddings=tied)
     return ours, twin
-
-
-def strip_eos(ids):
-    return ids[:-1] if ids and ids[-1] in EOS_IDS else ids
 
 
 def assert_close_scaled(ours, ref, rel=1e-4):

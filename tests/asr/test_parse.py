@@ -3,7 +3,6 @@
 import random
 
 import pytest
-from qwen_asr.inference.utils import detect_and_fix_repetitions, parse_asr_output
 
 from dictation.asr.errors import LanguageError
 from dictation.asr.text.parse import fix_repetitions, parse_output
@@ -59,21 +58,29 @@ def _random_text(rng: random.Random) -> str:
     return "".join(pieces)
 
 
-def test_repetition_fix_matches_official_on_random_strings():
+@pytest.fixture(scope="module")
+def official():
+    """The official package's text helpers (imported here: the package is slow to import)."""
+    from qwen_asr.inference import utils
+
+    return utils
+
+
+def test_repetition_fix_matches_official_on_random_strings(official):
     rng = random.Random(1234)
     for _ in range(400):
         text = _random_text(rng)
-        assert fix_repetitions(text) == detect_and_fix_repetitions(text), text
+        assert fix_repetitions(text) == official.detect_and_fix_repetitions(text), text
 
 
-def test_parse_matches_official_on_random_outputs():
+def test_parse_matches_official_on_random_outputs(official):
     rng = random.Random(99)
     names = [n for n, _ in LANGUAGES] + ["None", "english", "xx"]
     for _ in range(300):
         meta = f"language {rng.choice(names)}" if rng.random() < 0.8 else ""
         raw = meta + ("<asr_text>" if rng.random() < 0.8 else "") + _random_text(rng)
         forced = rng.choice([None, None, "German"])
-        assert parse_output(raw, forced) == parse_asr_output(raw, forced), raw
+        assert parse_output(raw, forced) == official.parse_asr_output(raw, forced), raw
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,13 @@ import os
 import shutil
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_until
 
 PULSE_TOOLS = ("pulseaudio", "pactl", "pacat", "paplay")
 APT_HINT = "apt-get install pulseaudio pulseaudio-utils libasound2-plugins libportaudio2"
@@ -37,15 +38,6 @@ class VirtualMic:
 
     def pulse_log(self) -> str:
         return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else "(no pulseaudio log)"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.02) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(poll)
 
 
 def _ok(cmd: list[str], env: dict[str, str]) -> bool:

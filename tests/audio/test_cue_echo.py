@@ -23,8 +23,8 @@ from dictation.audio.resample import resample
 from dictation.audio.sounds import SoundPlayer
 from dictation.audio.trim import find_speech
 from dictation.audio.wav import load_audio_16k, read_wav
-from tests.audio.conftest import wait_until
 from tests.audio.fakes import FakeBackend, FakeClock
+from tests.waiting import wait_until
 
 SR = 16_000
 rng = np.random.default_rng(20)

@@ -16,21 +16,15 @@ from dictation.audio.wav import read_wav
 T0 = datetime(2026, 1, 21, 14, 30, 15, 123456, tzinfo=timezone.utc)
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("DICTATION_HOME", str(tmp_path))
-    return tmp_path
-
-
 def tone(seconds: float = 0.5) -> np.ndarray:
     t = np.arange(round(seconds * 16000)) / 16000
     return (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
 
 
-def test_saved_into_recordings_dir_with_a_timestamped_name(home):
+def test_saved_into_recordings_dir_with_a_timestamped_name(dictation_home):
     audio = tone()
     path = save_recording(audio, now=T0)
-    assert path.parent == home / "data" / "recordings"
+    assert path.parent == dictation_home / "data" / "recordings"
     assert path.name == "rec-20260121T143015.123Z.wav"
     samples, rate = read_wav(path)
     assert rate == 16000
@@ -39,7 +33,7 @@ def test_saved_into_recordings_dir_with_a_timestamped_name(home):
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp files left
 
 
-def test_names_are_unique_within_the_same_millisecond(home):
+def test_names_are_unique_within_the_same_millisecond(dictation_home):
     paths = [save_recording(tone(0.1), now=T0) for _ in range(3)]
     assert [p.name for p in paths] == [
         "rec-20260121T143015.123Z.wav",
@@ -49,13 +43,13 @@ def test_names_are_unique_within_the_same_millisecond(home):
     assert list_recordings() == paths  # in time order, suffixes included
 
 
-def test_local_times_are_named_in_utc(home):
+def test_local_times_are_named_in_utc(dictation_home):
     local = T0.astimezone(timezone(timedelta(hours=-5)))
     assert save_recording(tone(0.1), now=local).name == "rec-20260121T143015.123Z.wav"
 
 
-def test_keep_n_deletes_only_our_oldest_files(home):
-    folder = home / "data" / "recordings"
+def test_keep_n_deletes_only_our_oldest_files(dictation_home):
+    folder = dictation_home / "data" / "recordings"
     folder.mkdir(parents=True)
     foreign = ["notes.txt", "rec-mine.wav", "my-take.wav", "rec-20200101T000000.000Z.wav.bak"]
     for name in foreign:
@@ -65,13 +59,13 @@ def test_keep_n_deletes_only_our_oldest_files(home):
     assert sorted(p.name for p in folder.iterdir()) == sorted(foreign + [p.name for p in saved[-3:]])
 
 
-def test_the_new_recording_survives_pruning_even_if_the_clock_went_back(home):
+def test_the_new_recording_survives_pruning_even_if_the_clock_went_back(dictation_home):
     newer = save_recording(tone(0.1), now=T0 + timedelta(days=1))
     back_in_time = save_recording(tone(0.1), now=T0, keep=1)
     assert list_recordings() == [back_in_time, newer]  # the take about to be transcribed is never deleted
 
 
-def test_prune_and_validation(home, tmp_path):
+def test_prune_and_validation(dictation_home, tmp_path):
     folder = tmp_path / "elsewhere"
     saved = [save_recording(tone(0.05), directory=folder, now=T0 + timedelta(minutes=i)) for i in range(4)]
     assert prune_recordings(2, directory=folder) == saved[:2]
@@ -83,7 +77,7 @@ def test_prune_and_validation(home, tmp_path):
         prune_recordings(0, directory=folder)
 
 
-def test_a_failed_write_leaves_no_file(home, monkeypatch):
+def test_a_failed_write_leaves_no_file(dictation_home, monkeypatch):
     from dictation.audio import recordings
 
     def broken(path, samples, rate):
@@ -95,7 +89,7 @@ def test_a_failed_write_leaves_no_file(home, monkeypatch):
     assert list_recordings() == []
 
 
-def test_name_pattern_is_filesystem_safe(home):
+def test_name_pattern_is_filesystem_safe(dictation_home):
     name = save_recording(tone(0.05)).name
     assert re.fullmatch(r"rec-\d{8}T\d{6}\.\d{3}Z\.wav", name)
     assert os.sep not in name and ":" not in name  # valid on Windows too
@@ -104,11 +98,11 @@ def test_name_pattern_is_filesystem_safe(home):
 # ---- takes written while they are recorded --------------------------------------------------------
 
 
-def test_a_take_file_is_a_complete_wav_after_every_append_and_finish_replaces_it_whole(home):
+def test_a_take_file_is_a_complete_wav_after_every_append_and_finish_replaces_it_whole(dictation_home):
     from dictation.audio.recordings import TakeFile
 
     take = TakeFile.create(48_000, now=T0)
-    assert take.path == home / "data" / "recordings" / "rec-20260121T143015.123Z.wav"
+    assert take.path == dictation_home / "data" / "recordings" / "rec-20260121T143015.123Z.wav"
     assert stat.S_IMODE(take.path.stat().st_mode) == 0o600
     written = []
     for seconds in (0.5, 0.5, 0.25):
@@ -130,7 +124,7 @@ def test_a_take_file_is_a_complete_wav_after_every_append_and_finish_replaces_it
         take.append(tone(0.1))
 
 
-def test_a_discarded_take_file_is_gone(home):
+def test_a_discarded_take_file_is_gone(dictation_home):
     from dictation.audio.recordings import TakeFile
 
     take = TakeFile.create(now=T0)
@@ -188,7 +182,7 @@ def test_kill_9_while_a_take_is_written_keeps_everything_appended(tmp_path):
     np.testing.assert_allclose(samples, np.clip(expected, -1, 1), atol=1 / 32768)
 
 
-def test_pruning_never_deletes_a_protected_recording(home):
+def test_pruning_never_deletes_a_protected_recording(dictation_home):
     saved = [save_recording(tone(0.05), now=T0 + timedelta(minutes=i)) for i in range(5)]
     deleted = prune_recordings(2, protect={saved[0], saved[2]})
     assert deleted == [saved[1]]
@@ -198,37 +192,37 @@ def test_pruning_never_deletes_a_protected_recording(home):
 # ---- a link in place of the recordings folder ------------------------------------------------------
 
 
-def _linked_recordings(home, mode: int):
-    target = home / "elsewhere" / "recs"
+def _linked_recordings(dictation_home, mode: int):
+    target = dictation_home / "elsewhere" / "recs"
     target.mkdir(parents=True)
     target.chmod(mode)
-    (home / "data").mkdir(parents=True, exist_ok=True)
-    (home / "data" / "recordings").symlink_to(target)
+    (dictation_home / "data").mkdir(parents=True, exist_ok=True)
+    (dictation_home / "data" / "recordings").symlink_to(target)
     return target
 
 
 @pytest.mark.parametrize("writer", ["take file", "save"])
-def test_a_linked_recordings_folder_others_can_open_is_refused(home, writer):
+def test_a_linked_recordings_folder_others_can_open_is_refused(dictation_home, writer):
     """The fault run: a symlinked recordings folder was followed while its target stayed 0755."""
     from dictation.audio.recordings import TakeFile
 
-    target = _linked_recordings(home, 0o755)
+    target = _linked_recordings(dictation_home, 0o755)
     with pytest.raises(PermissionError) as refused:
         if writer == "take file":
             TakeFile.create(now=T0)
         else:
             save_recording(tone(), now=T0)
     assert str(refused.value) == (
-        f"{home / 'data' / 'recordings'} is a link to {target}, which other users can open (mode 755); "
+        f"{dictation_home / 'data' / 'recordings'} is a link to {target}, which other users can open (mode 755); "
         f"not writing recordings there: make it private (chmod 700 {target}) or remove the link"
     )
     assert list(target.iterdir()) == [] and stat.S_IMODE(os.stat(target).st_mode) == 0o755  # untouched
 
 
-def test_a_linked_recordings_folder_of_the_users_alone_is_used(home):
+def test_a_linked_recordings_folder_of_the_users_alone_is_used(dictation_home):
     from dictation.audio.recordings import TakeFile
 
-    target = _linked_recordings(home, 0o700)
+    target = _linked_recordings(dictation_home, 0o700)
     take = TakeFile.create(now=T0)
     take.append(tone(0.1))
     take.close()
@@ -236,10 +230,10 @@ def test_a_linked_recordings_folder_of_the_users_alone_is_used(home):
     assert stat.S_IMODE(os.stat(take.path).st_mode) == 0o600
 
 
-def test_a_take_file_tightens_a_real_recordings_folder(home):
+def test_a_take_file_tightens_a_real_recordings_folder(dictation_home):
     from dictation.audio.recordings import TakeFile
 
-    folder = home / "data" / "recordings"
+    folder = dictation_home / "data" / "recordings"
     folder.mkdir(parents=True, mode=0o755)
     folder.chmod(0o755)
     TakeFile.create(now=T0).discard()

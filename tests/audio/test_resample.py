@@ -7,12 +7,18 @@ import time
 
 import numpy as np
 import pytest
-import scipy.signal
 
 from dictation.audio import resample as resample_module
 from dictation.audio.resample import resample
 
 EDGE = 400  # output samples at each end where the filter sees the zero padding
+
+
+def scipy_signal():
+    """scipy.signal, imported by the tests that use it (seconds of collection otherwise)."""
+    import scipy.signal
+
+    return scipy.signal
 
 
 def sine(freq: float, sample_rate: int, seconds: float = 1.0) -> np.ndarray:
@@ -27,8 +33,8 @@ def rms(x: np.ndarray) -> float:
 def band_limited_noise(sample_rate: int, seconds: float, cutoff_hz: float, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     noise = rng.standard_normal(int(sample_rate * seconds))
-    sos = scipy.signal.butter(12, cutoff_hz, fs=sample_rate, output="sos")
-    return scipy.signal.sosfiltfilt(sos, noise)
+    sos = scipy_signal().butter(12, cutoff_hz, fs=sample_rate, output="sos")
+    return scipy_signal().sosfiltfilt(sos, noise)
 
 
 @pytest.mark.parametrize("orig_sr", [48_000, 44_100, 22_050, 8_000])
@@ -63,7 +69,7 @@ def test_agrees_with_scipy_resample_poly_on_speech_band_audio(orig_sr: int, targ
     # only in their ripple (scipy's Kaiser(5.0) window ripples by ~0.2 %).
     x = band_limited_noise(orig_sr, 1.0, 0.35 * min(orig_sr, target_sr))
     ours = resample(x, orig_sr, target_sr)
-    theirs = scipy.signal.resample_poly(x, target_sr, orig_sr)
+    theirs = scipy_signal().resample_poly(x, target_sr, orig_sr)
     assert ours.shape == theirs.shape
     inner = slice(EDGE, -EDGE)
     assert rms(ours[inner] - theirs[inner]) < 3e-3 * rms(theirs[inner])
@@ -82,7 +88,7 @@ def test_polyphase_arithmetic_equals_scipy_with_the_same_filter(orig_sr: int, ta
     h, _ = resample_module._lowpass(up, down)
     x = np.random.default_rng(1).standard_normal(orig_sr // 4 + 7)
     ours = resample(x, orig_sr, target_sr)
-    theirs = scipy.signal.resample_poly(x, up, down, window=h / up)
+    theirs = scipy_signal().resample_poly(x, up, down, window=h / up)
     assert ours.shape == theirs.shape
     np.testing.assert_allclose(ours, theirs, atol=2e-5, rtol=0)
 
@@ -114,7 +120,7 @@ def test_output_length_is_ceil_like_resample_poly(n: int, orig_sr: int, target_s
     expected = math.ceil(n * target_sr / orig_sr)
     assert len(resample(x, orig_sr, target_sr)) == expected
     if n:
-        assert len(scipy.signal.resample_poly(x, target_sr, orig_sr)) == expected
+        assert len(scipy_signal().resample_poly(x, target_sr, orig_sr)) == expected
 
 
 def test_equal_rates_return_a_float32_copy() -> None:

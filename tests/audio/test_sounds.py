@@ -19,7 +19,7 @@ from dictation.audio import sounds
 from dictation.audio.sounds import SoundPlayer, SoundUnavailable
 from dictation.audio.wav import read_wav
 from dictation.session import Sound
-from tests.audio.conftest import wait_until
+from tests.waiting import wait_until
 
 
 class FakeOutput:

@@ -18,7 +18,7 @@ import numpy as np
 
 from dictation.audio.capture import Recorder
 from dictation.audio.wav import write_wav
-from tests.audio.conftest import wait_until
+from tests.waiting import wait_until
 
 SR = 16_000
 PRE_ROLL_S = 0.4
@@ -48,7 +48,7 @@ def test_real_microphone_take_starts_before_the_press(virtual_mic, tmp_path):
         wait_until(lambda: recorder.frames_delivered > 0.6 * SR, 10, "the microphone stream to deliver 0.6 s")
         assert recorder.level() < -80, "the virtual microphone is not silent before playback"
         player = virtual_mic.play(wav)
-        wait_until(lambda: recorder.level() > -40, 15, "the played audio to reach the recorder", poll=0.002)
+        wait_until(lambda: recorder.level() > -40, 15, "the played audio to reach the recorder", interval=0.002)
         t_press = time.monotonic()
         recorder.start(t_press)
         wait_until(lambda: recorder.elapsed_s() >= 1.2, 10, "1.2 s of recording")

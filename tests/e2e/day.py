@@ -25,7 +25,8 @@ import pytest
 from dictation.config import History, Settings
 from dictation.config.store import SettingsStore
 from tests.e2e.coldstart import _send, grab_time
-from tests.output.conftest import _stop, read_lines, wait_until
+from tests.output.conftest import _stop, read_lines
+from tests.waiting import wait_until
 
 RATE = 16_000
 HOTKEY = "ctrl+alt+space"

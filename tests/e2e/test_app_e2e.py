@@ -22,7 +22,7 @@ import pytest
 
 from dictation.config import History, Outcome, Settings
 from dictation.config.store import SettingsStore
-from tests.output.conftest import wait_until
+from tests.waiting import wait_until
 
 HOTKEY = "ctrl+alt+space"
 USER_CLIPBOARD = "what the user had copied — ünïcode ✓"

@@ -22,7 +22,7 @@ from dictation.audio.wav import read_wav
 from dictation.config import History, Outcome, Settings
 from dictation.config.store import SettingsStore
 from tests.e2e.test_app_e2e import HOTKEY, RunningApp
-from tests.output.conftest import wait_until
+from tests.waiting import wait_until
 
 
 @pytest.fixture

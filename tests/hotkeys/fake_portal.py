@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from typing import Any
 
 from jeepney import DBusAddress, MatchRule, new_error, new_method_return, new_signal
@@ -30,15 +29,6 @@ from dictation.hotkeys.portal import (
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 UNKNOWN_METHOD = "org.freedesktop.DBus.Error.UnknownMethod"
 UNKNOWN_INTERFACE = "org.freedesktop.DBus.Error.UnknownInterface"
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
-    return True
 
 
 class FakePortal:

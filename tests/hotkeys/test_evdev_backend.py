@@ -17,7 +17,7 @@ from evdev import InputEvent, ecodes
 
 from dictation.hotkeys import EvdevBackend, HotkeyBackendError, parse_hotkey
 from dictation.hotkeys.evdev_backend import FIX_COMMAND, GroupInfo, explain_permission_denied
-from tests.hotkeys.fake_portal import wait_until
+from tests.waiting import wait_until
 
 TIMEOUT = 10.0
 KEYBOARD_KEYS = [

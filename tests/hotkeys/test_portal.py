@@ -11,7 +11,8 @@ from jeepney.io.threading import open_dbus_connection
 
 from dictation.hotkeys import PortalBackend, parse_hotkey
 from dictation.hotkeys.portal import PORTAL_PATH, SHORTCUTS_IFACE, portal_trigger, session_bus_address
-from tests.hotkeys.fake_portal import FakePortal, wait_until
+from tests.hotkeys.fake_portal import FakePortal
+from tests.waiting import wait_until
 
 TIMEOUT = 10.0
 BINDINGS = {"dictate": parse_hotkey("ctrl+alt+space"), "cancel": parse_hotkey("esc")}

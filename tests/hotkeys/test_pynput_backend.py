@@ -18,7 +18,7 @@ import pytest
 
 from dictation.hotkeys import HotkeyBackendError, PynputBackend, parse_hotkey
 from dictation.hotkeys.pynput_backend import pynput_key_name
-from tests.hotkeys.fake_portal import wait_until
+from tests.waiting import wait_until
 
 TIMEOUT = 15.0
 

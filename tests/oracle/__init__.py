@@ -53,3 +53,10 @@ def synth_audio(seconds: float, seed: int = 0) -> np.ndarray:
     if peak > 0:
         x *= 0.5 / peak
     return x.astype(np.float32)
+
+
+def strip_eos(ids):
+    """The generated ids without their end-of-sequence token, if they end with one."""
+    from tests.oracle.checkpoints import EOS_IDS
+
+    return ids[:-1] if ids and ids[-1] in EOS_IDS else ids

@@ -287,7 +287,9 @@ def _as_clip(audio) -> np.ndarray:
     return clip
 
 
-@functools.lru_cache(maxsize=8)
+# Two official models kept loaded: the parity tests alternate between the tied and the untied
+# checkpoint; more kept every model of the session in memory (docs/architecture.md, "Tests").
+@functools.lru_cache(maxsize=2)
 def _cached_oracle(folder: str, fix_mistral_regex: bool) -> OfficialOracle:
     return OfficialOracle(folder, fix_mistral_regex=fix_mistral_regex)
 

@@ -21,21 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.waiting import wait_until
+
 REQUIRED_TOOLS = ("Xvfb", "xdotool", "xclip", "xsel", "xprop", "xmodmap")
 TARGET_APP = Path(__file__).with_name("target_app.py")
 TARGET_TITLE = "dictation-output-target"
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:

@@ -14,7 +14,8 @@ import pytest
 
 from dictation.output import OutputOptions, choose_backend
 from dictation.output.focus import NO_WINDOW
-from tests.output.conftest import XClipboard, _run, _stop, read_lines, running_xvfb, wait_until
+from tests.output.conftest import XClipboard, _run, _stop, read_lines, running_xvfb
+from tests.waiting import wait_until
 
 OWN_APP = Path(__file__).with_name("own_app.py")
 ROOT = Path(__file__).resolve().parents[2]

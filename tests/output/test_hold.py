@@ -23,9 +23,9 @@ from dictation.output.paste import ClipboardKeeper, ClipboardOnlyBackend, Clipbo
 from dictation.output.select import BACKEND_NAMES, OutputChain
 from dictation.output.typing_backend import TypingBackend
 from dictation.takes import outcome_of
-from tests.output.conftest import wait_until
 from tests.output.fakes import FakeClipboard, FakeHost, FakeKeys
 from tests.output.test_paste_logic import SESSION
+from tests.waiting import wait_until
 
 SETTLE_S = 0.05
 

@@ -16,7 +16,7 @@ from dictation.hotkeys import X11GrabBackend
 from dictation.output import OutputOptions, choose_backend
 from dictation.output.hold import KeyHold
 from dictation.takes import outcome_of
-from tests.output.conftest import wait_until
+from tests.waiting import wait_until
 
 CHORD_DOWN = ("keydown", "ctrl+alt+space")
 CHORD_UP = ("keyup", "space", "keyup", "alt", "keyup", "ctrl")  # the key first: the modifiers go up after it
