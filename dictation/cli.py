@@ -281,6 +281,10 @@ def cmd_train_adapter(args: argparse.Namespace) -> int:
         print(f"  held out: before {report.before}; after {report.after}")
     elif report.unscored:
         print(f"  held out: {report.unscored}")
+    elif report.val_clips == 0:
+        from dictation.training import MIN_HELD_OUT
+
+        print(f"  held out: none, so no WER/CER can be given yet (--val: it takes {MIN_HELD_OUT} held-out clips)")
     return 0
 
 
