@@ -245,7 +245,7 @@ def test_epochs_set_the_steps_and_out_of_memory_is_one_error(ckpt_untied, tmp_pa
         TrainOptions(epochs=0).check()
     seen = []
     model, prompt = _load(ckpt_untied)
-    train_lora(model, prompt, _examples(), TrainOptions(epochs=2, bits=16, rank=2), progress=seen.append)
+    train_lora(model, prompt, _examples(), TrainOptions(epochs=2, bits=16, rank=2, batch_size=1), progress=seen.append)
     assert [p.steps for p in seen] == [4] * 4
 
     from dictation.asr.tune import train as train_module
