@@ -112,10 +112,13 @@ def test_gradient_checkpointing_is_on_only_on_a_gpu_by_default(ckpt_untied, monk
     calls = []
     original = train_module.checkpoint
     monkeypatch.setattr(train_module, "checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k))
-    for checkpointing, expected in ((None, False), (True, True)):
+    for options, expected in (
+        (TrainOptions(steps=1, bits=16, rank=2), False),  # the default, on the CPU
+        (TrainOptions(steps=1, bits=16, rank=2, checkpointing=True), True),
+    ):
         calls.clear()
         model, prompt = _load(ckpt_untied)
-        train_lora(model, prompt, _examples(), TrainOptions(steps=1, bits=16, rank=2, checkpointing=checkpointing))
+        train_lora(model, prompt, _examples(), options)
         assert bool(calls) == expected
 
 
