@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-def _clips(n: int, seconds: float, words: int):
+def _clips(n: int, seconds: float, words: int, target_tokens: int | None = None):
     import numpy as np
 
     from dictation.asr.config import SAMPLE_RATE
@@ -66,8 +66,14 @@ def _clips(n: int, seconds: float, words: int):
         t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
         audio = 0.1 * np.sin(2 * np.pi * (180 + 40 * i) * t) + 0.02 * rng.standard_normal(t.shape)
         text = " ".join(vocabulary[(i + k) % len(vocabulary)] for k in range(words)).capitalize() + "."
+        if target_tokens is not None:  # the random checkpoint's tokenizer spells a word letter by letter
+            text = text[: max(1, target_tokens - TARGET_OVERHEAD)]
         out.append(Example(audio.astype(np.float32), f"language English<asr_text>{text}", f"clip {i}"))
     return out
+
+
+# Target tokens besides the text: ``language English<asr_text>`` (the real tokenizer: 4) and <|im_end|>.
+TARGET_OVERHEAD = 5
 
 
 def measure(folder: Path, bits: int, args: argparse.Namespace) -> dict:
@@ -93,7 +99,7 @@ def measure(folder: Path, bits: int, args: argparse.Namespace) -> dict:
     )
     loaded_s = time.perf_counter() - t0
     loaded_bytes = torch.cuda.memory_allocated(device) if cuda else None
-    examples = _clips(args.clips, args.seconds, args.words)
+    examples = _clips(args.clips, args.seconds, args.words, args.target_tokens)
     stamps: list[float] = []
 
     def progress(_p) -> None:
@@ -101,10 +107,14 @@ def measure(folder: Path, bits: int, args: argparse.Namespace) -> dict:
             torch.cuda.synchronize(device)
         stamps.append(time.perf_counter())
 
-    options = TrainOptions(steps=args.steps + 1, rank=args.rank, alpha=2.0 * args.rank, bits=bits, seed=0)
+    options = TrainOptions(
+        steps=args.steps + 1, rank=args.rank, alpha=2.0 * args.rank, bits=bits, seed=0, batch_size=args.batch_size,
+        layers=args.layers or None, checkpointing=args.checkpointing,
+    )  # fmt: skip
     t0 = time.perf_counter()
     result = train_lora(model, prompt, examples, options, progress=progress)
     total_s = time.perf_counter() - t0
+    first_step_s = stamps[0] - t0  # NF4 quantization, the clips' encoder and frozen layers, one step
     step_s = statistics.median(b - a for a, b in zip(stamps, stamps[1:], strict=False))
     tokens_per_step = result.tokens / len(result.losses)
     layers = [m.base for name, m in result.lora.items() if name != "lm_head"]
@@ -119,9 +129,13 @@ def measure(folder: Path, bits: int, args: argparse.Namespace) -> dict:
         "dtype": str(dtype).removeprefix("torch."),
         "load_s": round(loaded_s, 2),
         "prepare_and_train_s": round(total_s, 2),
+        "prepare_and_first_step_s": round(first_step_s, 2),
+        "batch_size": args.batch_size,
+        "layers": options.layers,
         "steps_timed": args.steps,
         "s_per_step": round(step_s, 4),
         "tokens_per_step": tokens_per_step,
+        "target_tokens_per_clip": result.target_tokens / len(result.losses) / args.batch_size,
         "tokens_per_s": round(tokens_per_step / step_s, 1),
         "decoder_projection_parameters": parameters,
         "base_projection_bytes": base_bytes,
@@ -137,6 +151,50 @@ def measure(folder: Path, bits: int, args: argparse.Namespace) -> dict:
     return out
 
 
+def personalise(folder: Path, workdir: Path, args: argparse.Namespace) -> int:
+    """The app's Personalise on ``args.personalise`` dictations: its options (the defaults) and held-out
+    share, timed from the start to the scored adapter. Held-out transcripts stop at
+    ``--target-tokens`` tokens: what a real model says for such a clip (a random one never stops)."""
+    import functools
+
+    import dictation.asr
+    from dictation.app.personalise import held_out_share
+    from dictation.asr.tune.data import Sample
+    from dictation.asr.tune.train import TrainOptions
+    from dictation.audio.wav import write_wav
+    from dictation.training import train_adapter
+
+    clips = workdir / f"dictations-{args.personalise}"
+    clips.mkdir(exist_ok=True)
+    samples = []
+    for i, example in enumerate(_clips(args.personalise, args.seconds, args.words, args.target_tokens)):
+        write_wav(clips / f"{i}.wav", example.audio, 16000)
+        samples.append(Sample(clips / f"{i}.wav", example.target, f"dictation {i}"))
+    tokens = args.target_tokens or 64
+    dictation.asr.EngineOptions = functools.partial(dictation.asr.EngineOptions, max_new_tokens=tokens)
+    out = Path(tempfile.mkdtemp(prefix="personal-", dir=workdir)) / "adapter"
+    stages: list[tuple[float, str]] = []
+    t0 = time.perf_counter()
+    report = train_adapter(
+        str(folder), samples, out, TrainOptions(), device=args.device, val=held_out_share(len(samples)),
+        on_status=lambda text: stages.append((time.perf_counter() - t0, text)),
+    )  # fmt: skip
+    total = time.perf_counter() - t0
+    for at, text in stages:
+        print(f"  {at:7.1f} s  {text}", flush=True)
+    print(f"LOSS {' '.join(f'{x:.2f}' for x in report.losses)}")
+    print(
+        f"SUMMARY personalise {args.size} on {args.personalise} dictations ({report.train_clips} trained on, "
+        f"{report.val_clips} held out) on {args.device}: {total:.0f} s in all, {report.steps} steps, loss "
+        f"{report.losses[0]:.2f} -> {report.final_loss:.2f}",
+        flush=True,
+    )
+    if args.json:
+        data = {"seconds": total, "steps": report.steps, "losses": report.losses, "stages": stages}
+        args.json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="0.6B", choices=["tiny", "0.6B", "1.7B"])
@@ -147,6 +205,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clips", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each synthetic clip")
     parser.add_argument("--words", type=int, default=12, help="words in each clip's transcript")
+    parser.add_argument(
+        "--target-tokens", type=int, default=21,
+        help="target tokens a clip (default 21: 12 English words and the language prefix, as the real tokenizer "
+        "cuts them; the random checkpoint's spells letters); 0: the whole --words text",
+    )  # fmt: skip
+    parser.add_argument("--batch-size", type=int, default=2, help="clips a step (default 2)")
+    parser.add_argument("--layers", type=int, default=8, help="top decoder layers adapted (0: all; default 8)")
+    parser.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument(
+        "--personalise", type=int, default=0, metavar="N",
+        help="instead: the whole default Personalise (dictation.training.train_adapter, the app's options and "
+        "held-out share) on N synthetic dictations, timed, with its loss curve",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch's default if unset)")
     parser.add_argument("--workdir", type=Path, default=None, help="where the random checkpoint is built and kept")
     parser.add_argument("--json", type=Path, default=None)
@@ -159,13 +230,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="train_speed_"))
     folder = build_checkpoint(args.size, workdir, log=lambda line: print(line, file=sys.stderr))
+    args.target_tokens = args.target_tokens or None
+    if args.personalise:
+        return personalise(folder, workdir, args)
     results = []
     for bits in args.bits:
         r = measure(folder, bits, args)
         results.append(r)
         base = "NF4 + double quant" if bits == 4 else r["dtype"]
         line = (
-            f"SUMMARY train {args.size} --bits {bits} ({base} base) on {r['device']}: {r['s_per_step']:.3f} s/step, "
+            f"SUMMARY train {args.size} --bits {bits} ({base} base) on {r['device']}: {r['s_per_step']:.3f} s/step "
+            f"of {r['batch_size']} clips (top {r['layers'] or 'all'} layers adapted), "
             f"{r['tokens_per_s']:.0f} tokens/s ({r['tokens_per_step']:.0f} tokens a step), base "
             f"{r['base_bytes_per_parameter']:.4f} bytes/parameter ({r['base_projection_bytes'] / 1e6:.0f} MB for "
             f"{r['decoder_projection_parameters'] / 1e6:.0f}M decoder projection parameters)"

@@ -236,7 +236,9 @@ def cmd_train_adapter(args: argparse.Namespace) -> int:
     options = TrainOptions(
         steps=args.steps if args.steps is not None else TrainOptions.steps, epochs=args.epochs, rank=args.rank,
         alpha=args.alpha if args.alpha is not None else 2.0 * args.rank, lr=args.lr, bits=args.bits,
-        double_quant=not args.no_double_quant, seed=args.seed, batch_size=args.batch_size,
+        double_quant=not args.no_double_quant, seed=args.seed,
+        batch_size=args.batch_size if args.batch_size is not None else TrainOptions.batch_size,
+        layers=args.layers if args.layers is not None else TrainOptions.layers,
         targets=tuple(t.strip() for t in (args.targets or "").split(",") if t.strip()) or TrainOptions.targets,
     )  # fmt: skip
     stop = threading.Event()
@@ -287,6 +289,10 @@ def cmd_train_adapter(args: argparse.Namespace) -> int:
         print(f"  held out: before {report.before}; after {report.after}")
     elif report.unscored:
         print(f"  held out: {report.unscored}")
+    elif report.val_clips == 0:
+        from dictation.training import MIN_HELD_OUT
+
+        print(f"  held out: none, so no WER/CER can be given yet (--val: it takes {MIN_HELD_OUT} held-out clips)")
     return 0
 
 
@@ -541,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--from-history", action="store_true", help="the dictations you corrected in the app")
     ta.add_argument("--out", required=True, help="new adapter folder (never overwritten)")
     length = ta.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=int, default=None, help="optimizer steps (default 200)")
+    length.add_argument("--steps", type=int, default=None, help="optimizer steps (default: 8 epochs, 40 to 160 steps)")
     length.add_argument("--epochs", type=int, default=None, help="instead of --steps: passes over the clips")
     ta.add_argument("--rank", type=int, default=16, help="LoRA rank (default 16)")
     ta.add_argument("--alpha", type=float, default=None, help="LoRA alpha (default 2 x rank)")
@@ -553,7 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     ta.add_argument("--bits", type=int, choices=[4, 16], default=4, help="base in NF4 (4, default) or float (16)")
     ta.add_argument("--no-double-quant", action="store_true", help="NF4 with fp32 block scales (debugging)")
     ta.add_argument("--val", type=float, default=0.0, metavar="FRACTION", help="share held out: WER/CER before/after")
-    ta.add_argument("--batch-size", type=int, default=1, help="examples per step (default 1)")
+    ta.add_argument("--batch-size", type=int, default=None, help="examples per step (default 2)")
+    ta.add_argument("--layers", type=int, default=None, help="top decoder layers adapted (default 8)")
     ta.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     ta.add_argument("--resume", action="store_true", help="go on with the interrupted run for --out")
     ta.set_defaults(func=cmd_train_adapter)

@@ -177,6 +177,7 @@ def test_from_history_trains_on_the_corrected_dictations(capsys, ckpt, tmp_path,
                             "--steps", "2", "--rank", "2", "--bits", "16", "--device", "cpu")  # fmt: skip
     assert code == 0, err
     assert "2 steps on 1 clips" in stdout and out.is_dir()
+    assert "  held out: none, so no WER/CER can be given yet (--val: it takes 3 held-out clips)\n" in stdout
     with History(default_path()) as history:  # training changed nothing in the history
         assert [(e.id, e.text, e.corrected) for e in history.corrected_entries()] == [
             (3, "Hello Anna.", True),

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors import safe_open
 
 from dictation.asr.checkpoints.safetensors import load_model
@@ -59,6 +60,30 @@ def test_training_forward_matches_inference(ckpt_untied):
         ref = (h @ model.output_weight.T).reshape(s, -1)
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
     assert item.labels[-1] == prompt.special.im_end and item.labels[2] == prompt.special.asr_text
+
+
+def test_the_loss_scores_each_target_token_by_the_logits_that_predict_it(ckpt_untied):
+    """Labels against logits: the training loss equals the cross-entropy of each target token under
+    the inference path's next-token logits, teacher-forced (the prompt's last position predicts the
+    first target token, each target token's position the one after it). Labels shifted by one
+    position either way give another loss, which this test tells apart."""
+    model, prompt = _load(ckpt_untied)
+    example = _examples()[1]
+    item = prepare(model, prompt, LogMel(model.cfg.audio.num_mel_bins), example)
+    target = prompt.encode(example.target) + [prompt.special.im_end]
+    assert item.labels.tolist() == target
+    n_prompt = item.embeds.shape[1] - len(target)
+    rows = [model.prefill(item.embeds[:, :n_prompt], len(target))]  # after the prompt: predicts target[0]
+    for k, token in enumerate(target[:-1]):  # after target[: k + 1]: predicts target[k + 1]
+        rows.append(model.step(torch.tensor([token]), n_prompt + k))
+    logits = torch.stack(rows).float()
+    per_token = F.cross_entropy(logits, torch.tensor(target), reduction="none")
+    with torch.no_grad():
+        ours = example_loss(model, item)
+    torch.testing.assert_close(ours, per_token.mean(), rtol=1e-5, atol=1e-5)
+    labels = torch.tensor(target)
+    for shifted in (F.cross_entropy(logits[1:], labels[:-1]), F.cross_entropy(logits[:-1], labels[1:])):
+        assert abs(float(shifted) - float(ours)) > 1e-2  # the check above would notice a shift
 
 
 def test_read_examples_formats_and_errors(tmp_path):
@@ -220,7 +245,7 @@ def test_epochs_set_the_steps_and_out_of_memory_is_one_error(ckpt_untied, tmp_pa
         TrainOptions(epochs=0).check()
     seen = []
     model, prompt = _load(ckpt_untied)
-    train_lora(model, prompt, _examples(), TrainOptions(epochs=2, bits=16, rank=2), progress=seen.append)
+    train_lora(model, prompt, _examples(), TrainOptions(epochs=2, bits=16, rank=2, batch_size=1), progress=seen.append)
     assert [p.steps for p in seen] == [4] * 4
 
     from dictation.asr.tune import train as train_module

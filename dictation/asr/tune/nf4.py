@@ -17,8 +17,10 @@ per parameter: 4 bits + 8/64 + 32/(64*256) = 4.127 bits, against 4 + 32/64 = 4.5
 (``double_quant=False``).
 
 :class:`NF4Linear` is a frozen linear layer on such a weight: its forward dequantizes the weight
-(in the input's dtype) and multiplies; gradients reach the input (a LoRA branch above it) and no
-weight, as QLoRA's frozen base. :func:`nf4_decoder` puts it in place of the decoder's linear layers.
+(in the input's dtype) and multiplies, or uses the dequantized weight it was told to keep
+(:meth:`NF4Linear.keep_dequantized`: the trainer's choice where it fits in memory); gradients
+reach the input (a LoRA branch above it) and no weight, as QLoRA's frozen base.
+:func:`nf4_decoder` puts it in place of the decoder's linear layers.
 """
 
 from __future__ import annotations
@@ -177,7 +179,16 @@ class NF4Linear(nn.Module):
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return self.nf4().dequantize(dtype)
 
+    def keep_dequantized(self, dtype: torch.dtype | None) -> None:
+        """Keep the dequantized weight in ``dtype`` for every later forward (None: drop it). The base is
+        frozen, so dequantizing it again at every forward (and again in the backward pass) recomputes
+        the same tensor; kept, each step costs the matmul alone, for the weight's memory in ``dtype``."""
+        self._dequantized = None if dtype is None else self.dequantize(dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = self.__dict__.get("_dequantized")
+        if kept is not None and kept.dtype == x.dtype and kept.device == x.device:
+            return F.linear(x, kept)
         return F.linear(x, self.dequantize(x.dtype))
 
     def extra_repr(self) -> str:

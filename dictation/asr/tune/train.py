@@ -3,23 +3,31 @@
 The recipe is QLoRA's: the base model is frozen, either in its floating dtype (``bits=16``) or with
 the decoder's linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices
 ``A [r, in]`` (Kaiming-uniform, as PEFT initialises them) and ``B [out, r]`` (zeros) beside the chosen
-decoder layers (by default every attention and MLP projection; the encoder stays frozen) are the only
-trained parameters, in float32, with AdamW. On a GPU the base runs in bfloat16 (QLoRA's compute
-dtype) and the LoRA branch in float32 beside it (:func:`training_dtype`); on the CPU all is float32.
+decoder layers (by default every attention and MLP projection of the top ``layers`` = 8 decoder
+layers; the encoder stays frozen) are the only trained parameters, in float32, with AdamW: a linear
+warm-up over the first tenth of the steps, then a cosine decay to a tenth of the peak rate
+(:meth:`TrainOptions.lr_at`); by default 8 passes over the clips, two a step, within 40 to 160 steps.
+On a GPU the base runs in bfloat16 (QLoRA's compute dtype) and the LoRA branch in float32 beside it
+(:func:`training_dtype`); on the CPU all is float32 (bf16 matmuls measured 2.8 times slower on an
+AVX2 CPU: benchmarks/results/train-2026-12-02.md).
 
 One example is the official fine-tuning format: the prompt of a transcription without a forced
 language (system turn, the audio, ``<|im_start|>assistant\\n``) followed by the target
 ``language X<asr_text>text<|im_end|>``. The loss is the cross-entropy of the target tokens only (the
-prompt is masked), teacher-forced. The encoder and the embeddings are frozen, so each example's
-decoder input is computed once, before the first step. Each step averages the loss over
+prompt is masked), teacher-forced. The encoder, the embeddings and the decoder layers below the
+adapted ones are frozen, so each example's input to the first adapted layer is computed once, before
+the first step (:func:`prepare`), and every step runs the adapted layers alone. The NF4 weights of
+the adapted layers are dequantized once where they fit in half the memory still available
+(:func:`keep_dequantized`), not at every forward and backward. Each step averages the loss over
 ``batch_size`` examples (gradient accumulation: the forward runs one sequence at a time, as
 inference does), taken in a seeded shuffled order, epoch after epoch. With the same seed, data and
 machine, training gives the same adapter.
 
 The forward for training (:func:`decoder_logits`) runs the decoder's own layers over the whole sequence
 with causal attention and no KV cache; a test checks it against the inference path's logits. With
-gradient checkpointing (the default) only each decoder layer's input is kept, and the layer's
-activations are recomputed in the backward pass.
+gradient checkpointing (by default on a GPU only: on the CPU memory is plentiful and the recompute
+costs a third of a step) only each decoder layer's input is kept, and the layer's activations are
+recomputed in the backward pass.
 
 A run with a work folder (:func:`train_adapter`: ``.<out name>.training`` beside the output) saves a
 checkpoint every ``save_every`` steps and when cancelled: the LoRA matrices, AdamW's state, the
@@ -74,34 +82,59 @@ _GROUPS |= {"gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
 HEAD = "lm_head"  # also a possible target (not a default): the output head, untied first if tied
 
 
+# The default length: DEFAULT_EPOCHS passes over the clips, within [MIN_STEPS, MAX_STEPS] steps of
+# ``batch_size`` clips (20 dictations, 16 trained on: 64 steps of two clips; see TrainOptions.lr_at).
+DEFAULT_EPOCHS = 8
+MIN_STEPS, MAX_STEPS = 40, 160
+
+
 @dataclass(frozen=True)
 class TrainOptions:
-    steps: int = 200
+    steps: int | None = None  # None: from the number of clips (total_steps)
     rank: int = 16
     alpha: float = 32.0
-    lr: float = 1e-3
+    lr: float = 1e-3  # the peak: a linear warm-up over ``warmup`` of the steps, then a cosine decay to a tenth
     targets: tuple[str, ...] = DEFAULT_TARGETS
     bits: int = 4  # 4: NF4 base (QLoRA); 16: the float base
     double_quant: bool = True
     seed: int = 0
-    batch_size: int = 1
+    batch_size: int = 2
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     epochs: int | None = None  # instead of steps: passes over the data (steps = ceil(epochs * n / batch))
-    checkpointing: bool = True  # gradient checkpointing: each decoder layer's activations recomputed
+    checkpointing: bool | None = None  # recompute each layer's activations in the backward; None: on a GPU
+    layers: int | None = 8  # the top decoder layers adapted (None: all); those below run once per clip
+    warmup: float = 0.1
     save_every: int = 50  # steps between resumable checkpoints (with a work folder)
 
     def total_steps(self, n_examples: int) -> int:
-        """The optimizer steps of a run on ``n_examples``: ``steps``, or ``epochs`` passes over them."""
-        if self.epochs is None:
+        """The optimizer steps of a run on ``n_examples``: ``steps``, ``epochs`` passes over them, or
+        by default ``DEFAULT_EPOCHS`` passes within ``MIN_STEPS .. MAX_STEPS``."""
+        if self.steps is not None:
             return self.steps
-        return max(1, math.ceil(self.epochs * n_examples / self.batch_size))
+        if self.epochs is not None:
+            return max(1, math.ceil(self.epochs * n_examples / self.batch_size))
+        return min(MAX_STEPS, max(MIN_STEPS, math.ceil(DEFAULT_EPOCHS * n_examples / self.batch_size)))
+
+    def lr_at(self, step: int, steps: int) -> float:
+        """The learning rate of optimizer step ``step`` (1-based) of ``steps``: a linear warm-up to
+        ``lr`` over the first ``warmup`` share of the steps, then a cosine decay to ``lr / 10`` at the
+        last (a constant rate left the loss of the last steps jumping about)."""
+        warm = max(1, round(self.warmup * steps)) if self.warmup > 0 else 0
+        if step <= warm:
+            return self.lr * step / warm
+        done = (step - warm) / max(1, steps - warm)
+        return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
 
     def check(self) -> None:
         if self.bits not in (4, 16):
             raise TrainingError(f"bits must be 4 (NF4 base) or 16 (float base), not {self.bits}")
-        if self.steps < 1 or self.rank < 1 or self.batch_size < 1 or self.save_every < 1:
+        if (self.steps is not None and self.steps < 1) or self.rank < 1 or self.batch_size < 1 or self.save_every < 1:
             raise TrainingError("steps, rank and batch size must be positive")
+        if self.layers is not None and self.layers < 1:
+            raise TrainingError(f"the adapted layers must be at least 1, not {self.layers}")
+        if not 0 <= self.warmup < 1:
+            raise TrainingError(f"the warm-up share must be at least 0 and below 1, not {self.warmup:g}")
         if self.epochs is not None and self.epochs < 1:
             raise TrainingError(f"epochs must be at least 1, not {self.epochs}")
         if not (math.isfinite(self.lr) and self.lr > 0 and math.isfinite(self.alpha) and self.alpha > 0):
@@ -159,12 +192,22 @@ class LoraTrainLinear(nn.Module):
         return self.base(x) + delta.to(x.dtype)
 
 
+def first_adapted(model: AsrModel, options: TrainOptions) -> int:
+    """The index of the lowest decoder layer ``options`` adapts (0: all of them)."""
+    n = len(model.decoder.layers)
+    return 0 if options.layers is None else max(0, n - options.layers)
+
+
 def add_lora(model: AsrModel, options: TrainOptions) -> dict[str, LoraTrainLinear]:
-    """Freeze ``model`` and wrap the target layers of every decoder layer; returns them by our module name."""
+    """Freeze ``model`` and wrap the target layers of the adapted decoder layers (the top
+    ``options.layers``); returns them by our module name."""
     model.requires_grad_(False)
     generator = torch.Generator().manual_seed(options.seed)
     out = {}
+    start = first_adapted(model, options)
     for i, layer in enumerate(model.decoder.layers):
+        if i < start:
+            continue
         for target in DEFAULT_TARGETS:  # a fixed order, whatever the option's: the same init for a seed
             if target not in options.targets:
                 continue
@@ -193,16 +236,23 @@ def _layer_forward(layer: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: to
     return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
-def decoder_logits(model: AsrModel, embeds: torch.Tensor, first: int, *, checkpointing: bool = False) -> torch.Tensor:
+def _rope(model: AsrModel, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    t = model.cfg.text
+    cos, sin = rope_tables(torch.arange(embeds.shape[1], device=embeds.device), t.head_dim, t.rope_theta)
+    return cos.to(embeds.dtype), sin.to(embeds.dtype)
+
+
+def decoder_logits(
+    model: AsrModel, embeds: torch.Tensor, first: int, *, checkpointing: bool = False, start: int = 0
+) -> torch.Tensor:
     """The next-token logits ``[S - first, vocab]`` at positions ``first .. S-1`` of the sequence
     ``embeds [1, S, hidden]``: the decoder's layers with causal attention over the whole sequence
-    and no cache (differentiable), the final norm and the head."""
+    and no cache (differentiable), the final norm and the head. ``start > 0``: ``embeds`` is the
+    input of decoder layer ``start`` (the layers below already run), not the embeddings."""
     s = embeds.shape[1]
-    t = model.cfg.text
-    cos, sin = rope_tables(torch.arange(s, device=embeds.device), t.head_dim, t.rope_theta)
-    cos, sin = cos.to(embeds.dtype), sin.to(embeds.dtype)
+    cos, sin = _rope(model, embeds)
     h = embeds
-    for layer in model.decoder.layers:
+    for layer in model.decoder.layers[start:]:
         if checkpointing and torch.is_grad_enabled():
             # gradient checkpointing: keep only the layer's input; its activations are recomputed
             # in the backward pass (memory of one layer instead of all of them)
@@ -216,8 +266,9 @@ def decoder_logits(model: AsrModel, embeds: torch.Tensor, first: int, *, checkpo
 
 @dataclass
 class Prepared:
-    embeds: torch.Tensor  # [1, S, hidden]: prompt (audio in place of the pads) and target
+    embeds: torch.Tensor  # [1, S, hidden]: the input of decoder layer ``start`` (0: the embeddings)
     labels: torch.Tensor  # [T]: the target ids (last T positions)
+    start: int = 0  # the lowest adapted decoder layer: the frozen ones below ran once, in prepare
 
     @property
     def first(self) -> int:
@@ -226,20 +277,26 @@ class Prepared:
 
 
 @torch.no_grad()
-def prepare(model: AsrModel, prompt: PromptBuilder, mel: LogMel, example: Example) -> Prepared:
-    """An example's decoder input (frozen encoder and embeddings: computed once) and its labels."""
+def prepare(model: AsrModel, prompt: PromptBuilder, mel: LogMel, example: Example, start: int = 0) -> Prepared:
+    """An example's input to decoder layer ``start`` and its labels. Everything below that layer is
+    frozen (the encoder, the embeddings, the decoder layers no LoRA adapts), so it is computed here,
+    once per clip, instead of at every step and epoch."""
     features = mel(example.audio)
     audio_embeds = model.audio_tower(features)
     n = n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames)
     ids = prompt.prompt_ids(n)
     target = prompt.encode(example.target) + [prompt.special.im_end]
     all_ids = torch.tensor(ids + target, device=model.device)
-    embeds = model.embed_prompt(all_ids, audio_embeds).detach()
-    return Prepared(embeds, torch.tensor(target, device=model.device))
+    h = model.embed_prompt(all_ids, audio_embeds).detach()
+    if start:
+        cos, sin = _rope(model, h)
+        for layer in model.decoder.layers[:start]:
+            h = _layer_forward(layer, h, cos, sin)
+    return Prepared(h, torch.tensor(target, device=model.device), start)
 
 
 def example_loss(model: AsrModel, item: Prepared, checkpointing: bool = False) -> torch.Tensor:
-    logits = decoder_logits(model, item.embeds, item.first, checkpointing=checkpointing)
+    logits = decoder_logits(model, item.embeds, item.first, checkpointing=checkpointing, start=item.start)
     logits = logits[:-1]  # the last position predicts nothing
     return F.cross_entropy(logits.float(), item.labels)
 
@@ -323,6 +380,38 @@ def _memory_errors(message: Callable[[], str]) -> Iterator[None]:
         raise
 
 
+def _layer_index(name: str) -> int:
+    return int(name.split(".")[2])  # decoder.layers.<i>.…
+
+
+def available_memory(device: torch.device) -> int:
+    """Bytes that could still be allocated on ``device``: a GPU's free memory, or the system's
+    available memory (``MemAvailable``; the free pages where there is no /proc/meminfo)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def keep_dequantized(model: AsrModel, layers: Sequence[NF4Linear]) -> bool:
+    """The frozen NF4 weights of ``layers`` (the adapted ones, which every step runs forward and
+    backward) dequantized once, in the model's dtype, where that takes at most half the memory still
+    available; otherwise each forward dequantizes again. True if kept."""
+    need = sum(m.in_features * m.out_features for m in layers) * model.dtype.itemsize
+    if not layers or need > available_memory(model.device) // 2:
+        log.info("NF4 base dequantized at every step: %.2f GB would not fit", need / 1e9)
+        return False
+    for m in layers:
+        m.keep_dequantized(model.dtype)
+    return True
+
+
 def train_lora(
     model: AsrModel,
     prompt: PromptBuilder,
@@ -350,14 +439,17 @@ def train_lora(
     steps = options.total_steps(len(examples))
     torch.manual_seed(options.seed)
     bytes_per_param = None
+    start = first_adapted(model, options)
+    checkpointing = options.checkpointing if options.checkpointing is not None else model.device.type == "cuda"
     with _memory_errors(lambda: _oom_message(model, "preparing the model and the clips")):
         if options.bits == 4:
             names = nf4_decoder(model, options.double_quant)
             layers = [model.get_submodule(n) for n in names]
             bytes_per_param = sum(m.nbytes for m in layers) / sum(m.in_features * m.out_features for m in layers)
+            keep_dequantized(model, [m for n, m in zip(names, layers, strict=True) if _layer_index(n) >= start])
         lora = add_lora(model, options)
         mel = LogMel(model.cfg.audio.num_mel_bins, model.device)
-        items = [prepare(model, prompt, mel, e) for e in examples]
+        items = [prepare(model, prompt, mel, e, start) for e in examples]
     params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
     fingerprint = _fingerprint(examples, options)
@@ -393,7 +485,7 @@ def train_lora(
                     order = list(range(len(items)))
                     rng.shuffle(order)
                 item = items[order.pop()]
-                loss = example_loss(model, item, options.checkpointing) / options.batch_size
+                loss = example_loss(model, item, checkpointing) / options.batch_size
                 loss.backward()
                 total += float(loss.detach())
                 tokens += item.embeds.shape[1]
@@ -402,6 +494,8 @@ def train_lora(
             raise TrainingError(f"training diverged at step {step} (loss {total}); try a lower learning rate")
         if options.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
+        for group in optimizer.param_groups:
+            group["lr"] = options.lr_at(step, steps)
         optimizer.step()
         losses.append(total)
         if step % options.save_every == 0 and step < steps:
@@ -427,19 +521,29 @@ def peft_module(ours: str, layout: str) -> str:
     return checkpoint_name(f"{ours}.weight", layout).removesuffix(".weight")
 
 
-def target_pattern(targets: Sequence[str], layout: str) -> str:
+def target_pattern(targets: Sequence[str], layout: str, layers: Sequence[int] | None = None) -> str:
     """A ``target_modules`` regular expression selecting ``targets`` in the decoder's layers only (the
-    encoder has layers named like them too)."""
+    encoder has layers named like them too): every one, or those numbered ``layers``."""
     prefix = re.escape(checkpoint_name("decoder.layers.0.weight", layout).removesuffix(".0.weight"))
+    if layers is not None:
+        prefix += f"\\.(?:{'|'.join(str(i) for i in sorted(layers))})"
+    else:
+        prefix += "\\.\\d+"
     attn = [t for t in DEFAULT_TARGETS if t in targets and _GROUPS[t] == "self_attn"]
     mlp = [t for t in DEFAULT_TARGETS if t in targets and _GROUPS[t] == "mlp"]
     parts = [f"self_attn\\.(?:{'|'.join(attn)})"] if attn else []
     parts += [f"mlp\\.(?:{'|'.join(mlp)})"] if mlp else []
-    pattern = f"{prefix}\\.\\d+\\.(?:{'|'.join(parts)})" if parts else ""
+    pattern = f"{prefix}\\.(?:{'|'.join(parts)})" if parts else ""
     if HEAD in targets:
         head = re.escape(peft_module(HEAD, layout))
         pattern = f"(?:{pattern}|{head})" if pattern else head
     return pattern
+
+
+def adapted_layers(lora: dict[str, LoraTrainLinear]) -> list[int] | None:
+    """The decoder layers ``lora`` adapts, or None when it adapts all from the first (one pattern for all)."""
+    found = sorted({_layer_index(name) for name in lora if name.startswith("decoder.layers.")})
+    return None if not found or found[0] == 0 else found
 
 
 def write_adapter(
@@ -466,7 +570,7 @@ def write_adapter(
         "r": options.rank,
         "lora_alpha": options.alpha,
         "lora_dropout": 0.0,
-        "target_modules": target_pattern(options.targets, layout),
+        "target_modules": target_pattern(options.targets, layout, adapted_layers(lora)),
         "bias": "none",
         "fan_in_fan_out": False,
         "use_rslora": False,
