@@ -163,7 +163,7 @@ def test_a_history_table_with_the_wrong_columns(qtbot, dictation_home, start):
     assert line == (
         f"History unavailable: {dictation_home / 'data' / 'history.sqlite3'}: its dictations table lacks the columns "
         "['created', 'text', 'language', 'duration_s', 'model_label', 'audio_path', 'outcome', 'timings', "
-        "'streamed', 'corrected']. "
+        "'streamed', 'corrected', 'raw_text']. "
         "Dictation works; this session's dictations are kept until you quit, not saved"
     )
     assert_running_with_history_in_memory(qtbot, app)
