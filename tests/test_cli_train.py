@@ -124,7 +124,7 @@ def test_the_report_names_bits_per_parameter_and_the_held_out_scores(capsys, ckp
     data.write_text("".join(json.dumps({"audio": f"clip{i}.wav", "text": LINES[i % 2]}) + "\n" for i in range(4)))
     out = tmp_path / "adapter"
     code, stdout, err = run(capsys, "train-adapter", "--model", ckpt, "--data", data, "--out", out, "--epochs", "2",
-                            "--rank", "2", "--val", "0.75", "--device", "cpu")  # fmt: skip
+                            "--batch-size", "1", "--rank", "2", "--val", "0.75", "--device", "cpu")  # fmt: skip
     assert code == 0, err
     assert "2 steps on 1 clips" in stdout  # three clips held out: two epochs of the other
     assert re.search(r"base: NF4, 4\.1\d\d bits per parameter", stdout)  # 4.127 + the offset's 32 bits per layer
