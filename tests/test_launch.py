@@ -162,10 +162,10 @@ def refuse_reading(monkeypatch) -> None:
 
 
 def test_the_next_launch_takes_the_microphone_and_keys_from_the_note_without_reading_the_settings(
-    home, sd, keep_log, monkeypatch
+    dictation_home, sd, keep_log, monkeypatch
 ):
-    save(home, input_device="Other Mic")  # the app's own save notes what the launch needs
-    note = home / "config" / launch_note.NOTE_FILE
+    save(dictation_home, input_device="Other Mic")  # the app's own save notes what the launch needs
+    note = dictation_home / "config" / launch_note.NOTE_FILE
     assert note.stat().st_mode & 0o777 == 0o600
     refuse_reading(monkeypatch)
     early = launch.begin()
@@ -177,9 +177,9 @@ def test_the_next_launch_takes_the_microphone_and_keys_from_the_note_without_rea
         early.close()
 
 
-def test_settings_changed_by_hand_since_the_note_are_read_and_noted_again(home, sd, keep_log):
-    save(home)
-    path = home / "config" / "settings.json"
+def test_settings_changed_by_hand_since_the_note_are_read_and_noted_again(dictation_home, sd, keep_log):
+    save(dictation_home)
+    path = dictation_home / "config" / "settings.json"
     data = json.loads(path.read_text())
     data["recording"]["keep_mic_open"] = False
     path.write_text(json.dumps(data))  # edited in a text editor: no note made
@@ -188,19 +188,22 @@ def test_settings_changed_by_hand_since_the_note_are_read_and_noted_again(home, 
         assert early.report is not None and early.stream is None
     finally:
         early.close()
-    assert json.loads((home / "config" / launch_note.NOTE_FILE).read_text())["recording"]["keep_mic_open"] is False
+    assert (
+        json.loads((dictation_home / "config" / launch_note.NOTE_FILE).read_text())["recording"]["keep_mic_open"]
+        is False
+    )
 
 
-def test_a_note_is_only_made_from_the_file_as_it_was_read(home):
-    save(home)
-    path = home / "config" / "settings.json"
+def test_a_note_is_only_made_from_the_file_as_it_was_read(dictation_home):
+    save(dictation_home)
+    path = dictation_home / "config" / "settings.json"
     read_from = launch_note.file_identity(path)
-    save(home, keep_mic_open=False)  # written meanwhile (by the app)
+    save(dictation_home, keep_mic_open=False)  # written meanwhile (by the app)
     launch_note.write(path, Settings(), read_from)  # a launch noting what it had read before
     assert launch_note.read(path, launch_note.file_identity(path)).recording.keep_mic_open is False
 
 
-def test_without_a_settings_file_the_defaults_are_noted_for_the_next_launch(home, sd, keep_log, monkeypatch):
+def test_without_a_settings_file_the_defaults_are_noted_for_the_next_launch(dictation_home, sd, keep_log, monkeypatch):
     launch.begin().close()  # no settings saved yet: not even the config folder exists
     refuse_reading(monkeypatch)
     early = launch.begin()
@@ -221,9 +224,9 @@ def test_without_a_settings_file_the_defaults_are_noted_for_the_next_launch(home
     ],
     ids=["not-json", "other-version", "wrong-type", "number-for-bool", "part-missing"],
 )
-def test_a_note_that_is_damaged_or_from_another_version_is_not_used(home, sd, keep_log, damage):
-    save(home, keep_mic_open=False)
-    path = home / "config" / launch_note.NOTE_FILE
+def test_a_note_that_is_damaged_or_from_another_version_is_not_used(dictation_home, sd, keep_log, damage):
+    save(dictation_home, keep_mic_open=False)
+    path = dictation_home / "config" / launch_note.NOTE_FILE
     path.write_text(damage(json.loads(path.read_text())))
     early = launch.begin()
     try:
@@ -232,7 +235,7 @@ def test_a_note_that_is_damaged_or_from_another_version_is_not_used(home, sd, ke
         early.close()
 
 
-def test_with_a_current_note_the_first_moment_does_not_build_the_settings_schema(home):
+def test_with_a_current_note_the_first_moment_does_not_build_the_settings_schema(dictation_home):
     """The point of the note: the settings' two dozen dataclasses and the engine's option tables are
     not built before the grab (a third of the time to it)."""
     code = (
