@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+# torch before any test imports PySide6: with PySide6 loaded first and torch later (the app's engine
+# thread), the interpreter aborted at exit in its final collection ("bool_dealloc: deallocating True
+# or False"), e.g. `pytest tests/app/test_startup.py` alone (exit 134 after every test passed).
+import tests.oracle.checkpoints  # noqa: F401, E402
+
 # Where the suite's short folders go: Unix socket paths hold at most 107 bytes, and pytest-xdist's
 # temporary folders (/tmp/pytest-of-<user>/pytest-<n>/popen-gw<k>/<test name>0/...) go past that.
 SHORT_BASE = "/tmp"
