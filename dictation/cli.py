@@ -642,10 +642,12 @@ LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
-    if not words:  # the app, at once: building the parser imports the engine's option tables, and
-        # every millisecond before the hotkey is grabbed is one a press can leak a key (dictation.launch)
-        logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
-        return cmd_app(argparse.Namespace(command=None, verbose=False))
+    if words in ([], ["-v"], ["--verbose"]):  # the app, at once: building the parser imports the
+        # engine's option tables, and every millisecond before the hotkey is grabbed is one a press
+        # can leak a key (dictation.launch)
+        verbose = bool(words)
+        logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format=LOG_FORMAT)
+        return cmd_app(argparse.Namespace(command=None, verbose=verbose))
     if words[:1] == ["_match-patterns"]:  # dictation.asr.tune.patterns.CHILD_ARG
         from dictation.asr.tune import patterns
 

@@ -37,12 +37,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import socket
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +258,8 @@ def _connect(path: str, timeout: float) -> socket.socket:
     that is retried for `REFUSED_RETRY_S` before the app is called not running. A socket whose
     backlog is full (EAGAIN: a flood of other connections the app has not accepted yet) is retried
     until ``timeout``."""
+    import socket  # not at the top: the app's launch needs this module's lock before the hotkey grab
+
     started = time.monotonic()
     deadline = started + REFUSED_RETRY_S
     while True:

@@ -285,6 +285,8 @@ def begin(environ: Mapping[str, str] | None = None) -> Early:
         target=_open_default_microphone, args=(early, claimed), name="microphone-at-start", daemon=True
     )
     early._opening.start()
+    if (environ if environ is not None else os.environ).get("DISPLAY"):  # the x11 backend may connect
+        threading.Thread(target=_resolve_processor_name, name="uname-at-start", daemon=True).start()
     root = logging.getLogger()
     early._log = _HeldLog()
     root.addHandler(early._log)
@@ -376,11 +378,20 @@ def _start_hotkeys(
     return early
 
 
+def _resolve_processor_name() -> None:
+    """python-xlib reads `platform.uname()` as it connects, and the processor name in it runs
+    `uname -p` (10-15 ms of waiting on the thread that grabs the hotkey): asked for here, beside the
+    lock and the settings, it is known by then."""
+    import platform
+
+    platform.uname().processor  # noqa: B018 (resolves and caches it)
+
+
 def _open_default_microphone(early: Early, claimed: threading.Event) -> None:
-    from dictation.audio.devices import AudioDeviceError, import_sounddevice
+    from dictation.audio.devices import AudioDeviceError, import_early_portaudio
 
     try:
-        import_sounddevice()  # loads and initialises PortAudio
+        import_early_portaudio()  # loads and initialises PortAudio
     except AudioDeviceError as exc:  # the app's audio worker tries again and says so
         log.info("microphone left to the app: %s", exc)
         return

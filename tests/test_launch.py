@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 
 from dictation import launch, launch_note
-from dictation.audio import devices as devices_module
 from dictation.config import Settings
 from dictation.config.store import SettingsStore
 from dictation.ipc import claim_instance
-from tests.audio.fakes import FakeClock, decode
+from tests.audio.fakes import FakeClock, decode, use_fake_portaudio
 from tests.audio.test_early_stream import fake_sounddevice, push_coded
 
 
@@ -30,7 +29,7 @@ def no_display(monkeypatch):
 @pytest.fixture
 def sd(monkeypatch):
     module = fake_sounddevice(FakeClock())
-    monkeypatch.setattr(devices_module, "import_sounddevice", lambda: module)
+    use_fake_portaudio(monkeypatch, module)
     return module
 
 
@@ -249,3 +248,22 @@ def test_with_a_current_note_the_first_moment_does_not_build_the_settings_schema
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(("words", "verbose"), [([], False), (["-v"], True), (["--verbose"], True)])
+def test_the_app_starts_without_building_the_command_parser(words, verbose, monkeypatch):
+    """`dictation` and `dictation -v` start the app straight away: the parser imports the engine's
+    option tables, time a press right after launch would lose (module docstring of dictation.launch)."""
+    from dictation import cli
+
+    started = []
+    monkeypatch.setattr(cli, "build_parser", lambda: pytest.fail("the parser was built"))
+    monkeypatch.setattr(cli, "cmd_app", lambda args: started.append(args.verbose) or 0)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        assert cli.main(words) == 0
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert started == [verbose]

@@ -11,8 +11,8 @@ sound server started later, stays invisible until `rescan_devices` re-initialise
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from types import ModuleType
+from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,7 @@ class AudioDeviceError(RuntimeError):
     """No microphone can be listed or opened; the message is one line meant for the user."""
 
 
-@dataclass(frozen=True)
-class InputDevice:
+class InputDevice(NamedTuple):  # a record, not a dataclass: opened at launch (dictation.launch)
     """One capture device. ``index`` is PortAudio's, valid until the next `rescan_devices`."""
 
     index: int
@@ -51,9 +50,23 @@ def import_sounddevice() -> ModuleType:
     return sounddevice
 
 
-def list_input_devices() -> list[InputDevice]:
-    """Every device with at least one input channel, in PortAudio's order."""
-    sd = import_sounddevice()
+def import_early_portaudio() -> Any:
+    """PortAudio for the microphone opened at launch: called directly (`dictation.audio.portaudio`,
+    no sounddevice import to wait for) where the library is found under its Linux names, else
+    sounddevice. Raises `AudioDeviceError`."""
+    from dictation.audio import portaudio
+
+    try:
+        loaded = portaudio.load()
+    except portaudio.PortAudioError as exc:
+        raise AudioDeviceError(f"cannot start the audio system: {exc}") from None
+    return loaded if loaded is not None else import_sounddevice()
+
+
+def list_input_devices(sd: Any = None) -> list[InputDevice]:
+    """Every device with at least one input channel, in PortAudio's order (``sd``: sounddevice, or
+    what `import_early_portaudio` gave)."""
+    sd = import_sounddevice() if sd is None else sd
     try:
         raw = list(sd.query_devices())
         hostapis = [api["name"] for api in sd.query_hostapis()]
@@ -78,7 +91,7 @@ def list_input_devices() -> list[InputDevice]:
     return devices
 
 
-def _default_input_index(sd: ModuleType) -> int | None:
+def _default_input_index(sd: Any) -> int | None:
     try:
         return int(sd.query_devices(kind="input")["index"])
     except (sd.PortAudioError, ValueError, KeyError, TypeError):
@@ -141,6 +154,9 @@ def rescan_devices() -> None:
 
     PortAudio closes every open stream when it terminates: call this only while no stream is open.
     """
+    from dictation.audio import portaudio
+
+    portaudio.release()  # the launch's own hold, or the terminate below would only count down
     sd = import_sounddevice()
     try:
         sd._terminate()  # sounddevice has no public rescan; these are its init/exit helpers

@@ -1,14 +1,15 @@
 """The microphone opened in the app's first moment, before numpy, so that what is
 said in the first second after launch is kept (`dictation.launch`).
 
-Importing numpy takes 0.1-1 s, and what is said meanwhile would be lost, so the stream is opened
-raw (sounddevice's `RawInputStream`, float32 bytes, no numpy) and its blocks are held as they
-come, each with the time it arrived. The `Recorder` then takes the stream over through
-`EarlyInputBackend`, an `InputBackend` whose `open_stream` hands it this stream when it asks for the
-same device and format: the held blocks go through the recorder's callback first, with their own
-arrival times (so its clock and pre-roll ring are as if it had been open all along), and every
-later block goes straight on. Anything else it asks for (another device or format, a reopen after
-a lost device, a rescan) is the ordinary `SoundDeviceBackend`'s.
+Importing numpy takes 0.1-1 s, and what is said meanwhile would be lost, so the stream is opened raw
+(float32 bytes, no numpy; PortAudio called directly through `dictation.audio.portaudio`, so no
+sounddevice import either) and its blocks are held as they come, each with the time it arrived. The
+`Recorder` then takes the stream over through `EarlyInputBackend`, an `InputBackend` whose
+`open_stream` hands it this stream when it asks for the same device and format: the held blocks go
+through the recorder's callback first, with their own arrival times (so its clock and pre-roll ring
+are as if it had been open all along), and every later block goes straight on. Anything else it asks
+for (another device or format, a reopen after a lost device, a rescan) is the ordinary
+`SoundDeviceBackend`'s.
 
 Until the hand-over, at most `HOLD_SECONDS` of audio is held; older blocks are dropped and only
 counted, so frame numbers stay true.
@@ -71,10 +72,10 @@ class EarlyStream:
     def open(self, spec: int | str | None) -> None:
         """Open and start the device ``spec`` names (None: the default) as the Recorder would first
         try it. Raises `AudioDeviceError`."""
-        from dictation.audio.devices import import_sounddevice
+        from dictation.audio.devices import import_early_portaudio
 
-        sd = import_sounddevice()
-        self.devices = list_input_devices()
+        sd = import_early_portaudio()
+        self.devices = list_input_devices(sd)
         device = find_input_device(spec, self.devices)
         errors = []
         for rate, channels in stream_formats(device):

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
 
 from dictation.hotkeys.base import HotkeyBackend
 from dictation.hotkeys.errors import HotkeyError
@@ -35,8 +36,7 @@ COMMANDS_HINT = (
 )
 
 
-@dataclass(frozen=True)
-class Environment:
+class Environment(NamedTuple):  # records, not dataclasses: imported before the hotkey grab (dictation.launch)
     """What kind of session we run in, from the environment variables (injectable for tests)."""
 
     platform: str  # sys.platform
@@ -111,14 +111,13 @@ def default_factories() -> dict[str, Callable[[], HotkeyBackend]]:
     return {"portal": PortalBackend, "evdev": EvdevBackend, "x11": X11GrabBackend, "pynput": PynputBackend}
 
 
-@dataclass(frozen=True)
-class BackendChoice:
+class BackendChoice(NamedTuple):
     backend: HotkeyBackend | None
     environment: Environment
     preference: str
     notes: tuple[tuple[str, str], ...]  # (backend name, why it is / isn't used), chosen one first
     # (available, reason) of each backend choose_backend asked, by name
-    probed: Mapping[str, tuple[bool, str]] = field(default_factory=dict, compare=False)
+    probed: Mapping[str, tuple[bool, str]] = MappingProxyType({})
 
     @property
     def name(self) -> str:

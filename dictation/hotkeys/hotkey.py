@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 from dictation.hotkeys.errors import HotkeyParseError
 from dictation.hotkeys.keys import (
@@ -27,30 +26,54 @@ def _sort_key(name: str) -> tuple[int, int]:
     return order, side
 
 
-@dataclass(frozen=True)
 class Hotkey:
     """Modifiers plus one main key.
 
     ``key`` is any key name (a lone modifier such as "right_ctrl" makes a push-to-talk key);
     ``modifiers`` are generic ("ctrl": either side) or sided ("left_alt") modifier names.
-    ``str(hotkey)`` is the canonical form, and parsing it gives the same Hotkey back.
+    ``str(hotkey)`` is the canonical form, and parsing it gives the same Hotkey back. Immutable and
+    hashable; a plain class rather than a dataclass because it is built before the hotkey grab at
+    launch, where importing `dataclasses` alone costs about 20 ms (`dictation.launch`).
     """
 
+    __slots__ = ("key", "modifiers")
     key: str
-    modifiers: frozenset[str] = field(default_factory=frozenset)
+    modifiers: frozenset[str]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "modifiers", frozenset(self.modifiers))
-        if self.key not in KEYS and self.key not in MODIFIER_SIDES:
-            raise HotkeyParseError(f"unknown key {self.key!r}")
-        for mod in self.modifiers:
+    def __init__(self, key: str, modifiers: Iterable[str] = frozenset()) -> None:
+        modifiers = frozenset(modifiers)
+        if key not in KEYS and key not in MODIFIER_SIDES:
+            raise HotkeyParseError(f"unknown key {key!r}")
+        for mod in modifiers:
             if modifier_class(mod) is None:
                 raise HotkeyParseError(f"{mod!r} is not a modifier")
-        if self.key in self.modifiers:
-            raise HotkeyParseError(f"{display_name(self.key)!r} appears twice")
-        overlap = _overlap([*self.modifiers, self.key])
+        if key in modifiers:
+            raise HotkeyParseError(f"{display_name(key)!r} appears twice")
+        overlap = _overlap([*modifiers, key])
         if overlap:
             raise HotkeyParseError(f"{overlap[0]!r} and {overlap[1]!r} overlap — use one of them")
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "modifiers", modifiers)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Hotkey cannot be changed (tried to set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Hotkey cannot be changed (tried to delete {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Hotkey):
+            return NotImplemented
+        return (self.key, self.modifiers) == (other.key, other.modifiers)
+
+    def __hash__(self) -> int:
+        return hash((self.key, self.modifiers))
+
+    def __repr__(self) -> str:
+        return f"Hotkey(key={self.key!r}, modifiers={self.modifiers!r})"
+
+    def __reduce__(self) -> tuple:
+        return Hotkey, (self.key, self.modifiers)
 
     @classmethod
     def parse(cls, text: str) -> Hotkey:
@@ -85,6 +108,8 @@ def _overlap(names: list[str]) -> tuple[str, str] | None:
 
 
 def _unknown(token: str, raw: str, text: str) -> HotkeyParseError:
+    import difflib  # only for the hint: not imported before the hotkey grab at launch
+
     close = difflib.get_close_matches(token, list(ALIASES), n=1, cutoff=0.6)
     hint = f"did you mean {display_name(ALIASES[close[0]])!r}?" if close else f"use {_EXAMPLES}"
     return HotkeyParseError(f"unknown key {raw.strip()!r} in {text.strip()!r} — {hint}")

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import re
 import string
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class KeyInfo:
+class KeyInfo(NamedTuple):  # a record, not a dataclass: imported before the hotkey grab (dictation.launch)
     """One physical key and how each backend names it."""
 
     name: str  # canonical name: "left_ctrl", "space", "f9", "a", "minus"

@@ -57,8 +57,7 @@ import select
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from dictation.hotkeys.base import HotkeyBackend
 from dictation.hotkeys.errors import HotkeyBackendError
@@ -87,8 +86,7 @@ def conflict_message(hotkey: Hotkey | str, name: str = "") -> str:
     )
 
 
-@dataclass(frozen=True)
-class Chord:
+class Chord(NamedTuple):  # a record, not a dataclass: imported before the hotkey grab (dictation.launch)
     """One binding as X sees it: the key codes of its main key and the modifier masks that fire it."""
 
     name: str

@@ -110,3 +110,12 @@ def coded(start: int, n: int, period: int = 997) -> np.ndarray:
 
 def decode(x: np.ndarray, period: int = 997) -> np.ndarray:
     return np.round((np.asarray(x, dtype=np.float64) - 0.1) / 0.5 * period).astype(np.int64) % period
+
+
+def use_fake_portaudio(monkeypatch, module) -> None:
+    """Every way the app reaches PortAudio answers with ``module``: sounddevice's import and the
+    direct path the microphone opened at launch takes (`dictation.audio.portaudio`)."""
+    from dictation.audio import devices
+
+    monkeypatch.setattr(devices, "import_sounddevice", lambda: module)
+    monkeypatch.setattr(devices, "import_early_portaudio", lambda: module)

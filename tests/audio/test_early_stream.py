@@ -9,11 +9,10 @@ import types
 import numpy as np
 import pytest
 
-from dictation.audio import devices as devices_module
 from dictation.audio import early_stream
 from dictation.audio.capture import Recorder
 from dictation.audio.early_stream import EarlyInputBackend, EarlyStream
-from tests.audio.fakes import FakeBackend, FakeClock, coded, decode
+from tests.audio.fakes import FakeBackend, FakeClock, coded, decode, use_fake_portaudio
 
 SR = 16_000
 BLOCK = 320
@@ -65,7 +64,7 @@ def fake_sounddevice(clock: FakeClock, refuse_rates=()) -> types.SimpleNamespace
 def sd(monkeypatch):
     clock = FakeClock()
     module = fake_sounddevice(clock)
-    monkeypatch.setattr(devices_module, "import_sounddevice", lambda: module)
+    use_fake_portaudio(monkeypatch, module)
     return module
 
 

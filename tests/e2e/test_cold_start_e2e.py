@@ -39,7 +39,10 @@ def test_a_press_as_the_socket_appears_records_from_the_press(
 
 # --- presses at set times after the launch --------------------------------------------------------------
 
-DELAYS_S = (0.5, 0.6, 1.0, 1.5)  # 0.3 s is the aim, not met on 2 cores (docs/app.md)
+# 0.3 s (the aim) is met on 2 idle cores: DICTATION_LAUNCH_DELAYS=0.3 DICTATION_LAUNCH_RUNS=12 measures it
+# (docs/app.md); the default leaves a CI machine of unknown speed room, as a timing figure is a
+# measurement, not a pass/fail line
+DELAYS_S = tuple(float(s) for s in os.environ.get("DICTATION_LAUNCH_DELAYS", "0.5,0.6,1.0,1.5").split(","))
 LONG_BURST_S = 3.0
 
 
