@@ -49,7 +49,9 @@ def run_convert(code: Path, folder: Path, type_name: str, out: Path, layout: str
     cmd += ["--type", type_name, "--gguf-layout", layout, "--out", str(out)]
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    child = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # run from inside ``code``: ``python -m`` puts the working directory first on sys.path, so a checkout as
+    # the working directory would otherwise shadow the package in ``code``
+    child = subprocess.Popen(cmd, env=env, cwd=code, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     output = child.stdout.read().decode(errors="replace") if child.stdout else ""
