@@ -2,8 +2,8 @@
 
 A *take* is one recording the user made (a press and its release, or a tray / IPC start and stop)
 with everything that follows from it: its file, its history entry, its transcription, its text.
-(The recorder, the take file and the history worker already call it that; `dictation.session`
-calls a take's place in its delivery queue a "job", under the same id.)
+(The recorder, the take file, the history worker and `dictation.session` all call it that, under
+the same id.)
 
 `DictationSession` decides *what* happens (the lifecycle rules); `Takes` keeps what the app knows of
 each take meanwhile and decides the app's part: when a take may be transcribed (the session asked
@@ -251,7 +251,7 @@ class Takes:
         if take is not None:
             take.transcript = transcript
         language = transcript.language or "not named by the model"
-        log.info("transcribed job %d: %d characters, language %s", key, len(transcript.text), language)
+        log.info("transcribed take %d: %d characters, language %s", key, len(transcript.text), language)
         if not transcript.text.strip():
             self._no_text(key)
         self._port.dispatch(S.TranscriptionDone(key, transcript.text, transcript.language or None))
@@ -274,7 +274,7 @@ class Takes:
 
     def deliver(self, action: S.DeliverText) -> None:
         """DeliverText: history first: the text is stored (database or journal), then typed (`stored`)."""
-        take = self._take(action.job_id)
+        take = self._take(action.take_id)
         plan = plan_text(action.text, action.language, self._port.settings)
         transcript, saved = take.transcript, take.saved
         take.text, take.plan = plan.text, plan
@@ -288,7 +288,7 @@ class Takes:
             "timings": dict(transcript.timings) if transcript is not None else None,
             "streamed": saved is not None and saved.streamed,
         }
-        self._port.history_store(action.job_id, fields)
+        self._port.history_store(action.take_id, fields)
 
     def stored(self, take_id: int) -> None:
         """The take's text is in the history (or its journal): now it is typed."""

@@ -541,7 +541,7 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def _perform(self, action: Any) -> None:
         if isinstance(action, S.StartCapture):
-            take = self.takes.begin(action.job_id)
+            take = self.takes.begin(action.take_id)
             self._set_preview("")
             if take.streaming:
                 language, context = self.takes.language_context()
@@ -549,23 +549,23 @@ class AppController(ModelLifecycle, Commands, QObject):
             self._audio_start.emit(take.id, self._event_t, take.streaming)
             self._poll.start()
         elif isinstance(action, S.StopCapture):
-            self._s.engine_worker.interrupt(action.job_id)  # a running preview must not delay the text
-            self._audio_stop.emit(action.job_id, self._event_t, self._settings.recording.trim_silence)
+            self._s.engine_worker.interrupt(action.take_id)  # a running preview must not delay the text
+            self._audio_stop.emit(action.take_id, self._event_t, self._settings.recording.trim_silence)
         elif isinstance(action, S.DiscardCapture):
-            self._s.engine_worker.interrupt(action.job_id)
+            self._s.engine_worker.interrupt(action.take_id)
             self._set_preview("")
-            self._audio_cancel.emit(action.job_id)  # deletes the take's file
-            self._answer_start(action.job_id, {"message": DISCARDED_MESSAGE})  # a start not answered yet
-            self.takes.discard(action.job_id)
+            self._audio_cancel.emit(action.take_id)  # deletes the take's file
+            self._answer_start(action.take_id, {"message": DISCARDED_MESSAGE})  # a start not answered yet
+            self.takes.discard(action.take_id)
         elif isinstance(action, S.LoadModel):
             if self._settings.engine.model:
                 self._load.emit(functools.partial(engine_options, self._settings))
             else:
                 self._queue.append(S.ModelNotChosen())
         elif isinstance(action, S.Transcribe):
-            self.takes.want_transcription(action.job_id)
+            self.takes.want_transcription(action.take_id)
         elif isinstance(action, S.SkipTranscription):
-            self.takes.skip(action.job_id, action.reason)
+            self.takes.skip(action.take_id, action.reason)
         elif isinstance(action, S.DeliverText):
             self.takes.deliver(action)
         elif isinstance(action, S.ScheduleTick):
@@ -602,7 +602,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         """While recording: the level for the overlay, and a lost device or a full buffer."""
         audio = self._s.audio_worker
         self.input_level_changed.emit(self.input_level())
-        take_id = self.session.recording_job_id
+        take_id = self.session.recording_take_id
         if take_id is None:
             return
         error = audio.recorder_error()
@@ -644,7 +644,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self.takes.entry_ready(take_id)
 
     def _on_preview(self, take_id: int, text: str) -> None:
-        if take_id == self.session.recording_job_id and self._settings.general.live_preview:
+        if take_id == self.session.recording_take_id and self._settings.general.live_preview:
             self._set_preview(text)
 
     def _set_preview(self, text: str) -> None:
