@@ -126,7 +126,7 @@ class AppController(ModelLifecycle, Commands, QObject):
     _audio_cancel = Signal(int)
     _audio_close = Signal()
     _output_configure = Signal(object)
-    _deliver = Signal(object, object)  # take id or Retype, text (a str, or an output.steps.Plan)
+    _type_text = Signal(object, object)  # take id or Retype, text (a str, or an output.steps.Plan)
     _output_flush = Signal()
     _download = Signal(str)
     _history_open = Signal()
@@ -305,7 +305,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         a.saved.connect(self._on_saved)
         a.open_failed.connect(self._on_open_failed)
         self._output_configure.connect(o.configure)
-        self._deliver.connect(o.deliver)
+        self._type_text.connect(o.type_text)
         self._output_flush.connect(o.flush)
         o.delivered.connect(self._on_delivered)
         o.described.connect(self._on_output_described)
@@ -426,7 +426,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         if entry is None or not entry.text:
             return
         # Give the focus a moment to return to the user's window after our window hides.
-        QTimer.singleShot(400, lambda: self._deliver.emit(Retype(entry_id), entry.text))
+        QTimer.singleShot(400, lambda: self._type_text.emit(Retype(entry_id), entry.text))
 
     def delete_entry(self, entry_id: int) -> None:
         self._history_delete.emit(entry_id)  # history_changed follows once it is done
@@ -567,7 +567,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         elif isinstance(action, S.SkipTranscription):
             self.takes.skip(action.take_id, action.reason)
         elif isinstance(action, S.DeliverText):
-            self.takes.deliver(action)
+            self.takes.record_text(action)
         elif isinstance(action, S.ScheduleTick):
             delay = max(0, int((action.at_t - self._clock()) * 1000) + 1)
             QTimer.singleShot(delay, self, self._tick)  # a lambda would hold the controller until it fired
