@@ -113,7 +113,7 @@ class AppController(ModelLifecycle, Commands, QObject):
     corrected = Signal(int, str)  # history entry id, "" when the user's text was saved, else why not
 
     # queued calls into the worker threads
-    _load = Signal(object)
+    _build_and_load = Signal(object)  # a callable returning EngineOptions, called on the engine thread
     _unload = Signal()
     _transcribe = Signal(object, object, object, str)  # Retranscription, samples, language, context
     _transcribe_take = Signal(int, object, str)  # take id, language, context
@@ -274,7 +274,7 @@ class AppController(ModelLifecycle, Commands, QObject):
     def _wire_workers(self) -> None:
         s = self._s
         e, a, o, d = s.engine_worker, s.audio_worker, s.output_worker, s.download_worker
-        self._load.connect(e.load)
+        self._build_and_load.connect(e.build_and_load)
         self._unload.connect(e.unload)
         self._transcribe.connect(e.transcribe)
         e.loading.connect(self._on_loading)  # methods, not lambdas: a lambda kept the controller alive
@@ -559,7 +559,7 @@ class AppController(ModelLifecycle, Commands, QObject):
             self.takes.discard(action.take_id)
         elif isinstance(action, S.LoadModel):
             if self._settings.engine.model:
-                self._load.emit(functools.partial(engine_options, self._settings))
+                self._build_and_load.emit(functools.partial(engine_options, self._settings))
             else:
                 self._queue.append(S.ModelNotChosen())
         elif isinstance(action, S.Transcribe):
