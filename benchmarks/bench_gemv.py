@@ -112,7 +112,8 @@ def _candidates(kind: str, layer, x: torch.Tensor, device: torch.device, configs
     if quantized._kernel_available(kind, device, dtype):
         out.append(("torch", "torch" if kind == "int8" else "torch (tinygemm)", torch_bytes,
                     lambda m: functools.partial(m._torch_kernel, x, dtype)))  # fmt: skip
-    out.append(("dequantize", "dequantize + matmul", dequant_bytes, lambda m: functools.partial(m._fallback, x)))
+    dequantize = lambda m: functools.partial(m._dequantize_matmul, x)  # noqa: E731
+    out.append(("dequantize", "dequantize + matmul", dequant_bytes, dequantize))
     return out
 
 

@@ -10,32 +10,33 @@ State (three independent parts, so that overlaps are explicit)
 --------------------------------------------------------------
 - model: `ModelState` LOADING, READY, FAILED, UNLOADED (unloaded on purpose, e.g. idle unload) or
   NOT_CHOSEN (no model is set: a new user who has not downloaded or picked one yet).
-- recorder: none, or one recording (its job id, start time, max-length deadline, whether the mic
+- recorder: none, or one recording (its take id, start time, max-length deadline, whether the mic
   is live yet, and whether it is *held* -- stops when the hotkey is released -- or *hands-free* --
   stops on the next press / toggle / stop).
-- jobs: a FIFO of finished recordings, in job-id order, each waiting for the model, transcribing,
-  done (text) or failed. Text leaves the FIFO only from its head, so it is typed in recording order.
+- queue: a FIFO of finished takes, in take-id order, each waiting for the model, transcribing, done
+  (text) or failed. Text leaves the FIFO only from its head, so it is typed in recording order.
 
 So "recording while loading" and "recording while transcribing" are simply a recording plus a
 non-empty FIFO. `status` folds the three into one value for the tray, first match wins:
 RECORDING (a recording exists: the mic is live, which matters most) > ERROR (model FAILED or NOT_CHOSEN) >
-LOADING (model LOADING) > TRANSCRIBING (jobs pending) > IDLE (includes UNLOADED: ready to record).
+LOADING (model LOADING) > TRANSCRIBING (takes pending) > IDLE (includes UNLOADED: ready to record).
 After each event whose handling changed `status`, the last action is `SetStatus(status)`.
 
 Within one list, actions come by kind: microphone (Start/Stop/DiscardCapture: the mic first, and
 the stop cue is not recorded), engine (LoadModel, Transcribe, SkipTranscription), DeliverText,
-ScheduleTick, PlaySound, Notify, ShowModelChoice, SetStatus; within a kind, in job order.
+ScheduleTick, PlaySound, Notify, ShowModelChoice, SetStatus; within a kind, in take order.
 
-Job ids
--------
-A job is a take (`dictation.takes` keeps the app's side of it) in this machine's delivery queue,
-under the take's id. Each `StartCapture(job_id)` takes the next id (1, 2, ...). Every started capture
-ends in exactly one of: `StopCapture(id)` (the app saves the audio to disk, which is principle 7's
-"on disk before transcription"; the job enters the FIFO), `DiscardCapture(id)` (the app drops the
-audio), or the app's own `RecordingFailed(id, ...)`. Discarded ids are never reused, so ids have gaps. Recorder and
+Take ids
+--------
+A take is one recording and what follows from it: this machine keeps its lifecycle and its place in
+the delivery queue, `dictation.takes` the app's side of it, under the same id. Each
+`StartCapture(take_id)` takes the next id (1, 2, ...). Every started capture ends in exactly one of:
+`StopCapture(id)` (the app saves the audio to disk, which is principle 7's "on disk before
+transcription"; the take enters the FIFO), `DiscardCapture(id)` (the app drops the audio), or the
+app's own `RecordingFailed(id, ...)`. Discarded ids are never reused, so ids have gaps. Recorder and
 worker events carry the id; events for an id that is not current (late, duplicated) are ignored.
-`Transcribe(id)` is always emitted after that job's `StopCapture(id)`, never before. If the app
-cannot save a job's audio it still transcribes the take from memory (the text matters more than
+`Transcribe(id)` is always emitted after that take's `StopCapture(id)`, never before. If the app
+cannot save a take's audio it still transcribes the take from memory (the text matters more than
 the file); `TranscriptionFailed(id, message, audio_saved=False)` then says the audio is gone too.
 
 Inputs and modes
@@ -55,7 +56,7 @@ Inputs and modes
   `StartRequested` while recording and `StopRequested` / `CancelRequested` while not recording are
   no-ops, so compositor `bind` + `bindr` pairs can drive push-to-talk over IPC. IPC ignores the mode.
 - Too short: a recording stopped by the user (hotkey, toggle, stop) less than `min_press_s` after
-  it started is discarded silently -- no job, no sound, no notification. It covers accidental taps
+  it started is discarded silently -- no take, no sound, no notification. It covers accidental taps
   in push-to-talk (a 0.1 s clip holds no speech) and double clicks on the tray; in hybrid a short tap
   never stops anything, it goes hands-free. Automatic stops (max length, device lost) keep the audio.
 - Settings (`SettingsChanged`) apply to what happens next; a running recording keeps its deadline.
@@ -64,7 +65,7 @@ Sounds and notifications
 ------------------------
 - `PlaySound(START)` when the app reports `RecordingStarted(id)`, i.e. when the mic is really live,
   not when capture was requested: opening a device can take hundreds of ms and words spoken before
-  it is live are lost, so the cue means "speak now". STOP when a recording becomes a job, CANCEL
+  it is live are lost, so the cue means "speak now". STOP when a recording joins the queue, CANCEL
   for a cancel, ERROR for any failure (in place of STOP when a stop goes wrong).
 - `Notify(level, message)` is for things the user did not do themselves: failures, an automatic
   stop, a dictation that waits for the model, an empty transcript. Deliberate actions get sounds only.
@@ -72,31 +73,31 @@ Sounds and notifications
 Decisions
 ---------
 - Cancel discards the live recording only (`DiscardCapture`: not saved, not in history -- an
-  explicit user choice overrides "nothing is lost"). It does not touch jobs already stopped: their
+  explicit user choice overrides "nothing is lost"). It does not touch takes already stopped: their
   audio is saved and their text will be typed. Esc is a key users press in their own windows for
   many reasons, so a stray Esc must not throw away a dictation the user already finished; and the
   engine cannot interrupt a running decode anyway. With no recording, cancel is a no-op.
-- A press while jobs are pending starts a new recording at once; pending results are still typed
-  in job order, even when transcriptions finish out of order.
-- Press while loading: the recording works; at stop the job waits in the FIFO (`StopCapture`, no
-  `Transcribe`) and the first waiting job gets an info `Notify` that it will be typed when the model
-  is ready. `ModelReady` then emits `Transcribe` for every waiting job, in order.
+- A press while takes are pending starts a new recording at once; pending results are still typed
+  in take order, even when transcriptions finish out of order.
+- Press while loading: the recording works; at stop the take waits in the FIFO (`StopCapture`, no
+  `Transcribe`) and the first waiting take gets an info `Notify` that it will be typed when the model
+  is ready. `ModelReady` then emits `Transcribe` for every waiting take, in order.
 - Model unloaded (`ModelUnloaded`): a new recording emits `LoadModel()` right after `StartCapture`, so
-  loading overlaps the user speaking; the job waits as above.
-- Model failed (`ModelFailed`): status ERROR, an error `Notify` and sound. Jobs waiting for the model
+  loading overlaps the user speaking; the take waits as above.
+- Model failed (`ModelFailed`): status ERROR, an error `Notify` and sound. Takes waiting for the model
   get `SkipTranscription(id, reason)`: their audio stays saved, they are not transcribed or typed.
   Recording still works while failed (the user has often spoken before noticing the tray icon):
   at stop the audio is saved (`StopCapture`), then `SkipTranscription` and a warning `Notify`. Text
   is never typed minutes later into whatever window then has focus; re-transcribing saved audio is
-  a history feature. Jobs already transcribing are unaffected. `ModelLoading` (a retry) shows
+  a history feature. Takes already transcribing are unaffected. `ModelLoading` (a retry) shows
   LOADING; `ModelReady` clears the error and, after a failure, says so with an info `Notify`.
-- Transcription failure of one job: error `Notify` + sound at once (saying whether the recording
-  was saved, as the event tells); the job is then skipped in the FIFO, so later jobs are typed as
+- Transcription failure of one take: error `Notify` + sound at once (saying whether the recording
+  was saved, as the event tells); the take is then skipped in the FIFO, so later takes are typed as
   soon as they are done and at their turn.
 - Empty transcript (only whitespace, e.g. silence or a muted mic): no `DeliverText`; an info `Notify`
-  at the job's turn, because "nothing happened" is otherwise indistinguishable from a broken mic.
+  at the take's turn, because "nothing happened" is otherwise indistinguishable from a broken mic.
   Non-empty text is delivered unchanged (spacing between dictations is the output layer's job).
-- Recording failed to start (`RecordingFailed`): error `Notify` + sound, no job. Device lost mid-way
+- Recording failed to start (`RecordingFailed`): error `Notify` + sound, no take. Device lost mid-way
   (`RecordingLost`): with partial audio the recording ends like a normal stop (saved, transcribed)
   plus an error sound and a warning; without audio it is discarded, with an error `Notify`.
 - Max length (`max_recording_s`, None = unlimited): starting a recording schedules a `Tick` at
@@ -106,7 +107,7 @@ Decisions
 - No model chosen (`ModelNotChosen`, or a session created NOT_CHOSEN): a press, tray toggle or IPC
   start records nothing. It answers at once with the ERROR sound, an error `Notify` (`NO_MODEL_MESSAGE`)
   and `ShowModelChoice()` (the app opens its Model page): speaking into a take that can never be
-  transcribed helps nobody. Jobs waiting for the model are skipped as for a failure, and a recording
+  transcribed helps nobody. Takes waiting for the model are skipped as for a failure, and a recording
   already running when the model is unset is saved and skipped at its stop. `ModelLoading` (a model was
   chosen) leaves the state; the `ModelReady` that follows says "Speech model ready.".
 - Status ERROR reflects only the model (a condition the user must fix); microphone and
@@ -233,37 +234,37 @@ class ModelNotChosen:
 
 @dataclass(frozen=True)
 class RecordingStarted:
-    job_id: int
+    take_id: int
 
 
 @dataclass(frozen=True)
 class RecordingFailed:
-    job_id: int
+    take_id: int
     message: str
 
 
 @dataclass(frozen=True)
 class RecordingLost:
-    job_id: int
+    take_id: int
     message: str
     partial_audio_available: bool
 
 
 @dataclass(frozen=True)
 class MaxLengthReached:
-    job_id: int
+    take_id: int
 
 
 @dataclass(frozen=True)
 class TranscriptionDone:
-    job_id: int
+    take_id: int
     text: str
     language: str | None = None
 
 
 @dataclass(frozen=True)
 class TranscriptionFailed:
-    job_id: int
+    take_id: int
     message: str
     audio_saved: bool = True  # False: the recording could not be written either (disk full, read-only)
 
@@ -291,19 +292,19 @@ Event = (
 
 @dataclass(frozen=True)
 class StartCapture:
-    job_id: int
+    take_id: int
 
 
 @dataclass(frozen=True)
 class StopCapture:
-    """Stop the mic and save the audio of this job to disk (before any `Transcribe` of it)."""
+    """Stop the mic and save the audio of this take to disk (before any `Transcribe` of it)."""
 
-    job_id: int
+    take_id: int
 
 
 @dataclass(frozen=True)
 class DiscardCapture:
-    job_id: int
+    take_id: int
 
 
 @dataclass(frozen=True)
@@ -315,14 +316,14 @@ class LoadModel:
 class Transcribe:
     """Answer with `TranscriptionDone` or `TranscriptionFailed` (also if the audio could not be saved)."""
 
-    job_id: int
+    take_id: int
 
 
 @dataclass(frozen=True)
 class SkipTranscription:
-    """The job's saved audio stays (history shows it untranscribed); nothing will be typed for it."""
+    """The take's saved audio stays (history shows it untranscribed); nothing will be typed for it."""
 
-    job_id: int
+    take_id: int
     reason: str
 
 
@@ -330,7 +331,7 @@ class SkipTranscription:
 class DeliverText:
     """Put the text in history, then type it into the focused window."""
 
-    job_id: int
+    take_id: int
     text: str
     language: str | None = None
 
@@ -370,7 +371,7 @@ Action = (
 )
 # fmt: on
 
-# The order of actions within one list, by kind; within a kind, the order of events (job order).
+# The order of actions within one list, by kind; within a kind, the order of events (take order).
 _ORDER = {
     kind: rank
     for rank, kinds in enumerate(
@@ -391,7 +392,7 @@ NO_MODEL_MESSAGE = (
 )
 
 
-class _JobState(Enum):
+class _TakeState(Enum):
     WAITING_FOR_MODEL = "waiting"
     TRANSCRIBING = "transcribing"
     DONE = "done"
@@ -399,15 +400,15 @@ class _JobState(Enum):
 
 
 @dataclass
-class _Job:
-    state: _JobState
+class _QueuedTake:
+    state: _TakeState
     text: str = ""
     language: str | None = None
 
 
 @dataclass
 class _Recording:
-    job_id: int
+    take_id: int
     started_at: float
     deadline: float | None
     hands_free: bool  # False: held, stops when the hotkey is released
@@ -427,8 +428,8 @@ class DictationSession:
         self._announce_ready = self._model is ModelState.NOT_CHOSEN
         self._hotkey_down = False
         self._recording: _Recording | None = None
-        self._jobs: dict[int, _Job] = {}  # the FIFO: insertion order is job order
-        self._last_job_id = 0
+        self._queue: dict[int, _QueuedTake] = {}  # the FIFO: insertion order is take order
+        self._last_take_id = 0
 
     # ---- read-only views ----
 
@@ -448,22 +449,22 @@ class DictationSession:
             return Status.ERROR
         if self._model is ModelState.LOADING:
             return Status.LOADING
-        if self._jobs:
+        if self._queue:
             return Status.TRANSCRIBING
         return Status.IDLE
 
     @property
-    def recording_job_id(self) -> int | None:
-        return None if self._recording is None else self._recording.job_id
+    def recording_take_id(self) -> int | None:
+        return None if self._recording is None else self._recording.take_id
 
     @property
     def hands_free(self) -> bool:
         return self._recording is not None and self._recording.hands_free
 
     @property
-    def pending_jobs(self) -> tuple[int, ...]:
+    def pending_takes(self) -> tuple[int, ...]:
         """Stopped recordings whose text has not been delivered yet, in delivery order."""
-        return tuple(self._jobs)
+        return tuple(self._queue)
 
     # ---- the entry point ----
 
@@ -504,32 +505,32 @@ class DictationSession:
                 if rec is None:
                     return []
                 self._recording = None
-                return [DiscardCapture(rec.job_id), PlaySound(Sound.CANCEL)]
+                return [DiscardCapture(rec.take_id), PlaySound(Sound.CANCEL)]
             case Tick(t):
                 if rec is None or rec.deadline is None or t < rec.deadline:
                     return []
                 return self._max_length_stop(rec)
-            case MaxLengthReached(job_id):
-                return self._max_length_stop(rec) if self._is_current(job_id) else []
-            case RecordingStarted(job_id):
-                if not self._is_current(job_id) or rec.live:
+            case MaxLengthReached(take_id):
+                return self._max_length_stop(rec) if self._is_current(take_id) else []
+            case RecordingStarted(take_id):
+                if not self._is_current(take_id) or rec.live:
                     return []
                 rec.live = True
                 return [PlaySound(Sound.START)]
-            case RecordingFailed(job_id, message):
-                if not self._is_current(job_id):
+            case RecordingFailed(take_id, message):
+                if not self._is_current(take_id):
                     return []
                 self._recording = None
                 return [PlaySound(Sound.ERROR), Notify(Level.ERROR, f"Could not start recording: {message}")]
-            case RecordingLost(job_id, message, partial):
-                if not self._is_current(job_id):
+            case RecordingLost(take_id, message, partial):
+                if not self._is_current(take_id):
                     return []
                 self._recording = None
                 if partial:
                     lost = f"Microphone lost: {message}. The recording so far was kept."
                     return [*self._finish(rec, cue=Sound.ERROR), Notify(Level.WARNING, lost)]
                 lost = f"Microphone lost: {message}. Nothing was recorded."
-                return [DiscardCapture(rec.job_id), PlaySound(Sound.ERROR), Notify(Level.ERROR, lost)]
+                return [DiscardCapture(rec.take_id), PlaySound(Sound.ERROR), Notify(Level.ERROR, lost)]
             case ModelLoading():
                 self._model, self._model_error = ModelState.LOADING, None
                 return []
@@ -542,17 +543,17 @@ class DictationSession:
                 return self._ensure_loading() if self._waiting() else []
             case ModelNotChosen():
                 return self._model_not_chosen()
-            case TranscriptionDone(job_id, text, language):
-                job = self._jobs.get(job_id)
-                if job is None or job.state in (_JobState.DONE, _JobState.FAILED):
+            case TranscriptionDone(take_id, text, language):
+                take = self._queue.get(take_id)
+                if take is None or take.state in (_TakeState.DONE, _TakeState.FAILED):
                     return []
-                job.state, job.text, job.language = _JobState.DONE, text, language
+                take.state, take.text, take.language = _TakeState.DONE, text, language
                 return self._flush()
-            case TranscriptionFailed(job_id, message, audio_saved):
-                job = self._jobs.get(job_id)
-                if job is None or job.state in (_JobState.DONE, _JobState.FAILED):
+            case TranscriptionFailed(take_id, message, audio_saved):
+                take = self._queue.get(take_id)
+                if take is None or take.state in (_TakeState.DONE, _TakeState.FAILED):
                     return []
-                job.state = _JobState.FAILED
+                take.state = _TakeState.FAILED
                 kept = "The recording was saved." if audio_saved else "The recording could not be saved either."
                 failed = f"Transcription failed: {message}. {kept}"
                 return [PlaySound(Sound.ERROR), Notify(Level.ERROR, failed), *self._flush()]
@@ -563,17 +564,17 @@ class DictationSession:
 
     # ---- recorder ----
 
-    def _is_current(self, job_id: int) -> bool:
-        return self._recording is not None and self._recording.job_id == job_id
+    def _is_current(self, take_id: int) -> bool:
+        return self._recording is not None and self._recording.take_id == take_id
 
     def _start(self, t: float, *, hands_free: bool) -> list[Action]:
         if self._model is ModelState.NOT_CHOSEN:
             return [PlaySound(Sound.ERROR), Notify(Level.ERROR, NO_MODEL_MESSAGE), ShowModelChoice()]
-        self._last_job_id += 1
+        self._last_take_id += 1
         max_s = self.settings.max_recording_s
         deadline = None if max_s is None else t + max_s
-        self._recording = _Recording(self._last_job_id, t, deadline, hands_free)
-        actions: list[Action] = [StartCapture(self._last_job_id)]
+        self._recording = _Recording(self._last_take_id, t, deadline, hands_free)
+        actions: list[Action] = [StartCapture(self._last_take_id)]
         actions += self._ensure_loading()  # an unloaded model loads while the user speaks
         if deadline is not None:
             actions.append(ScheduleTick(deadline))
@@ -583,7 +584,7 @@ class DictationSession:
         rec = self._recording
         self._recording = None
         if t - rec.started_at < self.settings.min_press_s:
-            return [DiscardCapture(rec.job_id)]
+            return [DiscardCapture(rec.take_id)]
         return self._finish(rec, cue=Sound.STOP)
 
     def _max_length_stop(self, rec: _Recording) -> list[Action]:
@@ -593,32 +594,32 @@ class DictationSession:
         return [*self._finish(rec, cue=Sound.STOP), Notify(Level.INFO, stopped)]
 
     def _finish(self, rec: _Recording, *, cue: Sound) -> list[Action]:
-        """Save the recording and queue it as a job (the recorder is already cleared)."""
-        job_id = rec.job_id
-        actions: list[Action] = [StopCapture(job_id)]
+        """Save the recording and queue it (the recorder is already cleared)."""
+        take_id = rec.take_id
+        actions: list[Action] = [StopCapture(take_id)]
         if self._model in (ModelState.FAILED, ModelState.NOT_CHOSEN):
             reason = self._unavailable_reason()
             return [
                 *actions,
-                SkipTranscription(job_id, reason),
+                SkipTranscription(take_id, reason),
                 PlaySound(Sound.ERROR),
                 Notify(Level.WARNING, f"{reason}. The recording was not transcribed."),
             ]
         actions.append(PlaySound(cue))
         if self._model is ModelState.READY:
-            self._jobs[job_id] = _Job(_JobState.TRANSCRIBING)
-            return [*actions, Transcribe(job_id)]
+            self._queue[take_id] = _QueuedTake(_TakeState.TRANSCRIBING)
+            return [*actions, Transcribe(take_id)]
         first_waiting = not self._waiting()
-        self._jobs[job_id] = _Job(_JobState.WAITING_FOR_MODEL)
+        self._queue[take_id] = _QueuedTake(_TakeState.WAITING_FOR_MODEL)
         actions += self._ensure_loading()
         if first_waiting:
             actions.append(Notify(Level.INFO, WAITING_MESSAGE))
         return actions
 
-    # ---- model and jobs ----
+    # ---- model and takes ----
 
     def _waiting(self) -> list[int]:
-        return [job_id for job_id, job in self._jobs.items() if job.state is _JobState.WAITING_FOR_MODEL]
+        return [take_id for take_id, take in self._queue.items() if take.state is _TakeState.WAITING_FOR_MODEL]
 
     def _ensure_loading(self) -> list[Action]:
         if self._model is not ModelState.UNLOADED:
@@ -629,9 +630,9 @@ class DictationSession:
     def _model_ready(self) -> list[Action]:
         self._model, self._model_error = ModelState.READY, None
         actions: list[Action] = []
-        for job_id in self._waiting():
-            self._jobs[job_id].state = _JobState.TRANSCRIBING
-            actions.append(Transcribe(job_id))
+        for take_id in self._waiting():
+            self._queue[take_id].state = _TakeState.TRANSCRIBING
+            actions.append(Transcribe(take_id))
         if self._announce_ready:
             self._announce_ready = False
             actions.append(Notify(Level.INFO, "Speech model ready."))
@@ -647,9 +648,9 @@ class DictationSession:
         self._announce_ready = True  # once one is chosen and loaded, say so
         skipped = self._waiting()
         actions: list[Action] = []
-        for job_id in skipped:
-            del self._jobs[job_id]
-            actions.append(SkipTranscription(job_id, self._unavailable_reason()))
+        for take_id in skipped:
+            del self._queue[take_id]
+            actions.append(SkipTranscription(take_id, self._unavailable_reason()))
         if skipped:
             text = f"No speech model is chosen: {len(skipped)} recording(s) saved but not transcribed."
             actions += [PlaySound(Sound.ERROR), Notify(Level.WARNING, text)]
@@ -661,25 +662,25 @@ class DictationSession:
         skipped = self._waiting()
         reason = f"Speech model unavailable: {message}"
         actions: list[Action] = []
-        for job_id in skipped:
-            del self._jobs[job_id]
-            actions.append(SkipTranscription(job_id, reason))
+        for take_id in skipped:
+            del self._queue[take_id]
+            actions.append(SkipTranscription(take_id, reason))
         text = f"Speech model failed to load: {message}"
         if skipped:
             text += f". {len(skipped)} recording(s) saved but not transcribed"
         return [*actions, PlaySound(Sound.ERROR), Notify(Level.ERROR, text + "."), *self._flush()]
 
     def _flush(self) -> list[Action]:
-        """Deliver finished jobs from the head of the FIFO; a failed job just makes way."""
+        """Deliver finished takes from the head of the FIFO; a failed take just makes way."""
         actions: list[Action] = []
-        while self._jobs:
-            job_id, job = next(iter(self._jobs.items()))
-            if job.state is _JobState.DONE:
-                if job.text.strip():
-                    actions.append(DeliverText(job_id, job.text, job.language))
+        while self._queue:
+            take_id, take = next(iter(self._queue.items()))
+            if take.state is _TakeState.DONE:
+                if take.text.strip():
+                    actions.append(DeliverText(take_id, take.text, take.language))
                 else:
                     actions.append(Notify(Level.INFO, NO_SPEECH_MESSAGE))
-            elif job.state is not _JobState.FAILED:
+            elif take.state is not _TakeState.FAILED:
                 break
-            del self._jobs[job_id]
+            del self._queue[take_id]
         return actions

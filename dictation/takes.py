@@ -2,8 +2,8 @@
 
 A *take* is one recording the user made (a press and its release, or a tray / IPC start and stop)
 with everything that follows from it: its file, its history entry, its transcription, its text.
-(The recorder, the take file and the history worker already call it that; `dictation.session`
-calls a take's place in its delivery queue a "job", under the same id.)
+(The recorder, the take file, the history worker and `dictation.session` all call it that, under
+the same id.)
 
 `DictationSession` decides *what* happens (the lifecycle rules); `Takes` keeps what the app knows of
 each take meanwhile and decides the app's part: when a take may be transcribed (the session asked
@@ -16,8 +16,9 @@ its saved samples (they come straight from the audio worker) until it transcribe
 
 One take: `begin` (StartCapture) -> `started` (the audio worker writes its file; the history worker
 makes its entry) -> `entry_ready` -> `want_transcription` (Transcribe) -> the engine worker
-transcribes the saved take -> `transcribed` (or `no_speech`, `transcribe_failed`) -> `deliver`
-(DeliverText: the text is stored first) -> `stored` -> typed -> `delivered` (the outcome). Or it
+transcribes the saved take -> `transcribed` (or `no_speech`, `transcribe_failed`) -> `record_text`
+(DeliverText: the text is stored first) -> `stored` -> typed (the port's `type_text`) -> `delivered`
+(the outcome). Or it
 ends early: `discard` (DiscardCapture) or `skip` (SkipTranscription: the entry keeps the audio,
 untranscribed, to be transcribed again from the history).
 
@@ -134,7 +135,7 @@ class TakesPort(Protocol):
     def history_discard(self, take_id: int, delete_audio: bool, keep: int) -> None: ...
     def history_update(self, entry_id: int, fields: dict) -> None: ...
     def retranscribed(self, entry_id: int, problem: str) -> None: ...  # "" when the text was replaced
-    def deliver(self, key: int | Retype, text: Any) -> None: ...  # a str, or an output.steps.Plan
+    def type_text(self, key: int | Retype, text: Any) -> None: ...  # a str, or an output.steps.Plan
 
 
 class Takes:
@@ -251,7 +252,7 @@ class Takes:
         if take is not None:
             take.transcript = transcript
         language = transcript.language or "not named by the model"
-        log.info("transcribed job %d: %d characters, language %s", key, len(transcript.text), language)
+        log.info("transcribed take %d: %d characters, language %s", key, len(transcript.text), language)
         if not transcript.text.strip():
             self._no_text(key)
         self._port.dispatch(S.TranscriptionDone(key, transcript.text, transcript.language or None))
@@ -272,9 +273,10 @@ class Takes:
         if take is not None and take.saved is not None:
             self._record_untranscribed(key, f"transcription failed: {message}")
 
-    def deliver(self, action: S.DeliverText) -> None:
-        """DeliverText: history first: the text is stored (database or journal), then typed (`stored`)."""
-        take = self._take(action.job_id)
+    def record_text(self, action: S.DeliverText) -> None:
+        """DeliverText: history first: the text is planned and stored (database or journal), then typed
+        once it is (`stored`)."""
+        take = self._take(action.take_id)
         plan = plan_text(action.text, action.language, self._port.settings)
         transcript, saved = take.transcript, take.saved
         take.text, take.plan = plan.text, plan
@@ -288,7 +290,7 @@ class Takes:
             "timings": dict(transcript.timings) if transcript is not None else None,
             "streamed": saved is not None and saved.streamed,
         }
-        self._port.history_store(action.job_id, fields)
+        self._port.history_store(action.take_id, fields)
 
     def stored(self, take_id: int) -> None:
         """The take's text is in the history (or its journal): now it is typed."""
@@ -307,7 +309,7 @@ class Takes:
             fields = {"outcome": Outcome.command("scratch that: this dictation was taken back, nothing typed")}
             self._port.history_finish(take_id, fields, keep == 0, keep)
             return
-        self._port.deliver(take_id, take.text if plan is None or plan.plain else plan)
+        self._port.type_text(take_id, take.text if plan is None or plan.plain else plan)
 
     def delivered(self, key: int | Retype, result: Any) -> None:
         if isinstance(key, Retype):

@@ -60,11 +60,11 @@ class Commands:
         }
         if command not in actions:
             return {"ok": False, "message": f"unknown command {command!r}; known: {', '.join(actions)}"}
-        before = self.session.recording_job_id
+        before = self.session.recording_take_id
         actions[command]()
         if command in ("toggle", "start") and self.session.model_state is S.ModelState.NOT_CHOSEN:
             return {"ok": False, "message": S.NO_MODEL_MESSAGE}  # refused: the command says so too
-        take_id = self.session.recording_job_id
+        take_id = self.session.recording_take_id
         if answer is not None and take_id is not None and take_id != before and take_id in self.takes:
             self.takes.await_start(take_id, answer, time.monotonic() + START_REPLY_MS / 1000)
             if not self._reply_timer.isActive():

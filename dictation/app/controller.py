@@ -113,7 +113,7 @@ class AppController(ModelLifecycle, Commands, QObject):
     corrected = Signal(int, str)  # history entry id, "" when the user's text was saved, else why not
 
     # queued calls into the worker threads
-    _load = Signal(object)
+    _build_and_load = Signal(object)  # a callable returning EngineOptions, called on the engine thread
     _unload = Signal()
     _transcribe = Signal(object, object, object, str)  # Retranscription, samples, language, context
     _transcribe_take = Signal(int, object, str)  # take id, language, context
@@ -126,7 +126,7 @@ class AppController(ModelLifecycle, Commands, QObject):
     _audio_cancel = Signal(int)
     _audio_close = Signal()
     _output_configure = Signal(object)
-    _deliver = Signal(object, object)  # take id or Retype, text (a str, or an output.steps.Plan)
+    _type_text = Signal(object, object)  # take id or Retype, text (a str, or an output.steps.Plan)
     _output_flush = Signal()
     _download = Signal(str)
     _history_open = Signal()
@@ -274,7 +274,7 @@ class AppController(ModelLifecycle, Commands, QObject):
     def _wire_workers(self) -> None:
         s = self._s
         e, a, o, d = s.engine_worker, s.audio_worker, s.output_worker, s.download_worker
-        self._load.connect(e.load)
+        self._build_and_load.connect(e.build_and_load)
         self._unload.connect(e.unload)
         self._transcribe.connect(e.transcribe)
         e.loading.connect(self._on_loading)  # methods, not lambdas: a lambda kept the controller alive
@@ -305,7 +305,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         a.saved.connect(self._on_saved)
         a.open_failed.connect(self._on_open_failed)
         self._output_configure.connect(o.configure)
-        self._deliver.connect(o.deliver)
+        self._type_text.connect(o.type_text)
         self._output_flush.connect(o.flush)
         o.delivered.connect(self._on_delivered)
         o.described.connect(self._on_output_described)
@@ -426,7 +426,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         if entry is None or not entry.text:
             return
         # Give the focus a moment to return to the user's window after our window hides.
-        QTimer.singleShot(400, lambda: self._deliver.emit(Retype(entry_id), entry.text))
+        QTimer.singleShot(400, lambda: self._type_text.emit(Retype(entry_id), entry.text))
 
     def delete_entry(self, entry_id: int) -> None:
         self._history_delete.emit(entry_id)  # history_changed follows once it is done
@@ -541,7 +541,7 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def _perform(self, action: Any) -> None:
         if isinstance(action, S.StartCapture):
-            take = self.takes.begin(action.job_id)
+            take = self.takes.begin(action.take_id)
             self._set_preview("")
             if take.streaming:
                 language, context = self.takes.language_context()
@@ -549,25 +549,25 @@ class AppController(ModelLifecycle, Commands, QObject):
             self._audio_start.emit(take.id, self._event_t, take.streaming)
             self._poll.start()
         elif isinstance(action, S.StopCapture):
-            self._s.engine_worker.interrupt(action.job_id)  # a running preview must not delay the text
-            self._audio_stop.emit(action.job_id, self._event_t, self._settings.recording.trim_silence)
+            self._s.engine_worker.interrupt(action.take_id)  # a running preview must not delay the text
+            self._audio_stop.emit(action.take_id, self._event_t, self._settings.recording.trim_silence)
         elif isinstance(action, S.DiscardCapture):
-            self._s.engine_worker.interrupt(action.job_id)
+            self._s.engine_worker.interrupt(action.take_id)
             self._set_preview("")
-            self._audio_cancel.emit(action.job_id)  # deletes the take's file
-            self._answer_start(action.job_id, {"message": DISCARDED_MESSAGE})  # a start not answered yet
-            self.takes.discard(action.job_id)
+            self._audio_cancel.emit(action.take_id)  # deletes the take's file
+            self._answer_start(action.take_id, {"message": DISCARDED_MESSAGE})  # a start not answered yet
+            self.takes.discard(action.take_id)
         elif isinstance(action, S.LoadModel):
             if self._settings.engine.model:
-                self._load.emit(functools.partial(engine_options, self._settings))
+                self._build_and_load.emit(functools.partial(engine_options, self._settings))
             else:
                 self._queue.append(S.ModelNotChosen())
         elif isinstance(action, S.Transcribe):
-            self.takes.want_transcription(action.job_id)
+            self.takes.want_transcription(action.take_id)
         elif isinstance(action, S.SkipTranscription):
-            self.takes.skip(action.job_id, action.reason)
+            self.takes.skip(action.take_id, action.reason)
         elif isinstance(action, S.DeliverText):
-            self.takes.deliver(action)
+            self.takes.record_text(action)
         elif isinstance(action, S.ScheduleTick):
             delay = max(0, int((action.at_t - self._clock()) * 1000) + 1)
             QTimer.singleShot(delay, self, self._tick)  # a lambda would hold the controller until it fired
@@ -602,7 +602,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         """While recording: the level for the overlay, and a lost device or a full buffer."""
         audio = self._s.audio_worker
         self.input_level_changed.emit(self.input_level())
-        take_id = self.session.recording_job_id
+        take_id = self.session.recording_take_id
         if take_id is None:
             return
         error = audio.recorder_error()
@@ -644,7 +644,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self.takes.entry_ready(take_id)
 
     def _on_preview(self, take_id: int, text: str) -> None:
-        if take_id == self.session.recording_job_id and self._settings.general.live_preview:
+        if take_id == self.session.recording_take_id and self._settings.general.live_preview:
             self._set_preview(text)
 
     def _set_preview(self, text: str) -> None:

@@ -94,13 +94,17 @@ class EngineWorker(QObject):
         self._warmed = False  # the loaded engine (with its adapters) had its warm-up pass
 
     @Slot(object)
+    def build_and_load(self, build_options: Callable[[], Any]) -> None:
+        """``load(build_options())``, the options built here on the engine thread: building them imports
+        torch (seconds at a cold start), which must keep off the GUI thread. What the controller sends."""
+        self.load(build_options())
+
+    @Slot(object)
     def load(self, options: Any) -> None:
-        """Load the model ``options`` (EngineOptions) name; a callable returning them is called here
-        first, so building them (which imports torch, seconds at a cold start) keeps off the GUI thread."""
+        """Load the model ``options`` (EngineOptions) name; the same options again keep what is loaded,
+        and options that differ only in their adapters swap those (`_swap_adapters`)."""
         from dictation.asr import AsrEngine
 
-        if callable(options):
-            options = options()
         if self._engine is not None and self._options == options and self._engine.is_loaded:
             self.loaded.emit(self._engine.model_label, 0.0)
             return

@@ -57,7 +57,7 @@ class ModelLifecycle:
     def _request_load(self, device: str | None = None) -> None:
         if self.session.model_state is not S.ModelState.LOADING:
             self._dispatch(S.ModelLoading())
-        self._load.emit(functools.partial(engine_options, self._settings, device))
+        self._build_and_load.emit(functools.partial(engine_options, self._settings, device))
 
     def _on_loading(self, what: str) -> None:
         self.model_progress.emit(f"Loading {what} …")
@@ -85,7 +85,7 @@ class ModelLifecycle:
                 "dictation will be slower.",
             )
             self._say(S.ModelState.LOADING, f"GPU failed: {message}; loading on the CPU …")
-            self._load.emit(functools.partial(engine_options, self._settings, device="cpu"))
+            self._build_and_load.emit(functools.partial(engine_options, self._settings, device="cpu"))
             return
         self._say(S.ModelState.FAILED, f"Failed: {message}")
         self._dispatch(S.ModelFailed(message))

@@ -71,5 +71,5 @@ class TakesPort:
     def retranscribed(self, entry_id: int, problem: str) -> None:
         self._c.retranscribed.emit(entry_id, problem)
 
-    def deliver(self, key: int | Retype, text: Any) -> None:  # a str, or an output.steps.Plan
-        self._c._deliver.emit(key, text)
+    def type_text(self, key: int | Retype, text: Any) -> None:  # a str, or an output.steps.Plan
+        self._c._type_text.emit(key, text)

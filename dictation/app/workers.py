@@ -382,7 +382,7 @@ class OutputWorker(QObject):
     ``choose_backend``, given ``own_window``: which of our windows has the focus, so no text is
     pasted into them; the controller sets it to `dictation.app.focus.OwnFocus` before it starts)."""
 
-    delivered = Signal(object, object)  # the key deliver() was given (a take id, or a takes.Retype), DeliveryResult
+    delivered = Signal(object, object)  # the key type_text() was given (a take id, or a takes.Retype), DeliveryResult
     described = Signal(str)  # the chain's diagnostics after (re)building it
 
     def __init__(
@@ -417,8 +417,10 @@ class OutputWorker(QObject):
         self.described.emit(self.chain.describe())
 
     @Slot(object, object)
-    def deliver(self, key: Any, text: Any) -> None:
-        """``text``: a str, or an output.steps.Plan (voice commands: keys, "scratch that")."""
+    def type_text(self, key: Any, text: Any) -> None:
+        """Type ``text`` into the focused window through the chain (`OutputChain.deliver` a str,
+        `OutputChain.perform` an output.steps.Plan: voice commands' keys, "scratch that"), then say
+        how it went: ``delivered(key, DeliveryResult)``."""
         from dictation.output import DeliveryResult
 
         if self.chain is None:

@@ -68,6 +68,36 @@ def saved(start: int = 100, end: int = 900, silence: str | None = None) -> Saved
     return SavedTake(None, samples, start, end, 1000 / SR, silence, None)
 
 
+def test_build_and_load_builds_the_options_on_the_engine_thread_then_loads_them(qapp, qtbot):
+    """What the controller sends: the options are built where the worker runs (building them imports
+    torch), not on the GUI thread that sent them; `load` takes built options."""
+    from PySide6.QtCore import QObject, Signal
+
+    from dictation.app import workers
+
+    class Driver(QObject):
+        build_and_load = Signal(object)
+
+    engines: list[FakeEngine] = []
+    worker = EngineWorker(lambda options: engines.append(FakeEngine(options)) or engines[-1])
+    built_on: list[threading.Thread] = []
+
+    def build() -> Options:
+        built_on.append(threading.current_thread())
+        return Options(model="built")
+
+    driver = Driver()
+    driver.build_and_load.connect(worker.build_and_load)
+    thread = workers.start_thread(worker, "engine")
+    try:
+        with qtbot.waitSignal(worker.loaded, timeout=5000):
+            driver.build_and_load.emit(build)
+    finally:
+        workers.stop_thread(thread)
+    assert len(built_on) == 1 and built_on[0] is not threading.main_thread()
+    assert [engine.options for engine in engines] == [Options(model="built")]
+
+
 @pytest.mark.parametrize("saved_first", [True, False])
 def test_a_take_is_transcribed_when_both_its_samples_and_the_go_are_there(worker, saved_first):
     take = saved()

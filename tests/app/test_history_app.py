@@ -44,5 +44,5 @@ def test_a_dictation_in_the_window_and_transcribed_again(rig, qtbot, caplog):
     assert not window.busy.isVisible() and window.message_text() == done[-1][1]
 
     messages = [record.getMessage() for record in caplog.records]
-    assert any(m.startswith("transcribed job 1: ") and ", language " in m for m in messages)
+    assert any(m.startswith("transcribed take 1: ") and ", language " in m for m in messages)
     assert not [m for m in messages if m.rstrip().endswith("()")]

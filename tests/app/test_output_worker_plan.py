@@ -1,5 +1,5 @@
-"""The output worker hands a dictation with voice commands (an output.steps.Plan) to the chain's
-`perform`, and plain text to `deliver`, as before."""
+"""The output worker (`OutputWorker.type_text`) hands a dictation with voice commands (an
+output.steps.Plan) to the chain's `perform`, and plain text to `deliver`, as before."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ def test_a_plan_is_performed_and_text_is_delivered():
     results = []
     worker.delivered.connect(lambda key, result: results.append((key, result.message)))
 
-    worker.deliver(1, Plan((Undo(), "Hello", Keys("enter"))))
-    worker.deliver(2, "plain text ")
+    worker.type_text(1, Plan((Undo(), "Hello", Keys("enter"))))
+    worker.type_text(2, "plain text ")
 
     assert chain.delivered == [(Undo(), "Hello", Keys("enter")), "plain text "]
     assert results == [(1, "performed"), (2, "pasted")]

@@ -292,7 +292,7 @@ def test_the_overlay_shows_the_newest_words_of_the_preview_and_never_takes_focus
     r.hold(take_audio(2.0))
     qtbot.waitUntil(overlay.isVisible, timeout=5000)
     words = " ".join(f"word{i}" for i in range(60))
-    r.c._s.engine_worker.preview_ready.emit(r.c.session.recording_job_id, words)  # as from the engine
+    r.c._s.engine_worker.preview_ready.emit(r.c.session.recording_take_id, words)  # as from the engine
     line = overlay.preview_line()
     assert line.startswith("…") and line.endswith("word59") and len(line) < len(words)
     assert overlay.height() > overlay_module.HEIGHT  # a second line for the text
@@ -445,7 +445,7 @@ def test_the_audio_worker_hands_a_real_recorders_take_on_while_it_records(qtbot,
     recorder = Recorder(backend=backend, clock=clock, post_roll_s=0.0)
     worker = workers.AudioWorker(lambda config: recorder, recordings_dir=tmp_path)
     chunks: list[tuple[int, int, np.ndarray]] = []
-    worker.chunk_ready.connect(lambda job, start, samples: chunks.append((job, start, samples)))
+    worker.chunk_ready.connect(lambda take_id, start, samples: chunks.append((take_id, start, samples)))
     driver = Driver()
     driver.configure.connect(worker.configure)
     driver.start.connect(worker.start)
@@ -465,11 +465,11 @@ def test_the_audio_worker_hands_a_real_recorders_take_on_while_it_records(qtbot,
                 qtbot.waitUntil(lambda n=a: sum(len(c) for _, _, c in chunks) >= n, timeout=5000)
         with qtbot.waitSignal(worker.saved, timeout=5000) as saved_signal:
             driver.stop.emit(7, clock(), False)
-        job_id, saved = saved_signal.args
+        take_id, saved = saved_signal.args
         if refuse_16k:
             assert chunks == [] and not saved.streamed
             return
-        assert saved.streamed and job_id == 7 and len(chunks) >= 2
+        assert saved.streamed and take_id == 7 and len(chunks) >= 2
         assert [start for _, start, _ in chunks] == list(np.cumsum([0] + [len(c) for _, _, c in chunks])[:-1])
         streamed = np.concatenate([c for _, _, c in chunks])
         np.testing.assert_array_equal(streamed, saved.samples[: len(streamed)])

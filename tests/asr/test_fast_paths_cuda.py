@@ -234,13 +234,13 @@ def test_packed_kernels_hold_for_the_fused_shapes_on_cuda(monkeypatch, kind, sha
     fused, members, reference = fused_layers_for(kind, in_f, outs, device="cuda")
     cuda, dtype = torch.device("cuda"), torch.bfloat16
     # torch has a CUDA int8 kernel from 2.9 on; before, it must be reported missing and the layer's
-    # fallback (dequantize + matmul) must be right.
+    # dequantize + matmul path must be right.
     available = quantized._kernel_available(kind, cuda, dtype)
     assert available == (kind == "int4" or torch_version() >= (2, 9))
     assert fused._kernel_fits(cuda, dtype)
     for rows in (1, 5):
         x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to("cuda", dtype)
-        got = (fused._torch_kernel(x, dtype) if available else fused._fallback(x)).float()
+        got = (fused._torch_kernel(x, dtype) if available else fused._dequantize_matmul(x)).float()
         expected = x.float() @ reference.T
         bound = quantized._PROBE_TOLERANCE[dtype] * float(expected.abs().max())
         assert float((got - expected).abs().max()) <= bound

@@ -88,7 +88,7 @@ def test_transcribe_with_progress_inside_inference_mode(ckpt_untied, reference, 
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
-def test_run_pass_inside_inference_mode(ckpt_untied, reference, prepared):
+def test_a_pipeline_pass_inside_inference_mode(ckpt_untied, reference, prepared):
     engine = make(ckpt_untied, prepared)
     with torch.inference_mode():
         assert engine.pipeline.run(AUDIO, None, "", MAX_NEW).ids == reference["ids"]

@@ -192,10 +192,10 @@ def test_misfit_inputs_are_refused_with_their_shapes():
 
 def test_a_triton_kernel_that_answers_wrongly_is_left_out_not_fatal(monkeypatch, caplog):
     """Ours is one candidate among three: a wrong answer logs and falls back (torch's own raises)."""
-    monkeypatch.setattr(quantized.Int8Linear, "_triton_kernel", lambda self, x, dtype: self._fallback(x) * 1.5)
+    monkeypatch.setattr(quantized.Int8Linear, "_triton_kernel", lambda self, x, dtype: self._dequantize_matmul(x) * 1.5)
     assert quantized._probe("int8", torch.device("cpu"), torch.float32, path="triton") is False
     assert "(Triton)" in caplog.text and "not using it" in caplog.text
-    monkeypatch.setattr(quantized.Int8Linear, "_torch_kernel", lambda self, x, dtype: self._fallback(x) * 1.5)
+    monkeypatch.setattr(quantized.Int8Linear, "_torch_kernel", lambda self, x, dtype: self._dequantize_matmul(x) * 1.5)
     with pytest.raises(RuntimeError, match="gives wrong results"):
         quantized._probe("int8", torch.device("cpu"), torch.float32)
 

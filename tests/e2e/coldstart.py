@@ -431,7 +431,7 @@ class Player:
 
 
 QT_SPACE = 0x20
-TAKE_DONE = re.compile(r"transcribed job 1:|job 1: no speech|No speech recognised")
+TAKE_DONE = re.compile(r"transcribed take 1:|No speech recognised")
 
 
 def _wait_for(log: Path, pattern: re.Pattern, timeout: float) -> bool:

@@ -67,9 +67,9 @@ NO_MODEL = "Speech model unavailable: no speech model is chosen"
 REFUSED = [ERR_SOUND, Notify(Level.ERROR, NO_MODEL_MESSAGE), ShowModelChoice()]  # a press without a model
 
 
-def stopped(job_id: int) -> list:
+def stopped(take_id: int) -> list:
     """What a normal stop emits while the model is ready."""
-    return [StopCapture(job_id), Transcribe(job_id), STOP]
+    return [StopCapture(take_id), Transcribe(take_id), STOP]
 
 
 @dataclass
@@ -212,7 +212,7 @@ CASES = [
         (CancelRequested(), [DiscardCapture(1), CANCEL, IDLE]),
         (StopRequested(1.0), []),
     ]),
-    Case("cancel does not touch jobs already transcribing", [
+    Case("cancel does not touch takes already transcribing", [
         (Down(0.0), [StartCapture(1), REC]),
         (Up(1.0), [*stopped(1), TRANS]),
         (CancelRequested(), []),
@@ -225,11 +225,11 @@ CASES = [
         (Down(0.0), [StartCapture(1), REC]),
         (Up(1.0), [*stopped(1), TRANS]),
         (Down(2.0), [StartCapture(2), REC]),
-        (Done(1, "one"), [DeliverText(1, "one")]),  # typed while recording job 2
+        (Done(1, "one"), [DeliverText(1, "one")]),  # typed while recording take 2
         (Up(3.0), [*stopped(2), TRANS]),
         (Done(2, "two"), [DeliverText(2, "two"), IDLE]),
     ]),
-    Case("out-of-order completion is delivered in job order", [
+    Case("out-of-order completion is delivered in take order", [
         (Down(0.0), [StartCapture(1), REC]),
         (Up(1.0), [*stopped(1), TRANS]),
         (Down(2.0), [StartCapture(2), REC]),
@@ -240,7 +240,7 @@ CASES = [
         (Done(2, "two"), []),
         (Done(1, "one"), [DeliverText(1, "one"), DeliverText(2, "two"), DeliverText(3, "three"), IDLE]),
     ]),
-    Case("a failed job does not block later ones", [
+    Case("a failed take does not block later ones", [
         (Down(0.0), [StartCapture(1), REC]),
         (Up(1.0), [*stopped(1), TRANS]),
         (Down(2.0), [StartCapture(2), REC]),
@@ -329,7 +329,7 @@ CASES = [
         ]),
         (ModelReady(), [Notify(Level.INFO, "Speech model ready."), IDLE]),
     ], model=ModelState.LOADING),
-    Case("model failure while a job is transcribing: that job is still delivered", [
+    Case("model failure while a take is transcribing: that take is still delivered", [
         (Down(0.0), [StartCapture(1), REC]),
         (Up(1.0), [*stopped(1), TRANS]),
         (ModelLoading(), [LOADING]),  # a settings change reloads the model
@@ -352,7 +352,7 @@ CASES = [
         (ModelUnloaded(), []),  # idle unload: still idle for the tray
         (Down(5.0), [StartCapture(2), LoadModel(), REC]),
     ], model=ModelState.UNLOADED, end=Status.RECORDING),
-    Case("unloaded while jobs wait: the machine asks for a load again", [
+    Case("unloaded while takes wait: the machine asks for a load again", [
         (Down(0.0), [StartCapture(1), REC]),
         (Up(1.0), [StopCapture(1), STOP, Notify(Level.INFO, WAITING_MESSAGE), LOADING]),
         (ModelUnloaded(), [LoadModel()]),
@@ -381,7 +381,7 @@ CASES = [
         (Down(2.0), [StartCapture(1), REC]),
         (Up(3.0), [*stopped(1), TRANS]),
     ], model=ModelState.NOT_CHOSEN, end=Status.TRANSCRIBING),
-    Case("model unset while loading with a job waiting: the job is kept untranscribed", [
+    Case("model unset while loading with a take waiting: the take is kept untranscribed", [
         (Down(0.0), [StartCapture(1), REC]),
         (Up(1.0), [StopCapture(1), STOP, Notify(Level.INFO, WAITING_MESSAGE), LOADING]),
         (ModelNotChosen(), [
@@ -390,7 +390,7 @@ CASES = [
         ]),
         (Down(2.0), REFUSED),
     ], model=ModelState.LOADING, end=Status.ERROR),
-    Case("model unset during a recording: saved and kept untranscribed at the stop; jobs in work finish", [
+    Case("model unset during a recording: saved and kept untranscribed at the stop; takes in work finish", [
         (Down(0.0), [StartCapture(1), REC]),
         (Up(1.0), [*stopped(1), TRANS]),
         (Down(2.0), [StartCapture(2), REC]),
@@ -421,7 +421,7 @@ CASES = [
         ]),
         (ToggleRequested(1.0), [StartCapture(2), REC]),  # the next toggle starts, it does not "stop"
     ], end=Status.RECORDING),
-    Case("recording fails to start: reported, no job; the next press works", [
+    Case("recording fails to start: reported, no take; the next press works", [
         (Down(0.0), [StartCapture(1), REC]),
         (RecordingFailed(1, "no input device"), [
             ERR_SOUND, Notify(Level.ERROR, "Could not start recording: no input device"), IDLE,
@@ -512,28 +512,28 @@ def test_case_names_are_unique() -> None:
 
 
 @pytest.mark.parametrize("mode", list(Mode))
-def test_cancel_in_every_mode_types_nothing_and_leaves_no_job(mode: Mode) -> None:
+def test_cancel_in_every_mode_types_nothing_and_leaves_no_take(mode: Mode) -> None:
     session = DictationSession(SessionSettings(mode=mode), model_state=ModelState.READY)
     assert session.handle(Down(0.0)) == [StartCapture(1), REC]
     assert session.handle(Down(0.5)) == []
     assert session.handle(CancelRequested()) == [DiscardCapture(1), CANCEL, IDLE]
     assert session.handle(Up(2.0)) == []
-    assert (session.status, session.pending_jobs, session.recording_job_id) == (Status.IDLE, (), None)
+    assert (session.status, session.pending_takes, session.recording_take_id) == (Status.IDLE, (), None)
 
 
-def test_views_track_the_overlap_of_recording_and_jobs() -> None:
+def test_views_track_the_overlap_of_recording_and_takes() -> None:
     session = DictationSession(SessionSettings(mode=HYBRID), model_state=ModelState.LOADING)
     assert session.status is Status.LOADING
     session.handle(Down(0.0))
-    assert (session.recording_job_id, session.hands_free, session.hotkey_down) == (1, False, True)
+    assert (session.recording_take_id, session.hands_free, session.hotkey_down) == (1, False, True)
     session.handle(Up(0.1))
     assert (session.hands_free, session.hotkey_down) == (True, False)
     session.handle(Down(2.0))
-    assert (session.status, session.pending_jobs, session.recording_job_id) == (Status.LOADING, (1,), None)
+    assert (session.status, session.pending_takes, session.recording_take_id) == (Status.LOADING, (1,), None)
     session.handle(Up(2.1))  # releases the stopping press
     session.handle(Down(4.0))
     session.handle(Up(5.0))
-    assert session.pending_jobs == (1, 2)
+    assert session.pending_takes == (1, 2)
     assert session.model_state is ModelState.LOADING
 
 
@@ -596,26 +596,26 @@ class FakeApp:
 
     def perform(self, action) -> None:
         match action:
-            case StartCapture(job_id):
-                assert self.capturing is None and job_id == len(self.started) + 1
-                self.started.append(job_id)
-                self.capturing = job_id
-            case StopCapture(job_id) | DiscardCapture(job_id):
-                assert self.capturing == job_id
+            case StartCapture(take_id):
+                assert self.capturing is None and take_id == len(self.started) + 1
+                self.started.append(take_id)
+                self.capturing = take_id
+            case StopCapture(take_id) | DiscardCapture(take_id):
+                assert self.capturing == take_id
                 self.capturing = None
-                self.ended.add(job_id)
+                self.ended.add(take_id)
                 if isinstance(action, StopCapture):
-                    self.saved.add(job_id)
-            case Transcribe(job_id):
-                assert self.model_ready and job_id in self.saved and job_id not in self.transcribed
-                self.transcribed.add(job_id)
-                self.transcribing.append(job_id)
-            case SkipTranscription(job_id, _):
-                assert job_id in self.saved and job_id not in self.transcribed
-                self.skipped.add(job_id)
-            case DeliverText(job_id, _):
-                assert job_id in self.transcribed
-                self.delivered.append(job_id)
+                    self.saved.add(take_id)
+            case Transcribe(take_id):
+                assert self.model_ready and take_id in self.saved and take_id not in self.transcribed
+                self.transcribed.add(take_id)
+                self.transcribing.append(take_id)
+            case SkipTranscription(take_id, _):
+                assert take_id in self.saved and take_id not in self.transcribed
+                self.skipped.add(take_id)
+            case DeliverText(take_id, _):
+                assert take_id in self.transcribed
+                self.delivered.append(take_id)
 
     def random_event(self):
         rng, s = self.rng, self.session
@@ -634,18 +634,18 @@ class FakeApp:
             ModelNotChosen,
             lambda: ModelFailed("boom"),
         ]
-        if s.recording_job_id is not None:
-            job = s.recording_job_id
+        if s.recording_take_id is not None:
+            take = s.recording_take_id
             choices += [
-                lambda: RecordingStarted(job),
-                lambda: RecordingFailed(job, "x"),
-                lambda: RecordingLost(job, "x", rng.random() < 0.5),
-                lambda: MaxLengthReached(job),
+                lambda: RecordingStarted(take),
+                lambda: RecordingFailed(take, "x"),
+                lambda: RecordingLost(take, "x", rng.random() < 0.5),
+                lambda: MaxLengthReached(take),
             ]
         if self.transcribing and rng.random() < 0.4:
-            job = self.transcribing.pop(rng.randrange(len(self.transcribing)))
+            take = self.transcribing.pop(rng.randrange(len(self.transcribing)))
             text = rng.choice(["words", "", "more words"])
-            return rng.choice([Done(job, text), Done(job, text), TranscriptionFailed(job, "x")])
+            return rng.choice([Done(take, text), Done(take, text), TranscriptionFailed(take, "x")])
         return rng.choice(choices)()
 
     def note_model(self, event) -> None:
@@ -663,7 +663,7 @@ def test_random_streams_keep_the_contract(seed: int) -> None:
         event = app.random_event()
         if isinstance(event, RecordingFailed):
             app.capturing = None  # the app's capture failed: no Stop/Discard follows
-            app.ended.add(event.job_id)
+            app.ended.add(event.take_id)
         app.note_model(event)
         app.step(event)
     # Drain: stop any recording, make the model ready, finish all work.
@@ -673,7 +673,7 @@ def test_random_streams_keep_the_contract(seed: int) -> None:
         app.step(event)
     while app.transcribing:
         app.step(Done(app.transcribing.pop(), "last"))
-    assert app.session.status is Status.IDLE and app.session.pending_jobs == ()
+    assert app.session.status is Status.IDLE and app.session.pending_takes == ()
     assert app.ended == set(app.started)  # every capture ended exactly once (asserted in perform)
     assert app.saved == app.transcribed | app.skipped and not app.transcribed & app.skipped
     assert app.delivered == sorted(app.delivered)  # typed in recording order

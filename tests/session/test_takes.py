@@ -167,7 +167,7 @@ def test_text_is_stored_before_it_is_typed_and_the_outcome_recorded_after(takes,
     takes.saved(1, saved_take(streamed=True))
     takes.transcribed(1, transcript())
     assert port.named("dispatch") == [("dispatch", S.TranscriptionDone(1, "hello world", "English"))]
-    takes.deliver(S.DeliverText(1, "hello world", "English"))
+    takes.record_text(S.DeliverText(1, "hello world", "English"))
     text = apply_text_options("hello world", port.settings)
     assert port.named("history_store") == [
         (
@@ -185,9 +185,9 @@ def test_text_is_stored_before_it_is_typed_and_the_outcome_recorded_after(takes,
             },
         )
     ]
-    assert port.named("deliver") == []  # not before the history has it
+    assert port.named("type_text") == []  # not before the history has it
     takes.stored(1)
-    assert port.named("deliver") == [("deliver", 1, text)]
+    assert port.named("type_text") == [("type_text", 1, text)]
     takes.delivered(1, DeliveryResult("xdotool-paste", True, "ok"))
     assert port.named("history_finish") == [("history_finish", 1, {"outcome": Outcome.PASTED}, True, 0)]
     assert len(takes) == 0
@@ -197,10 +197,10 @@ def test_text_stored_while_quitting_is_kept_in_the_history_not_typed(takes, port
     started(takes)
     takes.saved(1, saved_take())
     takes.transcribed(1, transcript())
-    takes.deliver(S.DeliverText(1, "hello world"))
+    takes.record_text(S.DeliverText(1, "hello world"))
     port.running = False
     takes.stored(1)
-    assert port.named("deliver") == []
+    assert port.named("type_text") == []
     outcome = Outcome.failed("the app quit before the text could be typed")
     assert port.named("history_finish")[0][2] == {"outcome": outcome}
 
@@ -247,7 +247,7 @@ def test_a_history_entry_is_transcribed_again_trimmed_as_the_first_time(takes, p
         and fields["text"] == apply_text_options("again", port.settings)
     )
     assert ("retranscribed", 7, "") in port.calls
-    assert port.named("dispatch", "deliver") == []  # the session and the output never hear of it
+    assert port.named("dispatch", "type_text") == []  # the session and the output never hear of it
 
 
 def test_a_retranscription_and_a_take_with_the_same_number_do_not_mix(takes, port):
@@ -287,7 +287,7 @@ def test_takes_a_crash_interrupted_wait_for_the_model_and_go_to_the_history_only
         4,
         {"outcome": Outcome.failed("interrupted by a crash; transcribing it at the next start failed: boom")},
     )
-    assert port.named("deliver", "dispatch", "retranscribed") == []  # never typed
+    assert port.named("type_text", "dispatch", "retranscribed") == []  # never typed
     assert [c[2] for c in port.named("notify")][-1].startswith("Recovered 1 dictation(s)")
 
 

@@ -1,4 +1,4 @@
-"""Voice commands in a take's way to the window (`Takes.deliver` / `stored` / `delivered`): what is typed,
+"""Voice commands in a take's way to the window (`Takes.record_text` / `stored` / `delivered`): what is typed,
 what the history keeps (the text as typed, the raw transcript beside it), what the user is told."""
 
 from __future__ import annotations
@@ -24,41 +24,41 @@ def takes(port) -> Takes:
     return Takes(port)
 
 
-def deliver(takes, port, raw: str, language: str = "English"):
+def record_and_type(takes, port, raw: str, language: str = "English"):
     started(takes)
     takes.saved(1, saved_take())
     takes.transcribed(1, transcript(raw, language))
-    takes.deliver(S.DeliverText(1, raw, language))
+    takes.record_text(S.DeliverText(1, raw, language))
     [(_, _, fields)] = port.named("history_store")
     takes.stored(1)
-    return fields, port.named("deliver")
+    return fields, port.named("type_text")
 
 
 def test_a_line_break_is_typed_as_text_and_the_history_keeps_both_texts(takes, port):
-    fields, delivered = deliver(takes, port, "Hello there. New line.")
+    fields, delivered = record_and_type(takes, port, "Hello there. New line.")
     assert (fields["text"], fields["raw_text"]) == ("Hello there.\n", "Hello there. New line.")
-    assert delivered == [("deliver", 1, "Hello there.\n")]  # text only: delivered as before, one paste
+    assert delivered == [("type_text", 1, "Hello there.\n")]  # text only: delivered as before, one paste
 
 
 def test_enter_is_a_key_after_the_text(takes, port):
-    fields, delivered = deliver(takes, port, "Sehr gut. Enter drücken.", "German")
+    fields, delivered = record_and_type(takes, port, "Sehr gut. Enter drücken.", "German")
     assert fields["text"] == "Sehr gut.\n"
-    assert delivered == [("deliver", 1, Plan(("Sehr gut.", Keys("enter"))))]
+    assert delivered == [("type_text", 1, Plan(("Sehr gut.", Keys("enter"))))]
     takes.delivered(1, DeliveryResult("xdotool-paste", True, "pasted; pressed enter"))
     assert port.named("history_finish")[0][2] == {"outcome": Outcome.PASTED}
 
 
 def test_scratch_that_is_recorded_with_what_it_removed(takes, port):
-    fields, delivered = deliver(takes, port, "Scratch that.")
+    fields, delivered = record_and_type(takes, port, "Scratch that.")
     assert (fields["text"], fields["raw_text"]) == ("", "Scratch that.")
-    assert delivered == [("deliver", 1, Plan((Undo(),)))]
+    assert delivered == [("type_text", 1, Plan((Undo(),)))]
     takes.delivered(1, DeliveryResult("xdotool-type", True, "pressed backspace 12 times", undone=12))
     assert port.named("history_finish")[0][2] == {"outcome": Outcome.command("scratch that: removed 12 characters")}
     assert port.named("notify") == []
 
 
 def test_scratch_that_refused_is_said_and_recorded(takes, port):
-    deliver(takes, port, "Scratch that.")
+    record_and_type(takes, port, "Scratch that.")
     takes.delivered(1, DeliveryResult("auto", False, "nothing to do", undo_refused=MOVED))
     assert port.named("notify") == [("notify", "warning", f'"Scratch that" was not done: {MOVED}.')]
     outcome = Outcome.failed(f"scratch that not performed: {MOVED}")
@@ -67,7 +67,7 @@ def test_scratch_that_refused_is_said_and_recorded(takes, port):
 
 
 def test_a_dictation_that_takes_itself_back_types_nothing(takes, port):
-    fields, delivered = deliver(takes, port, "Hello there, scratch that.")
+    fields, delivered = record_and_type(takes, port, "Hello there, scratch that.")
     assert fields["text"] == "" and delivered == []
     [(_, _, finish, _, _)] = port.named("history_finish")
     assert finish == {"outcome": Outcome.command("scratch that: this dictation was taken back, nothing typed")}
@@ -77,9 +77,9 @@ def test_a_dictation_that_takes_itself_back_types_nothing(takes, port):
 def test_spoken_punctuation_and_commands_follow_the_settings(takes, port):
     commands = port.settings.commands.replace(enabled=False, spoken_punctuation=True)
     port.settings = port.settings.replace(commands=commands)
-    fields, delivered = deliver(takes, port, "Hello comma world. New line.")
+    fields, delivered = record_and_type(takes, port, "Hello comma world. New line.")
     assert fields["text"] == "Hello, world. New line. "  # the trailing space of the text options
-    assert delivered == [("deliver", 1, "Hello, world. New line. ")]
+    assert delivered == [("type_text", 1, "Hello, world. New line. ")]
 
 
 def test_retranscribed_entries_keep_the_text_as_it_would_be_typed_and_the_raw_one(takes, port):

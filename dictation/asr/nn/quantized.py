@@ -248,7 +248,7 @@ def _time_kernel(kind: str, path: str, device: torch.device, dtype: torch.dtype,
     layers = l2_copies(layer.to(device), device)
     x = torch.randn(1, in_f, generator=gen).to(device, dtype)
     if path == "dequantize":
-        calls = [functools.partial(m._fallback, x) for m in layers]
+        calls = [functools.partial(m._dequantize_matmul, x) for m in layers]
     else:
         calls = [functools.partial(m._triton_kernel if path == "triton" else m._torch_kernel, x, dtype) for m in layers]
     return gpu_time_ms(calls, device, repeats)
@@ -378,10 +378,10 @@ class _QuantLinear(nn.Module):
                     f"the {self.kind} kernel failed for {self} on {x.device} ({dtype}, input {tuple(x2d.shape)}): {exc}"
                 ) from exc
         else:
-            y = self._fallback(xc)
+            y = self._dequantize_matmul(xc)
         return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
-    def _fallback(self, x2d: torch.Tensor) -> torch.Tensor:
+    def _dequantize_matmul(self, x2d: torch.Tensor) -> torch.Tensor:  # the prefill, and any call without a kernel
         return F.linear(x2d, self._dequantized(x2d.dtype))
 
 
@@ -414,7 +414,7 @@ class Int8Linear(_QuantLinear):
     def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         return self.weight.to(dtype) * self.weight_scale.to(dtype)[:, None]
 
-    def _fallback(self, x2d: torch.Tensor) -> torch.Tensor:
+    def _dequantize_matmul(self, x2d: torch.Tensor) -> torch.Tensor:
         # Scaling the output is cheaper than scaling the weight and the same up to rounding.
         return F.linear(x2d, self.weight.to(x2d.dtype)) * self.weight_scale.to(x2d.dtype)
 
