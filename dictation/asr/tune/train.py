@@ -442,14 +442,16 @@ def train_lora(
     start = first_adapted(model, options)
     checkpointing = options.checkpointing if options.checkpointing is not None else model.device.type == "cuda"
     with _memory_errors(lambda: _oom_message(model, "preparing the model and the clips")):
-        if options.bits == 4:
-            names = nf4_decoder(model, options.double_quant)
-            layers = [model.get_submodule(n) for n in names]
-            bytes_per_param = sum(m.nbytes for m in layers) / sum(m.in_features * m.out_features for m in layers)
-            keep_dequantized(model, [m for n, m in zip(names, layers, strict=True) if _layer_index(n) >= start])
-        lora = add_lora(model, options)
+        # The frozen part of every clip first, on the weights as loaded (the ones the adapter meets in
+        # use): NF4 below the adapted layers would dequantize every weight again for every clip, the
+        # larger part of preparing, and those layers never run again. Only the adapted layers go to NF4.
         mel = LogMel(model.cfg.audio.num_mel_bins, model.device)
         items = [prepare(model, prompt, mel, e, start) for e in examples]
+        if options.bits == 4:
+            layers = [model.get_submodule(n) for n in nf4_decoder(model, options.double_quant, first=start)]
+            bytes_per_param = sum(m.nbytes for m in layers) / sum(m.in_features * m.out_features for m in layers)
+            keep_dequantized(model, layers)
+        lora = add_lora(model, options)
     params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
     fingerprint = _fingerprint(examples, options)
