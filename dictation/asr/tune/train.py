@@ -1,7 +1,7 @@
 """Training a LoRA adapter on a loaded model: LoRA on a float or NF4 base, then a PEFT folder.
 
 The recipe is QLoRA's: the base model is frozen, either in its floating dtype (``bits=16``) or with
-the decoder's linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices
+the adapted decoder layers' linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices
 ``A [r, in]`` (Kaiming-uniform, as PEFT initialises them) and ``B [out, r]`` (zeros) beside the chosen
 decoder layers (by default every attention and MLP projection of the top ``layers`` = 8 decoder
 layers; the encoder stays frozen) are the only trained parameters, in float32, with AdamW: a linear
@@ -16,7 +16,8 @@ language (system turn, the audio, ``<|im_start|>assistant\\n``) followed by the 
 ``language X<asr_text>text<|im_end|>``. The loss is the cross-entropy of the target tokens only (the
 prompt is masked), teacher-forced. The encoder, the embeddings and the decoder layers below the
 adapted ones are frozen, so each example's input to the first adapted layer is computed once, before
-the first step (:func:`prepare`), and every step runs the adapted layers alone. The NF4 weights of
+the first step (:func:`prepare`), on the weights as loaded and before any NF4 (the layers below then
+never run again, so they are not quantized), and every step runs the adapted layers alone. The NF4 weights of
 the adapted layers are dequantized once where they fit in half the memory still available
 (:func:`keep_dequantized`), not at every forward and backward. Each step averages the loss over
 ``batch_size`` examples (gradient accumulation: the forward runs one sequence at a time, as
