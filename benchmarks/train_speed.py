@@ -174,14 +174,25 @@ def personalise(folder: Path, workdir: Path, args: argparse.Namespace) -> int:
     dictation.asr.EngineOptions = functools.partial(dictation.asr.EngineOptions, max_new_tokens=tokens)
     out = Path(tempfile.mkdtemp(prefix="personal-", dir=workdir)) / "adapter"
     stages: list[tuple[float, str]] = []
+    stamps: list[float] = []  # the end of every training step
     t0 = time.perf_counter()
     report = train_adapter(
         str(folder), samples, out, TrainOptions(), device=args.device, val=held_out_share(len(samples)),
         on_status=lambda text: stages.append((time.perf_counter() - t0, text)),
+        on_progress=lambda _p: stamps.append(time.perf_counter() - t0),
     )  # fmt: skip
     total = time.perf_counter() - t0
     for at, text in stages:
         print(f"  {at:7.1f} s  {text}", flush=True)
+    # the training stage split: loading, NF4 and the clips' frozen part up to the end of step 1, then the steps
+    steps_s = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    training = next(at for at, text in stages if text.startswith("training on"))
+    print(
+        f"STEPS step 1 done {stamps[0] - training:.1f} s after the training stage began (loading, NF4, the clips' "
+        f"frozen part, one step); then {statistics.median(steps_s):.2f} s a step (median; fastest "
+        f"{min(steps_s):.2f}, slowest {max(steps_s):.2f}, {len(steps_s)} steps)",
+        flush=True,
+    )
     print(f"LOSS {' '.join(f'{x:.2f}' for x in report.losses)}")
     print(
         f"SUMMARY personalise {args.size} on {args.personalise} dictations ({report.train_clips} trained on, "
@@ -190,7 +201,7 @@ def personalise(folder: Path, workdir: Path, args: argparse.Namespace) -> int:
         flush=True,
     )
     if args.json:
-        data = {"seconds": total, "steps": report.steps, "losses": report.losses, "stages": stages}
+        data = {"seconds": total, "steps": report.steps, "losses": report.losses, "stages": stages, "step_ends": stamps}
         args.json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return 0
 

@@ -108,6 +108,36 @@ def test_the_nf4_base_is_dequantized_once_where_it_fits_with_the_same_training(c
     assert kept_losses == plain_losses
 
 
+def test_the_frozen_layers_below_run_on_the_loaded_weights_and_only_the_adapted_ones_go_to_nf4(
+    ckpt_untied, monkeypatch
+):
+    """``bits=4, layers=1``: layer 0 runs once per clip, in prepare, before any NF4 (no dequantizing
+    there; the adapted layer's input is the float model's) and stays as loaded; only layer 1 is NF4,
+    each of its projections dequantized once (kept). Quantizing all first made prepare dequantize
+    every frozen weight again for every clip."""
+    calls = _count_dequantize(monkeypatch)
+    monkeypatch.setattr(train_module, "available_memory", lambda device: 1 << 40)
+    prepared = []
+    original = train_module.prepare
+    monkeypatch.setattr(
+        train_module, "prepare", lambda *a, **k: prepared.append((len(calls), original(*a, **k))) or prepared[-1][1]
+    )
+    model, prompt = _load(ckpt_untied)
+    at_step: list[int] = []
+    options = TrainOptions(steps=2, bits=4, rank=2, layers=1, batch_size=1)
+    result = train_lora(model, prompt, _examples(), options, progress=lambda p: at_step.append(len(calls)))
+    assert [n for n, _ in prepared] == [0] * len(_examples())  # no dequantizing while preparing
+    assert at_step == [7, 7]  # layer 1's seven projections, once each
+    layer0, layer1 = model.decoder.layers
+    assert type(layer0.mlp.up_proj) is torch.nn.Linear and type(layer0.self_attn.q_proj) is torch.nn.Linear
+    assert type(layer1.mlp.up_proj.base) is nf4_module.NF4Linear
+    assert sorted({name.split(".")[2] for name in result.lora}) == ["1"]
+    float_model, _ = _load(ckpt_untied)
+    mel = LogMel(float_model.cfg.audio.num_mel_bins)
+    for (_, item), example in zip(prepared, _examples(), strict=True):
+        torch.testing.assert_close(item.embeds, prepare(float_model, prompt, mel, example, 1).embeds)
+
+
 def test_gradient_checkpointing_is_on_only_on_a_gpu_by_default(ckpt_untied, monkeypatch):
     calls = []
     original = train_module.checkpoint

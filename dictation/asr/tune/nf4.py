@@ -196,16 +196,20 @@ class NF4Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, nf4, {dq}"
 
 
-def nf4_decoder(model: nn.Module, double_quant: bool = True) -> list[str]:
-    """Replace every ``nn.Linear`` of the decoder's layers (``model.decoder.layers``) by an
-    :class:`NF4Linear` of its weight; returns their names (ours, e.g.
-    ``decoder.layers.0.self_attn.q_proj``). Embeddings, norms, the head and the encoder stay."""
+def nf4_decoder(model: nn.Module, double_quant: bool = True, first: int = 0) -> list[str]:
+    """Replace every ``nn.Linear`` of the decoder's layers (``model.decoder.layers``) from layer
+    ``first`` up by an :class:`NF4Linear` of its weight; returns their names (ours, e.g.
+    ``decoder.layers.0.self_attn.q_proj``). Embeddings, norms, the head, the encoder and the decoder
+    layers below ``first`` stay."""
     names = []
-    for name, module in list(model.decoder.layers.named_modules()):
-        if type(module) is nn.Linear and module.bias is None:
-            parent_name, _, attr = name.rpartition(".")
-            parent = model.decoder.layers.get_submodule(parent_name) if parent_name else model.decoder.layers
-            with torch.no_grad():
-                setattr(parent, attr, NF4Linear(module.weight, double_quant).to(module.weight.device))
-            names.append(f"decoder.layers.{name}")
+    for index, layer in enumerate(model.decoder.layers):
+        if index < first:
+            continue
+        for name, module in list(layer.named_modules()):
+            if type(module) is nn.Linear and module.bias is None:
+                parent_name, _, attr = name.rpartition(".")
+                parent = layer.get_submodule(parent_name) if parent_name else layer
+                with torch.no_grad():
+                    setattr(parent, attr, NF4Linear(module.weight, double_quant).to(module.weight.device))
+                names.append(f"decoder.layers.{index}.{name}")
     return names

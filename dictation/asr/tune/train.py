@@ -1,7 +1,7 @@
 """Training a LoRA adapter on a loaded model: LoRA on a float or NF4 base, then a PEFT folder.
 
 The recipe is QLoRA's: the base model is frozen, either in its floating dtype (``bits=16``) or with
-the decoder's linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices
+the adapted decoder layers' linear layers in NF4 with double quantization (``bits=4``, ``nf4.py``); LoRA matrices
 ``A [r, in]`` (Kaiming-uniform, as PEFT initialises them) and ``B [out, r]`` (zeros) beside the chosen
 decoder layers (by default every attention and MLP projection of the top ``layers`` = 8 decoder
 layers; the encoder stays frozen) are the only trained parameters, in float32, with AdamW: a linear
@@ -16,7 +16,8 @@ language (system turn, the audio, ``<|im_start|>assistant\\n``) followed by the 
 ``language X<asr_text>text<|im_end|>``. The loss is the cross-entropy of the target tokens only (the
 prompt is masked), teacher-forced. The encoder, the embeddings and the decoder layers below the
 adapted ones are frozen, so each example's input to the first adapted layer is computed once, before
-the first step (:func:`prepare`), and every step runs the adapted layers alone. The NF4 weights of
+the first step (:func:`prepare`), on the weights as loaded and before any NF4 (the layers below then
+never run again, so they are not quantized), and every step runs the adapted layers alone. The NF4 weights of
 the adapted layers are dequantized once where they fit in half the memory still available
 (:func:`keep_dequantized`), not at every forward and backward. Each step averages the loss over
 ``batch_size`` examples (gradient accumulation: the forward runs one sequence at a time, as
@@ -442,14 +443,16 @@ def train_lora(
     start = first_adapted(model, options)
     checkpointing = options.checkpointing if options.checkpointing is not None else model.device.type == "cuda"
     with _memory_errors(lambda: _oom_message(model, "preparing the model and the clips")):
-        if options.bits == 4:
-            names = nf4_decoder(model, options.double_quant)
-            layers = [model.get_submodule(n) for n in names]
-            bytes_per_param = sum(m.nbytes for m in layers) / sum(m.in_features * m.out_features for m in layers)
-            keep_dequantized(model, [m for n, m in zip(names, layers, strict=True) if _layer_index(n) >= start])
-        lora = add_lora(model, options)
+        # The frozen part of every clip first, on the weights as loaded (the ones the adapter meets in
+        # use): NF4 below the adapted layers would dequantize every weight again for every clip, the
+        # larger part of preparing, and those layers never run again. Only the adapted layers go to NF4.
         mel = LogMel(model.cfg.audio.num_mel_bins, model.device)
         items = [prepare(model, prompt, mel, e, start) for e in examples]
+        if options.bits == 4:
+            layers = [model.get_submodule(n) for n in nf4_decoder(model, options.double_quant, first=start)]
+            bytes_per_param = sum(m.nbytes for m in layers) / sum(m.in_features * m.out_features for m in layers)
+            keep_dequantized(model, layers)
+        lora = add_lora(model, options)
     params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
     fingerprint = _fingerprint(examples, options)
