@@ -107,6 +107,7 @@ def k_quant_input() -> np.ndarray:
     return x
 
 
+@pytest.mark.usefixtures("fit_path")  # the numpy fit and the numba one (tests/asr/conftest.py)
 @pytest.mark.parametrize("kind", list(GGML_K_DIGESTS))
 def test_k_quants_give_ggml_reference_bytes(kind):
     x = k_quant_input()

@@ -6,6 +6,8 @@ bf16-rounded weights, and tensors cut into many pieces (run on several threads).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -50,6 +52,45 @@ def awkward_blocks(seed: int, n_blocks: int) -> np.ndarray:
     return x
 
 
+def test_the_compiled_fit_is_used_when_numba_imports(monkeypatch):
+    from dictation.asr.checkpoints.gguf import kquants_fast
+
+    calls = []
+
+    def spy(*args):
+        calls.append(args[0].shape)
+        return fast(*args)
+
+    fast = kquants_fast.fit_affine
+    monkeypatch.setattr(kquants_fast, "fit_affine", spy)
+    monkeypatch.setattr(kquants, "_FIT", None)
+    kquants.q4_k(awkward_blocks(3, 20))
+    assert calls == [(32, 20 * 8)]
+
+
+def test_the_numpy_fit_is_used_without_numba(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    monkeypatch.delitem(sys.modules, "dictation.asr.checkpoints.gguf.kquants_fast", raising=False)
+    monkeypatch.setattr(kquants, "_FIT", None)
+    assert kquants.affine_fit() is kquants._fit_affine
+    blocks = awkward_blocks(4, 20)
+    assert np.array_equal(kquants.q5_k(blocks), kquants_reference.ENCODERS["Q5_K"](blocks))
+
+
+def test_the_compiled_kernel_is_cached_only_in_a_folder_it_may_write(monkeypatch, tmp_path):
+    from dictation.asr.checkpoints.gguf import kquants_fast
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    assert kquants_fast.may_cache(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    writable = {str(tmp_path): True, str(tmp_path / "__pycache__"): False}
+    monkeypatch.setattr(kquants_fast.os, "access", lambda path, mode: writable[str(path)])
+    assert not kquants_fast.may_cache(tmp_path)  # read-only install: numba would fall back to the user's home
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    assert kquants_fast.may_cache(tmp_path)
+
+
+@pytest.mark.usefixtures("fit_path")
 @pytest.mark.parametrize("kind", KINDS)
 def test_fast_encoders_equal_the_reference_on_awkward_blocks(kind):
     blocks = awkward_blocks(1, 160)
@@ -60,6 +101,7 @@ def test_fast_encoders_equal_the_reference_on_awkward_blocks(kind):
     assert differing.size == 0, f"{kind}: super-blocks {differing.tolist()} differ"
 
 
+@pytest.mark.usefixtures("fit_path")
 @pytest.mark.parametrize("kind", [*KINDS, "Q8_0", "Q5_0"])
 def test_many_pieces_on_threads_give_the_same_bytes(kind, monkeypatch):
     blocks = awkward_blocks(2, 61)
@@ -72,6 +114,7 @@ def test_many_pieces_on_threads_give_the_same_bytes(kind, monkeypatch):
     assert np.array_equal(encode(torch.from_numpy(blocks), kind), whole)
 
 
+@pytest.mark.usefixtures("fit_path")
 @pytest.mark.parametrize("shape", [(3, 5, 512), (1, 256), (7, 768)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_encode_gives_the_reference_bytes_for_any_leading_shape(shape, dtype):
