@@ -68,11 +68,15 @@ def test_the_compiled_fit_is_used_when_numba_imports(monkeypatch):
     assert calls == [(32, 20 * 8)]
 
 
-def test_the_numpy_fit_is_used_without_numba(monkeypatch):
+def test_the_numpy_fit_is_used_without_numba(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
     monkeypatch.delitem(sys.modules, "dictation.asr.checkpoints.gguf.kquants_fast", raising=False)
     monkeypatch.setattr(kquants, "_FIT", None)
-    assert kquants.affine_fit() is kquants._fit_affine
+    with caplog.at_level("WARNING", logger=kquants.__name__):
+        assert kquants.affine_fit() is kquants._fit_affine
+        kquants.affine_fit()
+    # said once, with what to install
+    assert [r.getMessage().count("dictation[gguf]") for r in caplog.records] == [1]
     blocks = awkward_blocks(4, 20)
     assert np.array_equal(kquants.q5_k(blocks), kquants_reference.ENCODERS["Q5_K"](blocks))
 

@@ -26,6 +26,8 @@ codes are recomputed once at the end. With numba installed the Q4_K/Q5_K fit run
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 F32 = np.float32
@@ -132,6 +134,10 @@ def affine_fit():
             from dictation.asr.checkpoints.gguf.kquants_fast import fit_affine
         except ImportError:
             fit_affine = _fit_affine
+            logging.getLogger(__name__).warning(
+                "numba is not installed: the Q4_K/Q5_K scale search runs in numpy, about 3.7x slower "
+                "(pip install 'dictation[gguf]' for the compiled one; the file is the same)"
+            )
         _FIT = fit_affine
     return _FIT
 
