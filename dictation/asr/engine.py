@@ -318,7 +318,14 @@ class AsrEngine:
             self._pipeline.run(noise, None, "", WARM_UP_TOKENS, quiet=True)  # greedy syncs at its end
             self._model.prepare_graphs()  # CUDA: the encoder, prefill and row graphs of every bucket
             sync_device(self._model.device)
+            self._release_on_cpu()
             return time.perf_counter() - t0
+
+    def _release_on_cpu(self) -> None:
+        """After a pass on the CPU, hand the heap's free pages back (`release_freed_memory`, a few ms):
+        what a pass frees stays in glibc's heap otherwise, about 60 MB for the 0.6B between dictations."""
+        if self._model is not None and self._model.device.type == "cpu":
+            release_freed_memory()
 
     def unload(self) -> None:
         """Drop the model and its caches; GPU memory is returned to the driver."""
@@ -433,6 +440,7 @@ class AsrEngine:
         keys = dict.fromkeys(key for p in passes for key in p.timings)
         timings = {key: sum(p.timings.get(key, 0.0) for p in passes) for key in keys}
         timings["total_s"] = time.perf_counter() - t0
+        self._release_on_cpu()
         return Transcript(
             text=join_texts([p.text for p in passes]),
             language=forced or merge_languages([p.language for p in passes]),
