@@ -27,6 +27,7 @@ from dictation.spoken.tables import NEW_LINE, NEW_PARAGRAPH, SCRATCH, SENTENCE_E
 TEXT = "text"
 # Marks the model writes on its own where it hears a pause: dropped next to a command or a spoken mark.
 MODEL_MARKS = ",.;:!?…"
+NO_BREAK_SPACE = "\u00a0"  # before a French "?", "!", ":", ";" (the table's ``spaced`` marks)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def _capitalise(text: str) -> str:
     for k, ch in enumerate(text):
         if ch.isalpha():
             return text[:k] + ch.upper() + text[k + 1 :] if ch.islower() else text
-        if not ch.isspace() and ch not in "\"'“„«(":
+        if not ch.isspace() and ch not in "\"'“„«(¿¡":
             return text
     return text
 
@@ -162,6 +163,8 @@ def _punctuate(text: str, table: Table) -> str:
         else:
             kept, tail = out[:own], out[own:].rstrip()
             out = kept + (tail.rstrip(MODEL_MARKS) if style == "close" else tail)
+            if style == "close" and mark in table.spaced and out:
+                out = out.rstrip() + NO_BREAK_SPACE
         out += mark
         own = len(out)
         pos = matches[i + length - 1].end()
@@ -170,8 +173,8 @@ def _punctuate(text: str, table: Table) -> str:
         if style != "close":
             while pos < len(text) and text[pos].isspace():
                 pos += 1
-        if mark in SENTENCE_END:
-            capital = True
+        if mark in SENTENCE_END or (style == "open" and text[matches[i].start()].isupper()):
+            capital = True  # after an opening mark: the capital the model gave the words it replaced
         i += length
     rest = text[pos:]
     if _needs_space(out, rest):

@@ -6,12 +6,13 @@ The tables are package data, one JSON file per language in ``dictation/resources
      "commands": {"new_line": ["new line", ...], "scratch": ["scratch that", ...], ...},
      "alone": {"enter": ["enter"], "tab": ["tab"]},
      "punctuation": {",": ["comma"], "(": ["open parenthesis"], ...},
-     "opening": ["("]}
+     "opening": ["("], "spaced": []}
 
 ``commands`` phrases count at the start or end of an utterance (or as all of it); ``alone`` phrases
 only as all of it ("tab" alone presses Tab, "open a new tab" stays text). ``punctuation`` maps a mark
 to the words for it; ``opening`` names the marks that open (a space before, none after: "(", "„");
-"-" and "/" join words (no space either side); every other mark closes (no space before).
+"-" and "/" join words (no space either side); every other mark closes (no space before), except
+those ``spaced`` names, which take a no-break space before them (French "?", "!", ":", ";").
 
 Command names: `COMMANDS`. A phrase is matched word by word, ignoring case and the punctuation the
 model put between the words ("New line." is "new line").
@@ -62,6 +63,7 @@ class Table:
     alone: dict[tuple[str, ...], str] = field(default_factory=dict)  # only as the whole utterance
     punctuation: dict[tuple[str, ...], str] = field(default_factory=dict)  # words -> mark
     opening: frozenset[str] = frozenset()
+    spaced: frozenset[str] = frozenset()  # closing marks with a no-break space before them
 
     def merged(self, other: Table) -> Table:
         """This table with ``other``'s entries added (``other`` wins where both name a phrase)."""
@@ -70,6 +72,7 @@ class Table:
             {**self.alone, **other.alone},
             {**self.punctuation, **other.punctuation},
             self.opening | other.opening,
+            self.spaced | other.spaced,
         )
 
     def style(self, mark: str) -> str:
@@ -97,14 +100,16 @@ def parse_table(data: object, source: str) -> tuple[str, str, Table]:
     """(language name, code, Table) from one file's JSON data; TableError names ``source``."""
     if not isinstance(data, dict) or not isinstance(data.get("language"), str) or not isinstance(data.get("code"), str):
         raise TableError(f"{source}: expected an object with 'language' and 'code'")
-    opening = data.get("opening", [])
-    if not isinstance(opening, list) or not all(isinstance(m, str) and m for m in opening):
-        raise TableError(f"{source}: 'opening' must be a list of marks")
+    opening, spaced = data.get("opening", []), data.get("spaced", [])
+    for key, marks in (("opening", opening), ("spaced", spaced)):
+        if not isinstance(marks, list) or not all(isinstance(m, str) and m for m in marks):
+            raise TableError(f"{source}: {key!r} must be a list of marks")
     table = Table(
         _phrases(data.get("commands", {}), f"{source}: commands", COMMANDS),
         _phrases(data.get("alone", {}), f"{source}: alone", COMMANDS),
         _phrases(data.get("punctuation", {}), f"{source}: punctuation", None),
         frozenset(opening),
+        frozenset(spaced),
     )
     return data["language"], data["code"], table
 
@@ -159,5 +164,5 @@ def table_for(language: str | None, user: Table | None = None) -> Table:
         merged = merged.merged(Table(table.commands, table.alone))
     own = tables.get((language or "").strip().casefold())
     if own is not None:
-        merged = merged.merged(Table(punctuation=own.punctuation, opening=own.opening))
+        merged = merged.merged(Table(punctuation=own.punctuation, opening=own.opening, spaced=own.spaced))
     return merged.merged(user) if user is not None else merged

@@ -118,6 +118,44 @@ def test_spoken_punctuation_uses_the_utterance_language_only():
     assert parse("a Komma here", EN, punctuation=True) == (Action("text", "a Komma here"),)
 
 
+NBSP = "\u00a0"
+
+
+@pytest.mark.parametrize(
+    "transcript, expected",
+    [
+        # French typography: a no-break space before ? ! : ; (never a plain one, which could wrap)
+        ("Vous venez point d'interrogation", f"Vous venez{NBSP}?"),
+        ("Vous venez ? Point d'interrogation.", f"Vous venez{NBSP}?"),
+        ("Attention deux points le train part point final", f"Attention{NBSP}: le train part."),
+        ("Oui point-virgule non point d'exclamation", f"Oui{NBSP}; non{NBSP}!"),
+        ("Bonjour virgule Anna point final merci", "Bonjour, Anna. Merci"),
+    ],
+)
+def test_french_punctuation_takes_a_no_break_space_before_the_tall_marks(transcript, expected):
+    assert parse(transcript, table_for("French"), punctuation=True) == (Action("text", expected),)
+
+
+@pytest.mark.parametrize(
+    "transcript, expected",
+    [
+        # the capital the model gave the words a mark replaces goes to the word after it
+        ("Abre interrogación qué hora es cierra interrogación", "¿Qué hora es?"),
+        ("abre interrogación qué hora es cierra interrogación", "¿qué hora es?"),
+        ("Hola punto abre exclamación qué bien cierra exclamación", "Hola. ¡Qué bien!"),
+        ("Dijo abre interrogación vienes signo de interrogación", "Dijo ¿vienes?"),
+    ],
+)
+def test_spanish_opening_marks_attach_to_the_word_after_them(transcript, expected):
+    assert parse(transcript, table_for("Spanish"), punctuation=True) == (Action("text", expected),)
+
+
+def test_no_break_spaces_stay_french():
+    # the same marks in English and German attach with no space
+    assert parse("Really question mark", EN, punctuation=True) == (Action("text", "Really?"),)
+    assert parse("Wirklich Fragezeichen", DE, punctuation=True) == (Action("text", "Wirklich?"),)
+
+
 def test_commands_and_punctuation_together():
     actions = parse("Dear Anna comma new line", EN, punctuation=True)
     assert kinds(actions) == ["text:Dear Anna,", "new_line"]
