@@ -150,6 +150,15 @@ class EditDialog(QDialog):
         ok.setToolTip("" if ok.isEnabled() else "A corrected dictation needs some text; Delete removes an entry.")
 
 
+def text_tip(entry: HistoryEntry) -> str:
+    """The Text column's tooltip: all of the text, and what the model heard where voice commands,
+    spoken punctuation or text options made the typed text differ from it."""
+    raw = entry.raw_text
+    if raw is None or raw.strip() == entry.text.strip():
+        return entry.text
+    return f"{entry.text}\n\nAs heard: {raw}"
+
+
 def language_label(entry: HistoryEntry) -> str:
     """ "English", "German, English" for a long dictation in two languages, a dash when not named."""
     if entry.language:
@@ -326,7 +335,7 @@ class HistoryWindow(QWidget):
             item = QTableWidgetItem(value)
             item.setData(ENTRY_ID, entry.id)
             if column == COL_TEXT:
-                item.setToolTip(entry.text)
+                item.setToolTip(text_tip(entry))
             elif column == COL_TIME:
                 item.setToolTip(entry.created.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"))
             elif column == COL_OUTCOME and (entry.model_label or entry.corrected):

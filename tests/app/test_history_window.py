@@ -86,6 +86,19 @@ def test_entries_are_listed_newest_first_in_local_time(window, entries):
     assert window.count_label.text() == "3 dictations"
 
 
+def test_the_text_tooltip_says_what_was_heard_where_the_typed_text_differs(window, controller, entries):
+    first, second, _ = entries
+    history = controller.history
+    history.update(first, raw_text="Der Termin ist am Dienstag Punkt")  # spoken punctuation made the mark
+    history.update(second, raw_text="kubectl get pods")  # typed as heard
+    window.reload()
+    rows = {window.entry_at(r).id: r for r in range(window.row_count())}
+    assert cell(window, rows[first], COL_TEXT).toolTip() == (
+        "Der Termin ist am Dienstag.\n\nAs heard: Der Termin ist am Dienstag Punkt"
+    )
+    assert cell(window, rows[second], COL_TEXT).toolTip() == "kubectl get pods"
+
+
 def test_today_and_yesterday_are_named():
     from dictation.app.history_window import local_time
 
