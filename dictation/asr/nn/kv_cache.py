@@ -63,8 +63,9 @@ def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     """Zeros. On the CPU they are an anonymous memory map rather than a filled buffer: the kernel
     gives a page memory only once a position in it is written, so a cache sized for a long utterance
     (the app warms up with 1024 positions, 235 MB for the 0.6B in fp32) holds only what a dictation
-    writes, and every position still reads as zero (docs/engine.md, "CPU memory"). Not numpy's
-    calloc: numpy asks for huge pages, and one written position would then bring in 2 MB."""
+    writes, and every position still reads as zero (docs/engine.md, "CPU memory"). Huge pages are
+    declined for the map (where transparent huge pages are "always", one written position would
+    bring in 2 MB); for the same reason this is not numpy's calloc, which asks for them."""
     if torch.device(device).type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     import math
@@ -72,4 +73,7 @@ def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
 
     count = math.prod(shape)
     size = count * torch.empty((), dtype=dtype).element_size()
-    return torch.frombuffer(mmap.mmap(-1, max(1, size)), dtype=dtype, count=count).view(shape)
+    buffer = mmap.mmap(-1, max(1, size))
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux
+        buffer.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(buffer, dtype=dtype, count=count).view(shape)
