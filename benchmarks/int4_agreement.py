@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from dictation.asr.checkpoints.locate import checkpoint_name  # noqa: E402
-from dictation.asr.nn import quant_format, quantized  # noqa: E402
+from dictation.asr.nn import quant_format, quant_swap, quantized  # noqa: E402
 from dictation.asr.tune import quantize  # noqa: E402
 from dictation.bench.checkpoints import SIZES, build_checkpoint, prequantized_folder  # noqa: E402
 from dictation.bench.measure import synth_audio  # noqa: E402
@@ -81,7 +81,7 @@ class Experiment:
         self.bench = OursBench(self.folder, torch.device("cpu"), "fp32", "fp32", quant_format.DEFAULT_GROUP_SIZE)
         self.bench.load()
         self.model = self.bench.engine.model
-        self.names = quantized.quantizable_names(self.model.cfg.text.num_hidden_layers)
+        self.names = quant_swap.quantizable_names(self.model.cfg.text.num_hidden_layers)
         self.layout = self.model.cfg.layout
         from safetensors import safe_open
 

@@ -3,20 +3,50 @@ settings and state, session events, notifications, and queued signals to the wor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dictation import session as S
 from dictation.takes import Retranscription, Retype
 
 if TYPE_CHECKING:
-    from dictation.app.controller import AppController
-    from dictation.config import Settings
+    from dictation.config import History, Settings
+
+
+class Emits(Protocol):
+    """A Qt signal as the port uses it: queued to the receiver's thread."""
+
+    def emit(self, *args: Any) -> None: ...
+
+
+class PortedController(Protocol):
+    """What the port reaches in `dictation.app.controller.AppController`: its state, its event queue,
+    its notices and its signals to the worker threads."""
+
+    session: S.DictationSession
+    history: History
+    retranscribed: Emits
+    _settings: Settings
+    _model_label: str
+    _started: bool
+    _transcribe: Emits
+    _transcribe_take: Emits
+    _drop_take: Emits
+    _type_text: Emits
+    _history_begin: Emits
+    _history_store: Emits
+    _history_finish: Emits
+    _history_discard: Emits
+    _history_update: Emits
+
+    def _dispatch(self, event: Any) -> None: ...
+
+    def _notify(self, level: str, message: str, *, log_as: str | None = None) -> None: ...
 
 
 class TakesPort:
     """`dictation.takes.TakesPort` for the controller: what `Takes` asks for becomes a queued signal."""
 
-    def __init__(self, controller: AppController) -> None:
+    def __init__(self, controller: PortedController) -> None:
         self._c = controller
 
     @property

@@ -37,7 +37,8 @@ from dictation.asr.nn.compact import expand
 from dictation.asr.nn.features import MIN_SAMPLES, LogMel
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE, QUANTIZED, VARIANTS
-from dictation.asr.nn.quantized import QUANT_MODULES, cpu_computes_in_bf16, quantizable_linears
+from dictation.asr.nn.quant_swap import quantizable_linears
+from dictation.asr.nn.quantized import QUANT_MODULES, cpu_computes_in_bf16
 from dictation.asr.text.prompt import PromptBuilder, normalize_language
 from dictation.asr.tune.quantize import format_bytes, quantize_model, replace_linear, weight_bytes
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dictation.bench import checkpoints
+from dictation.bench.checkpoints import build_checkpoint, folder_bytes, prequantized_folder
 from dictation.bench.measure import (
     DTYPE_NAMES,
     DTYPES,
@@ -207,7 +207,7 @@ def prequantized_loads(
         if bench.variant not in ("int8", "int4"):
             continue
         try:
-            folder, write_s = checkpoints.prequantized_folder(source, root, bench.variant, group_size, log=say)
+            folder, write_s = prequantized_folder(source, root, bench.variant, group_size, log=say)
         except AsrError as exc:
             say(f"  [{bench.label}] no pre-quantized folder: {exc}")
             out[bench.key] = {"error": str(exc)}
@@ -224,7 +224,7 @@ def prequantized_loads(
         out[bench.key] = {
             "folder": str(folder),
             "write_s": write_s,
-            "disk_bytes": checkpoints.folder_bytes(folder),
+            "disk_bytes": folder_bytes(folder),
             "load_s": load_s,
             "weight_bytes": weight_bytes,
             "load_peak_over_baseline_bytes": _minus(peak, baseline),
@@ -463,7 +463,7 @@ def run(args: argparse.Namespace, official: Any = None) -> int:
             targets = [(size, None, True) for size in sizes]
         for label, folder, random_weights in targets:
             if folder is None:
-                folder = checkpoints.build_checkpoint(label, workdir, log=say)
+                folder = build_checkpoint(label, workdir, log=say)
             res = bench_model(
                 label,
                 folder,

@@ -28,13 +28,14 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from dictation.config.history_schema import COLUMNS, MIGRATIONS, legacy_streamed, parse_timings
 from dictation.private import create_private_file, make_private, private_dir
 
 log = logging.getLogger(__name__)
@@ -96,78 +97,6 @@ class HistoryEntry:
     streamed: bool = False  # transcribed while it was recorded: re-transcribed, it is trimmed at its end only
     corrected: bool = False  # the user edited the text: training material (`corrected_entries`), never pruned
     raw_text: str | None = None  # the transcript as the model wrote it, before voice commands and text options
-
-
-# MIGRATIONS[n] upgrades a database at user_version n to n + 1 (0 is a new, empty file).
-def _create_v1(conn: sqlite3.Connection) -> None:
-    conn.execute(
-        """
-        CREATE TABLE dictations (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, so a held id never names another row
-            created TEXT NOT NULL,                 -- UTC, ISO 8601
-            text TEXT NOT NULL,
-            language TEXT,
-            duration_s REAL,
-            model_label TEXT,
-            audio_path TEXT,
-            outcome TEXT NOT NULL DEFAULT 'pending',
-            timings TEXT                           -- JSON object of seconds per stage
-        )
-        """
-    )
-
-
-def _add_streamed_v2(conn: sqlite3.Connection) -> None:
-    """Whether a take was transcribed while it was recorded gets a column of its own. Version 1 kept it
-    as ``"streamed": 1.0`` inside the timings; those rows are moved over (`_legacy_streamed`)."""
-    if "timings" not in {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}:
-        return  # not our table: `_migrate` names the columns it lacks
-    conn.execute("ALTER TABLE dictations ADD COLUMN streamed INTEGER NOT NULL DEFAULT 0")
-    rows = conn.execute(f"SELECT id, timings FROM dictations WHERE timings LIKE '%\"{_LEGACY_STREAMED}\"%'")
-    for entry_id, text in rows.fetchall():
-        timings, streamed = _legacy_streamed(_parse_timings(text))
-        if streamed:
-            sql = "UPDATE dictations SET streamed = 1, timings = ? WHERE id = ?"
-            conn.execute(sql, (json.dumps(timings), entry_id))
-
-
-def _add_corrected_v3(conn: sqlite3.Connection) -> None:
-    """Entries whose text the user corrected get a flag: they and their recordings are kept for
-    training a personal adapter (docs/app.md, step 7)."""
-    if "timings" not in {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}:
-        return  # not our table: `_migrate` names the columns it lacks
-    conn.execute("ALTER TABLE dictations ADD COLUMN corrected INTEGER NOT NULL DEFAULT 0")
-
-
-def _add_raw_text_v4(conn: sqlite3.Connection) -> None:
-    """The transcript as the model wrote it, beside the text as typed (voice commands and text options
-    applied); NULL for entries from before."""
-    if "timings" not in {row[1] for row in conn.execute("PRAGMA table_info(dictations)")}:
-        return  # not our table: `_migrate` names the columns it lacks
-    conn.execute("ALTER TABLE dictations ADD COLUMN raw_text TEXT")
-
-
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
-    _create_v1,
-    _add_streamed_v2,
-    _add_corrected_v3,
-    _add_raw_text_v4,
-]
-COLUMNS = (
-    "id",
-    "created",
-    "text",
-    "language",
-    "duration_s",
-    "model_label",
-    "audio_path",
-    "outcome",
-    "timings",
-    "streamed",
-    "corrected",
-    "raw_text",
-)
-_LEGACY_STREAMED = "streamed"  # version 1's key for the flag inside the timings (1.0: streamed)
 
 
 def default_path() -> Path:
@@ -306,7 +235,7 @@ class History:
         created = created or datetime.now(timezone.utc)
         if created.tzinfo is None:
             raise ValueError("created must be timezone-aware")
-        timings, legacy = _legacy_streamed(timings)
+        timings, legacy = legacy_streamed(timings)
         row = (
             _created_text(created),
             text,
@@ -547,7 +476,7 @@ def _row_values(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
         elif name == "audio_path":
             value = None if value is None else str(value)
         elif name == "timings":
-            value, legacy = _legacy_streamed(value)  # a journal record from before version 2
+            value, legacy = legacy_streamed(value)  # a journal record from before version 2
             value = None if value is None else json.dumps(value)
             if legacy and "streamed" not in fields:
                 columns.append("streamed")
@@ -561,22 +490,6 @@ def _row_values(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
     return columns, values
 
 
-def _parse_timings(text: str | None) -> dict[str, float] | None:
-    try:
-        timings = json.loads(text) if text else None
-    except json.JSONDecodeError:
-        return None
-    return timings if isinstance(timings, dict) else None
-
-
-def _legacy_streamed(timings: dict[str, float] | None) -> tuple[dict[str, float] | None, bool]:
-    """``timings`` without version 1's streamed flag, and whether it was set."""
-    if not timings or _LEGACY_STREAMED not in timings:
-        return timings, False
-    rest = {k: v for k, v in timings.items() if k != _LEGACY_STREAMED}
-    return rest, bool(timings[_LEGACY_STREAMED])
-
-
 def _casefold(text: str | None) -> str | None:
     return None if text is None else text.casefold()
 
@@ -585,7 +498,7 @@ def _entry(row: tuple) -> HistoryEntry:
     entry_id, created, text, language, duration_s, model_label, audio_path, outcome, timings = row[:9]
     streamed, corrected, raw_text = row[9:]
     # an older version may have written a row since (it keeps the flag in the timings): read it too
-    parsed_timings, legacy = _legacy_streamed(_parse_timings(timings))
+    parsed_timings, legacy = legacy_streamed(parse_timings(timings))
     return HistoryEntry(
         id=entry_id,
         created=datetime.fromisoformat(created),

@@ -12,8 +12,14 @@ from typing import Any
 
 from dictation import __version__
 from dictation.config.settings import Settings
-from dictation.doctor import engine, files, hotkeys, microphone, model, output, session
 from dictation.doctor.check import AREAS, Check, Context
+from dictation.doctor.engine import checks as engine_checks
+from dictation.doctor.files import checks as files_checks
+from dictation.doctor.hotkeys import checks as hotkeys_checks
+from dictation.doctor.microphone import checks as microphone_checks
+from dictation.doctor.model import checks as model_checks
+from dictation.doctor.output import checks as output_checks
+from dictation.doctor.session import checks as session_checks
 
 MARKS = {"ok": "✔", "info": "·", "warning": "!", "problem": "✘"}
 ASCII_MARKS = {"ok": "+", "info": "-", "warning": "!", "problem": "x"}
@@ -140,11 +146,11 @@ def load_settings_readonly(path: Path | None = None) -> tuple[Settings, tuple[st
 
 
 AREA_CHECKS: dict[str, Callable[[Context], list[Check]]] = {
-    "Session": session.checks,
-    "Hotkeys": hotkeys.checks,
-    "Output": output.checks,
-    "Microphone": microphone.checks,
-    "Engine": engine.checks,
-    "Model": model.checks,
-    "Files": files.checks,
+    "Session": session_checks,
+    "Hotkeys": hotkeys_checks,
+    "Output": output_checks,
+    "Microphone": microphone_checks,
+    "Engine": engine_checks,
+    "Model": model_checks,
+    "Files": files_checks,
 }

@@ -54,10 +54,12 @@ from dictation.output.base import (
     OutputBackend,
     OutputError,
     OutputOptions,
+    PendingRestore,
+    RestoreOutcome,
 )
 from dictation.output.clipboard import ClipboardSnapshot, Selection
 from dictation.output.environment import Session, detect_session
-from dictation.output.paste import ClipboardRestore, RestoreOutcome
+from dictation.output.paste import ClipboardRestore
 from dictation.output.select import (
     AUTO_ORDER,
     BACKEND_NAMES,
@@ -88,6 +90,7 @@ __all__ = [
     "OutputError",
     "OutputOptions",
     "Replacement",
+    "PendingRestore",
     "RestoreOutcome",
     "Selection",
     "Session",

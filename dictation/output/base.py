@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from dictation.config.settings import OutputSettings
-    from dictation.output.paste import ClipboardRestore
 
 
 class OutputError(Exception):
@@ -64,6 +63,31 @@ class Availability:
 
 
 @dataclass(frozen=True)
+class RestoreOutcome:
+    restored: bool  # the CLIPBOARD selection got the user's content back
+    message: str
+
+
+class PendingRestore(Protocol):
+    """A scheduled put-back of the user's clipboard after a paste (`paste.ClipboardRestore`): `wait()`
+    returns its outcome, `cancel()` drops it, `run_now()` does it at once (e.g. on quit)."""
+
+    @property
+    def pending(self) -> bool: ...
+
+    @property
+    def outcome(self) -> RestoreOutcome | None: ...
+
+    def start(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> RestoreOutcome | None: ...
+
+    def cancel(self) -> bool: ...
+
+    def run_now(self) -> RestoreOutcome | None: ...
+
+
+@dataclass(frozen=True)
 class DeliveryResult:
     """What `deliver()` did.
 
@@ -86,7 +110,7 @@ class DeliveryResult:
     input_sent: bool = False
     chord: Chord | None = None
     window_class: str | None = None
-    restore: ClipboardRestore | None = field(default=None, compare=False, repr=False)
+    restore: PendingRestore | None = field(default=None, compare=False, repr=False)
     held_back: str | None = None
     waited_s: float = 0.0
     undone: int = 0  # "scratch that": characters of the previous dictation removed (`undo.UndoLog`)

@@ -23,9 +23,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from dictation.output.base import Availability, ClipboardError, DeliveryResult, InjectionError, OutputOptions
+from dictation.output.base import (
+    Availability,
+    ClipboardError,
+    DeliveryResult,
+    InjectionError,
+    OutputOptions,
+    RestoreOutcome,
+)
 from dictation.output.clipboard import Clipboard, ClipboardSnapshot, Selection
 from dictation.output.environment import Session
 from dictation.output.keys import KeySender
@@ -35,12 +41,6 @@ from dictation.output.windows import choose_chord, focused_window
 log = logging.getLogger(__name__)
 ON_CLIPBOARD = "the text is on the clipboard"
 VERIFY_TIMEOUT_S = 2.0
-
-
-@dataclass(frozen=True)
-class RestoreOutcome:
-    restored: bool  # the CLIPBOARD selection got the user's content back
-    message: str
 
 
 class ClipboardRestore:

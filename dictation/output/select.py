@@ -57,7 +57,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from dictation.output.base import Availability, DeliveryResult, InjectionError, OutputBackend, OutputOptions
+from dictation.output.base import (
+    Availability,
+    DeliveryResult,
+    InjectionError,
+    OutputBackend,
+    OutputOptions,
+    RestoreOutcome,
+)
 from dictation.output.clipboard import platform_clipboard
 from dictation.output.environment import Session, detect_session
 from dictation.output.focus import FocusGuard
@@ -68,7 +75,6 @@ from dictation.output.paste import (
     ClipboardKeeper,
     ClipboardOnlyBackend,
     ClipboardPasteBackend,
-    RestoreOutcome,
 )
 from dictation.output.process import Host, SystemHost
 from dictation.output.steps import Keys, Step, Undo

@@ -24,7 +24,7 @@ from dictation.asr import AsrEngine, EngineOptions
 from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
 from dictation.asr.decode.greedy import greedy
-from dictation.asr.nn import graphs, quantized
+from dictation.asr.nn import graphs, quant_swap, quantized
 from dictation.asr.nn.graphs import DecodeGraph
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
@@ -171,7 +171,7 @@ def test_members_are_views_of_one_fused_weight_and_nothing_is_stored_twice(ckpt_
     with torch.device("meta"):
         meta = model_mod.AsrModel(model.cfg)
     if variant != "fp32":
-        quantized.empty_quantized(meta, variant)
+        quant_swap.empty_quantized(meta, variant)
     assert set(model.state_dict()) == set(meta.state_dict())
     fused = [g.fusion.weight for g in groups(model) if g.fusion.weight is not None]
     fused += [b for layer in model.decoder.fused_layers() for b in layer.buffers()]

@@ -19,7 +19,7 @@ from torch import nn
 from dictation.asr import ModelError, WeightsError
 from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
-from dictation.asr.nn import quant_format, quantized
+from dictation.asr.nn import quant_format, quant_swap, quantized
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
 from tests.oracle.checkpoints import active_token_ids, cached_checkpoint
@@ -401,7 +401,7 @@ def cos(a, b):
 def test_quantize_model_replaces_only_decoder_linears(ckpt_untied, fp32_model, variant):
     model, names = quantized_copy(ckpt_untied, variant)
     n_layers = model.cfg.text.num_hidden_layers
-    assert set(names) == decoder_linear_names(n_layers) == set(quantized.quantizable_linears(fp32_model))
+    assert set(names) == decoder_linear_names(n_layers) == set(quant_swap.quantizable_linears(fp32_model))
     cls = Int8Linear if variant == "int8" else Int4Linear
     for name, module in model.named_modules():
         if name in names:
@@ -412,7 +412,7 @@ def test_quantize_model_replaces_only_decoder_linears(ckpt_untied, fp32_model, v
     for name, p in model.named_parameters():  # encoder, embeddings, head, norms: untouched
         assert torch.equal(p, ref[name]), name
     assert model.lm_head is not None and type(model.lm_head) is nn.Linear
-    assert quantized.quantizable_linears(model) == {}
+    assert quant_swap.quantizable_linears(model) == {}
     with pytest.raises(ValueError, match="already quantized"):
         quantize.quantize_model(model, variant)
 
@@ -448,7 +448,7 @@ def test_quantized_model_equals_its_dequantized_float_twin(monkeypatch, ckpt_unt
     monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", bf16_compute)
     model, names = quantized_copy(ckpt_untied, variant)
     twin = load(ckpt_untied)
-    for name, linear in quantized.quantizable_linears(twin).items():
+    for name, linear in quant_swap.quantizable_linears(twin).items():
         linear.weight.copy_(model.get_submodule(name).dequantize())
     ids = greedy_ids(twin)
     got, ref = teacher_forced_logits(model, ids[:-1]), teacher_forced_logits(twin, ids[:-1])
@@ -462,7 +462,7 @@ def test_quantized_model_equals_its_dequantized_float_twin(monkeypatch, ckpt_unt
 
 def test_quantize_model_takes_replacement_weights(ckpt_untied, fp32_model):
     name = "decoder.layers.1.mlp.up_proj"
-    w = quantized.quantizable_linears(fp32_model)[name].weight * 2
+    w = quant_swap.quantizable_linears(fp32_model)[name].weight * 2
     model, _ = quantized_copy(ckpt_untied, "int8", weights={name: w})
     assert torch.equal(model.get_submodule(name).weight, Int8Linear.from_weight(w).weight)
     assert torch.equal(model.get_submodule(name).weight_scale, Int8Linear.from_weight(w).weight_scale)
@@ -473,7 +473,7 @@ def test_quantize_model_takes_replacement_weights(ckpt_untied, fp32_model):
     untouched = load(ckpt_untied)
     with pytest.raises(ValueError, match=r"has shape \(64, 128\), expected \(128, 64\)"):
         quantize.quantize_model(untouched, "int4", weights={name: w.T})
-    assert len(quantized.quantizable_linears(untouched)) == 14  # checked before anything was replaced
+    assert len(quant_swap.quantizable_linears(untouched)) == 14  # checked before anything was replaced
 
 
 def test_replace_linear_requantizes_in_place(ckpt_untied):
@@ -489,7 +489,7 @@ def test_replace_linear_requantizes_in_place(ckpt_untied):
 
 def test_weight_bytes_counts_what_each_variant_holds(ckpt_untied, fp32_model):
     t = fp32_model.cfg.text
-    shapes = [tuple(m.weight.shape) for m in quantized.quantizable_linears(fp32_model).values()]
+    shapes = [tuple(m.weight.shape) for m in quant_swap.quantizable_linears(fp32_model).values()]
     assert len(shapes) == 7 * t.num_hidden_layers
     linear_fp32 = sum(4 * o * i for o, i in shapes)
     total = quantize.weight_bytes(fp32_model)

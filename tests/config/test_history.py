@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dictation.config import History, HistoryError, Outcome
+from dictation.config import History, HistoryError, Outcome, history_schema
 from dictation.config import history as history_module
 
 
@@ -398,7 +398,7 @@ def test_a_short_busy_timeout_gives_up_on_another_programs_lock_quickly(db_path)
 def _version_1_database(path: Path, rows: list[tuple[str, str | None]]) -> None:
     """A history as version 1 wrote it: the streamed flag was ``"streamed": 1.0`` in the timings."""
     with sqlite3.connect(path) as conn:
-        history_module._create_v1(conn)
+        history_schema._create_v1(conn)
         for text, timings in rows:
             conn.execute(
                 "INSERT INTO dictations (created, text, outcome, timings) VALUES (?, ?, 'pasted', ?)",
@@ -553,8 +553,8 @@ def test_corrected_is_a_field_and_a_version_2_history_gains_it(history, db_path)
     history.close()
     db_path.unlink()
     with sqlite3.connect(db_path) as conn:
-        history_module._create_v1(conn)
-        history_module._add_streamed_v2(conn)
+        history_schema._create_v1(conn)
+        history_schema._add_streamed_v2(conn)
         conn.execute(
             "INSERT INTO dictations (created, text, outcome) VALUES (?, 'from version 2', 'pasted')",
             ("2026-01-01T00:00:00.000+00:00",),

@@ -71,7 +71,7 @@ def load_model(
     quantized: set[str] = set()
     if cfg.quantization is not None:
         from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE
-        from dictation.asr.nn.quantized import empty_quantized
+        from dictation.asr.nn.quant_swap import empty_quantized
 
         q = cfg.quantization
         for name in empty_quantized(model, q["variant"], group_size=q.get("group_size") or DEFAULT_GROUP_SIZE):
@@ -295,7 +295,7 @@ def _quantize_at_load(model: AsrModel, cfg: AsrConfig, variant: str | None, grou
     if variant is None or cfg.quantization is not None:
         return {}
     from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE
-    from dictation.asr.nn.quantized import empty_quantized
+    from dictation.asr.nn.quant_swap import empty_quantized
 
     names = empty_quantized(model, variant, group_size=group_size or DEFAULT_GROUP_SIZE)
     return {f"{name}.weight": model.get_submodule(name) for name in names}

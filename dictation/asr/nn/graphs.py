@@ -21,13 +21,12 @@ import copy
 import logging
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from dictation.asr.nn.model import AsrModel
+from dictation.asr.nn.kv_cache import StaticKVCache
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +132,20 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
     return _CAPTURE_STREAMS[index]
 
 
+class SteppedModel(Protocol):
+    """What a :class:`DecodeGraph` needs of the model whose step it captures (``model.AsrModel``)."""
+
+    cache: StaticKVCache | None
+    graph_failed: bool  # set when the first replay disagrees with the eager step
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def static_step(self, token: torch.Tensor, position: torch.Tensor) -> torch.Tensor: ...
+
+    def weights_key(self) -> tuple: ...
+
+
 class DecodeGraph:
     """``AsrModel.static_step`` + argmax captured as one CUDA graph for one KV cache.
 
@@ -151,7 +164,7 @@ class DecodeGraph:
     ``capture=False``: the same buffers and bookkeeping, the step run eagerly at each replay (any
     device; the fallback on CUDA, and how the CPU tests check everything but the capture itself)."""
 
-    def __init__(self, model: AsrModel, token: torch.Tensor, position: int, *, capture: bool = True) -> None:
+    def __init__(self, model: SteppedModel, token: torch.Tensor, position: int, *, capture: bool = True) -> None:
         device = model.device
         self.cache = model.cache
         self.captured = capture
@@ -166,12 +179,12 @@ class DecodeGraph:
             self._capture(model)
             self.weights = model.weights_key()  # the warm-up built them
 
-    def _step(self, model: AsrModel) -> None:
+    def _step(self, model: SteppedModel) -> None:
         self.logits = model.static_step(self.token, self.position)
         self.token.copy_(self.logits.argmax(-1, keepdim=True))
         self.position.add_(1)
 
-    def _capture(self, model: AsrModel) -> None:
+    def _capture(self, model: SteppedModel) -> None:
         device = model.device
         # torch.cuda.graph syncs and empties the cache of the current device: make it the model's.
         with torch.cuda.device(device):
@@ -218,7 +231,7 @@ class DecodeGraph:
                 self.weights = model.weights_key()
         out.copy_(self.token)
 
-    def _check_first_replay(self, model: AsrModel, fed: torch.Tensor) -> None:
+    def _check_first_replay(self, model: SteppedModel, fed: torch.Tensor) -> None:
         expected, self.expected = self.expected, None
         if torch.equal(self.logits, expected):  # one host sync per capture
             return

@@ -41,8 +41,6 @@ from torch import nn
 from dictation.asr.nn.graphs import gpu_time_ms, l2_copies
 from dictation.asr.nn.quant_format import (
     DEFAULT_GROUP_SIZE,
-    LAYER_MODULES,
-    QUANTIZED,
     pick_group_size,
     quantize_int4,
     quantize_int8,
@@ -654,47 +652,3 @@ def kernel_cache_bytes(model: nn.Module) -> int:
                     seen.add(id(t))
                     total += t.numel() * t.element_size()
     return total
-
-
-# --- swapping them into a model -------------------------------------------------------------------------
-
-
-def quantizable_names(num_layers: int) -> list[str]:
-    """Module names of the decoder's linear layers, in order."""
-    return [f"decoder.layers.{i}.{m}" for i in range(num_layers) for m in LAYER_MODULES]
-
-
-def quantizable_linears(model: nn.Module) -> dict[str, nn.Linear]:
-    """The decoder's linear layers that quantization replaces, by module name (still nn.Linear only)."""
-    modules = dict(model.named_modules())
-    out = {}
-    for name in quantizable_names(len(model.decoder.layers)):
-        module = modules.get(name)
-        if isinstance(module, nn.Linear):
-            out[name] = module
-    return out
-
-
-def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent, _, leaf = name.rpartition(".")
-    setattr(model.get_submodule(parent), leaf, module)
-
-
-def _check_variant(variant: str) -> None:
-    if variant not in QUANTIZED:
-        raise ValueError(f"variant {variant!r} is not a quantized variant; choose one of {', '.join(QUANTIZED)}")
-
-
-def empty_quantized(model: nn.Module, variant: str, *, group_size: int = DEFAULT_GROUP_SIZE) -> list[str]:
-    """Swap the decoder's linear layers for empty quantized ones of the right shapes, on each layer's
-    device (meta when building a model to load a pre-quantized folder into)."""
-    _check_variant(variant)
-    linears = quantizable_linears(model)
-    for name, linear in linears.items():
-        device = linear.weight.device
-        if variant == "int8":
-            new = Int8Linear(linear.in_features, linear.out_features, device=device)
-        else:
-            new = Int4Linear(linear.in_features, linear.out_features, device=device, group_size=group_size)
-        _set_module(model, name, new)
-    return list(linears)

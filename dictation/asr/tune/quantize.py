@@ -20,13 +20,11 @@ from dictation.asr.nn.quant_format import (
     QUANT_METHOD,
     pick_group_size,
 )
+from dictation.asr.nn.quant_swap import check_variant, quantizable_linears, set_module
 from dictation.asr.nn.quantized import (
     QUANT_MODULES,
     Int4Linear,
     Int8Linear,
-    _check_variant,
-    _set_module,
-    quantizable_linears,
 )
 
 log = logging.getLogger(__name__)
@@ -44,7 +42,7 @@ def quantize_model(
     ``weights`` optionally gives, per module name, a float weight to quantize instead of the module's
     own (e.g. LoRA-merged float32 weights). The quantized buffers live on each layer's device.
     """
-    _check_variant(variant)
+    check_variant(variant)
     linears = quantizable_linears(model)
     n_expected = len(model.decoder.layers) * len(LAYER_MODULES)
     if len(linears) != n_expected:
@@ -65,7 +63,7 @@ def quantize_model(
         w = weights.pop(name, None)
         w = linear.weight if w is None else w.to(linear.weight.device)
         new = Int8Linear.from_weight(w) if variant == "int8" else Int4Linear.from_weight(w, group_size=group_size)
-        _set_module(model, name, new)
+        set_module(model, name, new)
         del linear, w
     log.debug("quantized %d decoder linear layers to %s", len(names), variant)
     if hasattr(model, "sync_weights"):
@@ -79,7 +77,7 @@ def replace_linear(
     """Put a layer quantized from ``weight`` (float, any device) at module ``name``, in place of what is
     there (an nn.Linear or a quantized layer, e.g. to re-quantize a LoRA-merged weight); returns it.
     The new layer lives on the device of the one it replaces."""
-    _check_variant(variant)
+    check_variant(variant)
     old = model.get_submodule(name)
     if not isinstance(old, (nn.Linear, *QUANT_MODULES)):
         raise ValueError(f"{name} is a {type(old).__name__}, not a linear layer")
@@ -89,7 +87,7 @@ def replace_linear(
     device = next(iter(old.buffers() if isinstance(old, QUANT_MODULES) else old.parameters())).device
     w = weight.detach().to(device)
     new = Int8Linear.from_weight(w) if variant == "int8" else Int4Linear.from_weight(w, group_size=group_size)
-    _set_module(model, name, new)
+    set_module(model, name, new)
     return new
 
 
@@ -119,7 +117,7 @@ def format_bytes(n: int) -> str:
 
 def quantization_config(variant: str, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
     """The ``quantization_config`` entry of a pre-quantized folder's config.json."""
-    _check_variant(variant)
+    check_variant(variant)
     cfg = {"quant_method": QUANT_METHOD, "format_version": FORMAT_VERSION, "variant": variant}
     if variant == "int4":
         pick_group_size(max(GROUP_SIZES), group_size)  # validates group_size

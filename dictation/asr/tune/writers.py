@@ -23,7 +23,7 @@ from dictation.asr.nn.quant_format import (
     quantize_int4,
     quantize_int8,
 )
-from dictation.asr.nn.quantized import quantizable_linears, quantizable_names
+from dictation.asr.nn.quant_swap import quantizable_linears, quantizable_names
 from dictation.asr.tune.adapters import AdapterState, _param, changed_params, load_adapters
 from dictation.asr.tune.quantize import quantization_config
 
