@@ -13,6 +13,7 @@ import ast
 from pathlib import Path
 
 import dictation
+from tests.test_layout import import_cycles as cycles  # one cycle finder (Tarjan) for both layout tests
 
 PACKAGE = Path(dictation.__file__).parent
 BASE = {"dictation.asr.errors", "dictation.asr.config", "dictation.asr.device", "dictation.asr.limits"}
@@ -79,41 +80,6 @@ def graph() -> dict[str, set[str]]:
     mods = modules()
     known = set(mods)
     return {name: imports_of(name, path, known) for name, path in mods.items()}
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-
-    def connect(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(edges.get(v, ())):
-            if w not in index:
-                connect(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
-
-    for v in sorted(edges):
-        if v not in index:
-            connect(v)
-    return out
 
 
 def layer_of(module: str) -> str | None:
