@@ -75,10 +75,12 @@ class OursBench:
         if self.variant in ("int8", "int4"):
             note = f"{self.variant}: encoder, embeddings and head in {self.dtype_name}"
             if self.device.type == "cpu":
-                from dictation.asr.nn.quantized import cpu_computes_in_bf16
+                from dictation.asr.nn.quantized import cpu_computes_in_bf16, cpu_decodes_in_bf16
 
                 if cpu_computes_in_bf16():
                     note += "; the quantized layers compute in bf16 (this CPU has bf16 instructions)"
+                elif cpu_decodes_in_bf16(self.variant):
+                    note += "; the decode step's quantized layers run torch's bf16 kernel (faster here)"
             self.notes.append(note)
         return elapsed
 

@@ -33,6 +33,7 @@ TINY_SHAPES = [(2048, 64), (1024, 64), (64, 2048), (128, 64), (64, 128)]
 def fresh_kernel_state(monkeypatch):
     """Every test starts with unprobed kernels and the default policy, and leaves no trace."""
     monkeypatch.setattr(quantized, "_KERNEL_OK", {})
+    monkeypatch.setattr(quantized, "_CPU_DECODE_BF16", {})
     monkeypatch.setattr(quantized, "USE_KERNELS", True)
     monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", None)
 
@@ -325,6 +326,63 @@ def test_forward_equals_reference_on_every_path(monkeypatch, kind, bf16_compute,
     ref = x @ m.dequantize().T
     tol = 1e-2 if bf16_compute else 1e-5
     assert (y - ref).abs().max() <= tol * ref.abs().max()
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("bf16_wins", [False, True])
+def test_decode_rows_use_the_bf16_kernel_where_it_wins_on_a_float32_cpu(monkeypatch, kind, bf16_wins):
+    """A CPU without bf16 instructions computes in float32, but torch's float32 int8/int4 kernels are
+    scalar loops: decode-sized calls go through the bf16 kernel where it was timed faster; the prefill
+    (more rows) stays float32."""
+    monkeypatch.setattr(quantized, "_cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(quantized, "_CPU_DECODE_BF16", {kind: bf16_wins})
+    w = rand_weight(256, 512, seed=8)
+    m = Int8Linear.from_weight(w) if kind == "int8" else Int4Linear.from_weight(w)
+    limit = quantized.KERNEL_MAX_ROWS[("cpu", kind)]
+    for rows in (1, limit, limit + 1, 200):
+        x = torch.randn(1, rows, 512, generator=torch.Generator().manual_seed(rows))
+        dtype, kernel = m._plan(x, rows)
+        if bf16_wins and rows <= limit:
+            assert (dtype, kernel) == (torch.bfloat16, True), rows
+        else:
+            assert dtype == torch.float32 and kernel == (rows == 1), rows
+        y = m(x)
+        assert y.dtype == torch.float32
+        ref = x @ m.dequantize().T
+        tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+        assert (y - ref).abs().max() <= tol * ref.abs().max(), rows
+    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)  # off: float32 for every row
+    assert m._plan(torch.zeros(1, 1, 512), 1) == (torch.float32, True)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("slow", ["bf16", "float32"])
+def test_the_decode_dtype_is_chosen_by_timing_once(monkeypatch, kind, slow):
+    import time
+
+    cls = Int8Linear if kind == "int8" else Int4Linear
+    real = cls._torch_kernel
+    calls = []
+
+    def timed(self, x2d, dtype):
+        calls.append(dtype)
+        if (dtype == torch.bfloat16) == (slow == "bf16"):
+            time.sleep(0.004)
+        return real(self, x2d, dtype)
+
+    monkeypatch.setattr(cls, "_torch_kernel", timed)
+    assert quantized._bf16_decode_wins(kind) is (slow == "float32")
+    assert torch.bfloat16 in calls and torch.float32 in calls
+    calls.clear()
+    assert quantized._bf16_decode_wins(kind) is (slow == "float32")
+    assert calls == []  # remembered for the process
+
+
+def test_int4_keeps_one_packed_copy_for_every_dtype():
+    m = Int4Linear.from_weight(rand_weight(64, 256))
+    packed32, _ = m._packed_for(torch.float32)
+    packed16, sz16 = m._packed_for(torch.bfloat16)
+    assert packed16 is packed32 and sz16.dtype == torch.bfloat16
 
 
 def test_a_kernel_giving_wrong_numbers_raises(monkeypatch):

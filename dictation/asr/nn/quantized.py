@@ -95,6 +95,70 @@ def cpu_computes_in_bf16() -> bool:
     return _cpu_has_bf16() if CPU_BF16_COMPUTE is None else CPU_BF16_COMPUTE
 
 
+def cpu_decodes_in_bf16(kind: str) -> bool:
+    """Whether ``kind``'s layers on a CPU that computes in float32 (:func:`cpu_computes_in_bf16` False)
+    still run decode-sized calls (up to ``KERNEL_MAX_ROWS`` rows) through torch's bf16 kernel, the
+    activations rounded to bf16 and the result widened back. torch's float32 int8/int4 kernels are
+    scalar loops: on an AVX2 CPU without bf16 instructions (torch 2.13, 2 threads, a [3072, 1024]
+    layer, one row) int8's float32 kernel took 3.1 ms, dequantize + matmul 2.1 ms and the bf16 kernel
+    0.29 ms; int4's 3.0 against 0.26 ms. bf16 rounding moved the int8 layer's output by 0.28 % (its
+    weights' rounding: 0.74 %). Decided by timing, once per process and kind, on that layer;
+    ``CPU_BF16_COMPUTE = False`` turns it off (float32 everywhere), as it does the rest."""
+    if CPU_BF16_COMPUTE is not None:
+        return CPU_BF16_COMPUTE
+    if _cpu_has_bf16():
+        return True
+    return _bf16_decode_wins(kind)
+
+
+CPU_DECODE_TIMING_SHAPE = (3072, 1024)  # [out, in]: the 0.6B's gate/up rows, one row through it
+_CPU_DECODE_BF16: dict[str, bool] = {}  # kind -> whether the bf16 kernel won (timed once per process)
+
+
+def _bf16_decode_wins(kind: str) -> bool:
+    if kind not in _CPU_DECODE_BF16:
+        _CPU_DECODE_BF16[kind] = _time_bf16_decode(kind)
+    return _CPU_DECODE_BF16[kind]
+
+
+def _time_bf16_decode(kind: str) -> bool:
+    import time
+
+    cpu = torch.device("cpu")
+    if not _kernel_available(kind, cpu, torch.bfloat16):
+        return False
+    gen = torch.Generator().manual_seed(5)
+    with torch.inference_mode(False), torch.no_grad():
+        weight = torch.randn(*CPU_DECODE_TIMING_SHAPE, generator=gen) / 32
+        layer = Int8Linear.from_weight(weight) if kind == "int8" else Int4Linear.from_weight(weight)
+        x = torch.randn(1, CPU_DECODE_TIMING_SHAPE[1], generator=gen)
+        fits32 = layer._kernel_fits(cpu, torch.float32) and _kernel_available(kind, cpu, torch.float32)
+        candidates = {
+            "bf16 kernel": lambda: layer._torch_kernel(x.bfloat16(), torch.bfloat16).float(),
+            "float32": (
+                (lambda: layer._torch_kernel(x, torch.float32)) if fits32 else (lambda: layer._dequantize_matmul(x))
+            ),
+        }
+        best = {}
+        for name, run in candidates.items():
+            run()  # the first call builds the kernel layout
+            times = []
+            for _ in range(5):
+                start = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - start)
+            best[name] = min(times)
+    wins = best["bf16 kernel"] < best["float32"]
+    log.info(
+        "%s decode on this CPU: bf16 kernel %.3f ms, float32 %.3f ms per row; decoding in %s",
+        kind,
+        best["bf16 kernel"] * 1e3,
+        best["float32"] * 1e3,
+        "bf16" if wins else "float32",
+    )
+    return wins
+
+
 _KERNEL_OK: dict[tuple, bool] = {}
 
 
@@ -330,9 +394,17 @@ class _QuantLinear(nn.Module):
     def _plan(self, x: torch.Tensor, rows: int) -> tuple[torch.dtype, bool]:
         """(compute dtype, use the kernel) for this call."""
         device, dtype = x.device, x.dtype
+        limit = KERNEL_MAX_ROWS.get((device.type, self.kind), KERNEL_MAX_ROWS_DEFAULT)
         if device.type == "cpu" and cpu_computes_in_bf16():
             dtype = torch.bfloat16
-        limit = KERNEL_MAX_ROWS.get((device.type, self.kind), KERNEL_MAX_ROWS_DEFAULT)
+        elif (  # a decode-sized call on a float32 CPU; a prefill stays in the activation dtype
+            device.type == "cpu"
+            and rows <= limit
+            and USE_KERNELS
+            and cpu_decodes_in_bf16(self.kind)
+            and self._kernel_fits(device, torch.bfloat16)
+        ):
+            return torch.bfloat16, True
         if device.type == "cpu" and dtype != torch.bfloat16:
             limit = 1  # the float32 kernels only win for a single row
         use = (
@@ -543,9 +615,11 @@ class Int4Linear(_QuantLinear):
                 # The kernels compute (q - 8) * scale + zero: their zero is the group midpoint.
                 zero = self.zeros + 8 * self.scales
                 sz = torch.stack((self.scales, zero), dim=-1).transpose(0, 1).contiguous().to(dtype)
-                if device.type == "cuda":
+                # The packed weights do not depend on the dtype: one copy serves every dtype.
+                packed = next((v[0] for k, v in self._cache.items() if k[:1] == (device,) and len(k) == 2), None)
+                if packed is None and device.type == "cuda":
                     packed = torch._convert_weight_to_int4pack(self.qweight.contiguous(), self._inner_k_tiles())
-                else:
+                elif packed is None:
                     q = unpack_int4(self.qweight).to(torch.int32)
                     packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
             self._cache[key] = (packed, sz)
