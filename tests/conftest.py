@@ -3,6 +3,7 @@ and engines on them (docs/architecture.md, "Tests")."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -12,10 +13,36 @@ from pathlib import Path
 
 import pytest
 
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's automatic garbage collection off for a while, and on again after if it was on.
+
+    Collecting the suite allocates millions of short-lived objects (pytest rewrites each test module's
+    asserts as a syntax tree of its own) while torch, Qt and thousands of test items are alive, and
+    every automatic full collection walks them all. Paused, `pytest --collect-only` of the whole suite
+    took 15 s instead of 22 s on 2 cores where Python writes no bytecode (PYTHONDONTWRITEBYTECODE=1,
+    so pytest rewrites every test module again), and about 0.5 s less where it does."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    with collector_paused():  # the tests themselves run with it on (collector_given_back)
+        return (yield)
+
+
 # torch before any test imports PySide6: with PySide6 loaded first and torch later (the app's engine
 # thread), the interpreter aborted at exit in its final collection ("bool_dealloc: deallocating True
 # or False"), e.g. `pytest tests/app/test_startup.py` alone (exit 134 after every test passed).
-import tests.oracle.checkpoints  # noqa: F401, E402
+with collector_paused():
+    import tests.oracle.checkpoints  # noqa: F401, E402
 
 # Where the suite's short folders go: Unix socket paths hold at most 107 bytes, and pytest-xdist's
 # temporary folders (/tmp/pytest-of-<user>/pytest-<n>/popen-gw<k>/<test name>0/...) go past that.

@@ -34,16 +34,21 @@ def bnb():
         return importlib.import_module("bitsandbytes.functional")
 
 
+# the weights' names, for parametrize: the tensors are made when a test runs, not at collection
+WEIGHTS = ("normal", "student-t", "ragged", "zero blocks", "bf16")
+
+
 def _weights() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(18)
-    return {
-        "normal": torch.randn(512, 1024, generator=g) * 0.02,
-        # heavy tails, as trained weights have: a few large values set their blocks' scales
-        "student-t": torch.distributions.StudentT(3.0).sample((256, 896)) * 0.01,
-        "ragged": torch.randn(33, 70, generator=g),  # 2310 values: the last block is partial
-        "zero blocks": torch.cat([torch.zeros(4, 64), torch.randn(4, 64, generator=g)]),
-        "bf16": (torch.randn(128, 384, generator=g) * 0.05).to(torch.bfloat16),
-    }
+    tensors = [
+        torch.randn(512, 1024, generator=g) * 0.02,
+        # student-t: heavy tails, as trained weights have: a few large values set their blocks' scales
+        torch.distributions.StudentT(3.0).sample((256, 896)) * 0.01,
+        torch.randn(33, 70, generator=g),  # ragged: 2310 values, the last block is partial
+        torch.cat([torch.zeros(4, 64), torch.randn(4, 64, generator=g)]),
+        (torch.randn(128, 384, generator=g) * 0.05).to(torch.bfloat16),
+    ]
+    return dict(zip(WEIGHTS, tensors, strict=True))
 
 
 def _our_levels(codes: torch.Tensor, n: int) -> torch.Tensor:
@@ -55,7 +60,7 @@ def _bnb_levels(packed: torch.Tensor, n: int) -> torch.Tensor:
     return torch.stack([packed >> 4, packed & 0x0F], dim=-1).view(-1)[:n].long()
 
 
-@pytest.mark.parametrize("name", list(_weights()))
+@pytest.mark.parametrize("name", WEIGHTS)
 def test_first_level_picks_the_same_level_and_scale_as_bitsandbytes(bnb, name):
     w = _weights()[name]
     packed, state = bnb.quantize_4bit(w, quant_type="nf4", blocksize=BLOCK, compress_statistics=False)
