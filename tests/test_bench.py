@@ -255,7 +255,7 @@ def test_kernel_layouts_include_the_fused_projections(variants_run, workdir):
     import numpy as np
     import torch
 
-    from dictation.asr.nn import quantized
+    from dictation.asr.nn import quant_rows, quantized
     from dictation.bench.ours import OursBench
 
     (folder,) = [p for p in workdir.iterdir() if p.is_dir() and p.name.endswith("tiny-random")]
@@ -273,7 +273,7 @@ def test_kernel_layouts_include_the_fused_projections(variants_run, workdir):
     fused = sum(
         t.numel() * t.element_size() for f in model.decoder.fused_layers() for v in f._cache.values() for t in v
     )
-    assert fused > 0 and bench.kernel_cache_bytes() == quantized.kernel_cache_bytes(model) == submodules_only + fused
+    assert fused > 0 and bench.kernel_cache_bytes() == quant_rows.kernel_cache_bytes(model) == submodules_only + fused
     bench.unload()
 
 

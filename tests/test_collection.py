@@ -62,6 +62,21 @@ def test_test_modules_are_imported_with_the_collector_paused_and_run_with_it_on(
     assert gc.isenabled()
 
 
+class _Collected:
+    """An object made while the suite was collected."""
+
+
+MADE_AT_COLLECTION = _Collected()
+
+
+def test_what_collection_left_alive_is_out_of_the_collectors_sight():
+    """So that a full collection during the run (after every app test) does not walk the whole suite."""
+    assert gc.get_freeze_count() > 10_000
+    assert not any(o is MADE_AT_COLLECTION for o in gc.get_objects())
+    made_now = _Collected()
+    assert any(o is made_now for o in gc.get_objects())
+
+
 def test_collector_paused_turns_collection_on_again_after_an_error():
     with pytest.raises(RuntimeError), collector_paused():
         assert not gc.isenabled()

@@ -6,15 +6,13 @@ serialises use of the model (and its KV cache) between threads.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +30,7 @@ from dictation.asr.decode.longform import join_texts, merge_languages, split_lon
 from dictation.asr.decode.pipeline import PassResult, Pipeline, Progress, Transcript
 from dictation.asr.device import resolve_device, resolve_dtype
 from dictation.asr.errors import AdapterError, AsrError, AudioError, RequestError
+from dictation.asr.heap import release_freed_memory
 from dictation.asr.limits import check_context, check_max_new_tokens
 from dictation.asr.nn.compact import expand
 from dictation.asr.nn.features import MIN_SAMPLES, LogMel
@@ -467,7 +466,7 @@ def setting_up() -> Iterator[None]:
     tensors without autograd, even inside a caller's ``torch.inference_mode()``. Tensors made in
     inference mode are *inference tensors*, which outside it take no in-place change, no ``.data``
     re-pointing and no view that needs a version counter; the model's weights get all of these when
-    adapters change or projections are fused again (``decoder.Fusion``, ``quantized.fuse_rows``), so
+    adapters change or projections are fused again (``decoder.Fusion``, ``quant_rows.fuse_rows``), so
     weights loaded inside a caller's inference mode broke every later change ("Inference tensors
     do not track version counter"). Passes still run in inference mode; they only read the weights."""
     with torch.inference_mode(False), torch.no_grad():
@@ -504,17 +503,6 @@ def is_silent(samples: np.ndarray, threshold_db: float = -70.0) -> bool:
 
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-
-
-def release_freed_memory() -> None:
-    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; a no-op elsewhere).
-    Loading frees many tensors between a few and 30 MB that glibc keeps in its heap rather than
-    unmapping (its mmap threshold rises with each large free): about 0.2 GB of resident memory for the
-    0.6B model that nothing uses."""
-    if sys.platform != "linux":
-        return
-    with suppress(OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 def _compute_dtype(dtype_opt: str, device: torch.device, *, quantized: bool) -> torch.dtype:

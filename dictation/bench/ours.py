@@ -265,7 +265,7 @@ class OursBench:
         """Bytes the quantized layers hold besides their weights: kernel layouts and cast scales, built
         on first use (e.g. the int4 kernels' packed copy of the weights), the fused q/k/v and gate/up
         layers' included."""
-        from dictation.asr.nn.quantized import kernel_cache_bytes
+        from dictation.asr.nn.quant_rows import kernel_cache_bytes
 
         return kernel_cache_bytes(self.engine.model)
 

@@ -298,3 +298,33 @@ def test_streaming_and_drafts_with_bucketed_rows_give_the_whole_clip_ids(engine,
     # The windows extended while feeding (104 rows, the first with the prompt head), the tail at the
     # finish and the draft check all ran as bucketed rows.
     assert made and set(made) == {"decoder rows"} and 128 in model._rows
+
+
+def test_on_the_cpu_the_conv_stack_runs_a_few_chunks_at_a_time_with_the_same_rows(monkeypatch):
+    """Memory, not numbers: the CPU's conv batch keeps the encoder's peak down (docs/engine.md, "CPU
+    memory"); every chunk's rows are those of one call over all chunks. The encoder hands the heap's
+    freed pages back before the prefill."""
+    from dictation.asr.config import AudioEncoderConfig
+
+    torch.manual_seed(0)
+    cfg = AudioEncoderConfig(
+        d_model=64, encoder_layers=1, encoder_attention_heads=4, encoder_ffn_dim=128, output_dim=64
+    )
+    encoder = encoder_mod.AudioEncoder(cfg).eval()
+    features = torch.randn(128, 1000)  # 10 chunks
+    calls, released = [], []
+    first = encoder._first_conv
+
+    def counted(part):
+        calls.append(part.shape[0])
+        return first(part)
+
+    monkeypatch.setattr(encoder, "_first_conv", counted)
+    monkeypatch.setattr(encoder_mod, "release_freed_memory", lambda: released.append(1))
+    with torch.inference_mode():
+        default = encoder.conv_tokens(features)
+        assert calls == [encoder_mod.CONV_BATCH_CPU] * (10 // encoder_mod.CONV_BATCH_CPU)
+        assert torch.equal(default, encoder.conv_tokens(features, batch=encoder_mod.CONV_BATCH))
+        assert released == []
+        encoder(features)
+    assert released == [1]

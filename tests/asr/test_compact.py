@@ -13,7 +13,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from dictation.asr import AsrEngine, EngineOptions
-from dictation.asr.checkpoints.safetensors import load_model
+from dictation.asr.checkpoints import safetensors as st_loader
+from dictation.asr.checkpoints.safetensors import TensorReader, load_model
 from dictation.asr.config import AsrConfig
 from dictation.asr.nn import compact
 from dictation.asr.nn.compact import HalfLinear, HalfTable
@@ -186,16 +187,69 @@ def test_the_probe_finds_the_float16_product_within_its_bound():
     assert F.linear(x, torch.zeros(3, 96)).shape == (2, 3)
 
 
-def test_the_table_is_held_from_the_stored_bf16_tensor_never_widened_to_float32(ckpt_bf16, monkeypatch):
-    """The loader's peak: the table goes from the file's bf16 straight to float16 (no float32 copy)."""
-    given = []
+def test_the_table_is_read_in_pieces_straight_into_float16(ckpt_bf16, monkeypatch):
+    """The loader's peak: the table goes from the file's bf16 to float16 a piece of rows at a time, so
+    neither a float32 copy nor the whole stored bf16 copy ever exists beside it."""
+    given, whole = [], []
     init = HalfTable.__init__
+    get_tensor = TensorReader.get_tensor
 
     def spy(self, table, *args, **kwargs):
         given.append((table.dtype, kwargs.get("max_abs")))
         init(self, table, *args, **kwargs)
 
+    def spy_get(self, name):
+        whole.append(name)
+        return get_tensor(self, name)
+
     monkeypatch.setattr(HalfTable, "__init__", spy)
+    monkeypatch.setattr(TensorReader, "get_tensor", spy_get)
     model = load(ckpt_bf16, compact_it=True)
     tables = 1 if model.lm_head is None else 2
-    assert len(given) == tables and all(dtype == torch.bfloat16 and m is not None for dtype, m in given)
+    assert len(given) == tables and all(dtype == torch.float16 and m is not None for dtype, m in given)
+    assert not [n for n in whole if n.endswith(("embed_tokens.weight", "lm_head.weight"))], whole
+    stored = load_tensors(ckpt_bf16)
+    table = next(t for n, t in stored.items() if n.endswith("embed_tokens.weight"))
+    assert torch.equal(model.decoder.embed_tokens.weight, table.half())
+
+
+def test_reading_a_table_in_pieces_gives_its_float16_values_its_range_and_nan(tmp_path):
+    gen = torch.Generator().manual_seed(3)
+    table = (torch.randn(37, 24, generator=gen) * 3).bfloat16()
+    bad = table.clone()
+    bad[30, 5] = float("nan")
+    huge = table.clone()
+    huge[2, 1] = 1e6
+    save_file({"t": table, "bad": bad, "huge": huge, "vec": table[0].clone()}, str(tmp_path / "x.safetensors"))
+    with TensorReader(tmp_path / "x.safetensors") as f:
+        half, finite, largest = f.read_as_half("t", piece_bytes=5 * 24 * 2)  # 5 rows a piece, 8 pieces
+        assert half.dtype == torch.float16 and torch.equal(half, table.half())
+        assert bool(finite) and largest == float(table.float().abs().max())
+        _, finite, _ = f.read_as_half("bad", piece_bytes=5 * 24 * 2)
+        assert not bool(finite)
+        assert f.read_as_half("huge") is None  # beyond float16: read as stored instead
+        assert f.read_as_half("vec") is None  # not a table
+        assert torch.equal(f.get_tensor("t"), table)  # the file is still readable after a piece read
+
+
+def test_compacting_at_load_hands_each_freed_float32_copy_back(ckpt_bf16, monkeypatch):
+    calls = []
+    monkeypatch.setattr(st_loader, "release_freed_memory", lambda: calls.append(1))
+    model = load(ckpt_bf16, compact_it=True)
+    compacted = sum(isinstance(m, HalfLinear | HalfTable) for m in model.modules())
+    assert compacted and len(calls) == compacted
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_tied_models_stored_head_is_compared_with_the_table(tmp_path, caplog, changed):
+    src = cached_checkpoint(tmp_path / "src", tie_word_embeddings=True)
+    folder = bf16_copy(src, tmp_path / "tied")
+    tensors = load_tensors(folder)
+    tensors["thinker.lm_head.weight"] = tensors["thinker.model.embed_tokens.weight"].clone()
+    if changed:
+        tensors["thinker.lm_head.weight"][-1, -1] += 1.0
+    save_file(tensors, str(folder / "model.safetensors"))
+    with caplog.at_level("INFO", logger=st_loader.__name__):
+        load(folder, compact_it=True)
+    said = [r.getMessage() for r in caplog.records if "tie_word_embeddings" in r.getMessage()]
+    assert said and said[-1].endswith("differs from it" if changed else "equals it")

@@ -24,7 +24,7 @@ from dictation.asr import AsrEngine, EngineOptions
 from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
 from dictation.asr.decode.greedy import greedy
-from dictation.asr.nn import graphs, quant_swap, quantized
+from dictation.asr.nn import graphs, quant_rows, quant_swap, quantized
 from dictation.asr.nn.graphs import DecodeGraph
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
@@ -320,7 +320,7 @@ def fused_layers_for(kind: str, in_f: int, outs: list[int], device="cpu"):
     members = [Int8Linear.from_weight(w) if kind == "int8" else Int4Linear.from_weight(w) for w in weights]
     members = [m.to(device) for m in members]
     separate = [m.dequantize() for m in members]
-    return quantized.fuse_rows(members), members, torch.cat(separate)
+    return quant_rows.fuse_rows(members), members, torch.cat(separate)
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])

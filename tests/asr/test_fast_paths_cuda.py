@@ -19,7 +19,7 @@ import torch
 import dictation.asr.decode.greedy as generate_mod
 import dictation.asr.nn.model as model_mod
 from dictation.asr import AsrEngine, EngineOptions
-from dictation.asr.nn import graphs, quantized
+from dictation.asr.nn import graphs, quant_rows, quantized
 from dictation.asr.nn.features import LogMel
 from dictation.asr.nn.graphs import DecodeGraph
 from dictation.asr.tune import writers
@@ -431,7 +431,7 @@ def test_the_triton_int4_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
     layers = [
         quantized.Int4Linear.from_weight(torch.randn(n, in_f, generator=gen) / 32, group_size=group) for n in outs
     ]
-    fused = quantized.fuse_rows(layers).to("cuda")
+    fused = quant_rows.fuse_rows(layers).to("cuda")
     reference = fused.dequantize()
     for rows in (1, MAX_ROWS):
         x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(rows)).to("cuda", dtype)

@@ -19,7 +19,7 @@ from torch import nn
 from dictation.asr import ModelError, WeightsError
 from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
-from dictation.asr.nn import quant_format, quant_swap, quantized
+from dictation.asr.nn import quant_format, quant_rows, quant_swap, quantized
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
 from tests.oracle.checkpoints import active_token_ids, cached_checkpoint
@@ -214,7 +214,7 @@ def test_fused_int4_rows_at_the_real_width_dequantize_independently_to_what_they
     monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
     gen = torch.Generator().manual_seed(8)
     weights = [torch.randn(rows, 2048, generator=gen) * 0.02 for rows in (64, 32, 32)]
-    fused = quantized.fuse_rows([Int4Linear.from_weight(w) for w in weights])
+    fused = quant_rows.fuse_rows([Int4Linear.from_weight(w) for w in weights])
     deq = numpy_dequantize(fused.qweight.numpy(), fused.scales.numpy(), fused.zeros.numpy())
     assert rel_error(deq, torch.cat(weights).double().numpy()) <= RTN_INT4_GAUSSIAN[128]
     x = torch.randn(1, 2048, generator=gen)
@@ -367,7 +367,7 @@ def test_the_decode_dtype_is_chosen_by_timing_once(monkeypatch, kind, slow):
     def timed(self, x2d, dtype):
         calls.append(dtype)
         if (dtype == torch.bfloat16) == (slow == "bf16"):
-            time.sleep(0.004)
+            time.sleep(0.05)  # far slower than either kernel, even on a busy machine
         return real(self, x2d, dtype)
 
     monkeypatch.setattr(cls, "_torch_kernel", timed)
@@ -782,3 +782,22 @@ def test_prequantized_tensors_are_checked(written, tmp_path):
     save_file(tensors, str(path))
     with pytest.raises(WeightsError, match=rf"{path}: missing tensor {name} \(expected shape \(64, 1024\)\)"):
         load(folder)
+
+
+def test_an_int8_prefill_on_the_cpu_widens_its_weight_a_piece_of_rows_at_a_time(monkeypatch):
+    """The widened float32 weight is the prefill's largest temporary (25 MB for the 0.6B's gate/up):
+    on the CPU it is made a piece of output rows at a time, with the same numbers."""
+    monkeypatch.setattr(quantized, "DEQUANTIZE_PIECE_ROWS", 64)
+    m = Int8Linear.from_weight(rand_weight(200, 96, seed=9))
+    x = torch.randn(40, 96, generator=torch.Generator().manual_seed(10))
+    widths = []
+    linear = F.linear
+
+    def spy(inp, weight, *args):
+        widths.append(weight.shape[0])
+        return linear(inp, weight, *args)
+
+    monkeypatch.setattr(quantized.F, "linear", spy)
+    y = m._dequantize_matmul(x)
+    assert widths == [64, 64, 64, 8]
+    torch.testing.assert_close(y, linear(x, m.weight.float()) * m.weight_scale, rtol=1e-6, atol=1e-6)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ from dictation.asr.checkpoints.locate import (
 )
 from dictation.asr.config import AsrConfig
 from dictation.asr.errors import ModelError, WeightsError
+from dictation.asr.heap import release_freed_memory
 from dictation.asr.nn.model import AsrModel
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,13 @@ def load_model(
                         finite.append((path, ckpt_name, _finite(expected[ours], ours, pending)))
                     _compact_when_read(model, ours, pending, expected, f.dtype(ckpt_name))
                     continue
+                if _table_in_half(ours, pending) and (half := f.read_as_half(ckpt_name)) is not None:
+                    table, flag, largest = half
+                    pending[ours][3]["max_abs"] = largest
+                    if _compacted_from(model, ours, pending, expected, table, stored=f.dtype(ckpt_name)):
+                        finite.append((path, ckpt_name, flag))
+                        continue
+                    del table  # not compacted after all (no float16 product here): read as stored below
                 tensor = f.get_tensor(ckpt_name)
                 if tensor.dtype not in FLOAT_DTYPES and ours not in quantized:
                     raise WeightsError(
@@ -184,6 +193,7 @@ def _compact_when_read(model: AsrModel, name: str, pending: dict, expected: dict
     if compact_module(model, module, **_exactly_held(known)):
         for n in tensors:
             expected.pop(n, None)
+        release_freed_memory()  # the float32 copy just dropped: kept by glibc's heap otherwise
 
 
 def _exactly_held(known: dict) -> dict:
@@ -194,13 +204,33 @@ def _exactly_held(known: dict) -> dict:
     return {"exact": known["max_abs"] < 65504, "max_abs": known["max_abs"]}
 
 
-def _compacted_from(model: AsrModel, name: str, pending: dict, expected: dict, tensor: torch.Tensor) -> bool:
+def _table_in_half(name: str, pending: dict) -> bool:
+    """Whether ``name`` is the embedding table / output head, its module's last tensor to read, and this
+    CPU has the float16 product: it is then read straight into float16, piece by piece."""
+    from dictation.asr.nn.compact import half_matmul_usable
+
+    return (
+        name in ("decoder.embed_tokens.weight", "lm_head.weight")
+        and name in pending
+        and pending[name][2] == {name}
+        and half_matmul_usable()
+    )
+
+
+def _compacted_from(
+    model: AsrModel,
+    name: str,
+    pending: dict,
+    expected: dict,
+    tensor: torch.Tensor,
+    stored: torch.dtype | None = None,
+) -> bool:
     """Compact ``name``'s module straight from the 16-bit ``tensor`` as read, when it is the module's only
     tensor left to read (a table; a layer whose bias came first): its float32 copy is never written.
-    True if done."""
+    ``stored``: the dtype in the file when ``tensor`` is already its float16 copy. True if done."""
     if name not in pending or pending[name][2] != {name} or not name.endswith(".weight"):
         return False
-    known = {**pending[name][3], "stored": tensor.dtype}
+    known = {**pending[name][3], "stored": stored or tensor.dtype}
     if tensor.dtype not in (torch.float16, torch.bfloat16):
         return False
     from dictation.asr.nn.compact import compact_module
@@ -208,6 +238,7 @@ def _compacted_from(model: AsrModel, name: str, pending: dict, expected: dict, t
     if not compact_module(model, pending[name][0], weight=tensor, **_exactly_held(known)):
         return False
     del pending[name], expected[name]
+    release_freed_memory()
     return True
 
 
@@ -274,6 +305,46 @@ class TensorReader:
         out = torch.empty(self.shape(name), dtype=self.dtype(name))
         self._read(name, out)
         return out
+
+    def row_pieces(self, name: str, piece_bytes: int = 8 << 20) -> Iterator[tuple[int, torch.Tensor]]:
+        """A 2-D tensor ``name`` as (first row, rows) pieces of about ``piece_bytes``, read into one
+        reused buffer (each piece is valid until the next is read)."""
+        stored, shape = self.dtype(name), self.shape(name)
+        begin, end = self._entries[name]["data_offsets"]
+        if len(shape) != 2:
+            raise WeightsError(f"{self.path}: tensor {name} has shape {shape}, expected a table of rows")
+        row_bytes = shape[1] * stored.itemsize
+        if end - begin != shape[0] * row_bytes:
+            raise WeightsError(f"{self.path}: tensor {name} is truncated (an interrupted download?)")
+        rows = max(1, piece_bytes // max(1, row_bytes))
+        piece = torch.empty(min(rows, shape[0]), shape[1], dtype=stored)
+        self._file.seek(self._base + begin)
+        for start in range(0, shape[0], rows):
+            part = piece[: min(rows, shape[0] - start)]
+            buffer = part.view(-1).view(torch.uint8).numpy()
+            if self._file.readinto(buffer) != buffer.nbytes:
+                raise WeightsError(f"{self.path}: tensor {name} is truncated (an interrupted download?)")
+            yield start, part
+
+    def read_as_half(self, name: str, piece_bytes: int = 8 << 20) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+        """A 16-bit 2-D tensor ``name`` as a new float16 tensor, read in pieces of rows so that the stored
+        copy is never whole beside it (an embedding table: docs/engine.md, "CPU memory"); with a 0-d
+        bool (every value finite) and its largest magnitude. None, keeping nothing, where a value does
+        not fit float16's range (the caller then reads it as stored)."""
+        shape = self.shape(name)
+        if self.dtype(name) not in (torch.float16, torch.bfloat16) or len(shape) != 2:
+            return None
+        out = torch.empty(shape, dtype=torch.float16)
+        finite = torch.ones((), dtype=torch.bool)
+        largest = 0.0
+        for start, part in self.row_pieces(name, piece_bytes):
+            low, high = torch.aminmax(part)
+            finite &= low.isfinite() & high.isfinite()
+            largest = max(largest, -float(low), float(high))
+            if not largest < 65504 and bool(finite):  # beyond float16: not held in half after all
+                return None
+            out[start : start + part.shape[0]].copy_(part)
+        return out, finite, largest
 
     def read_into(self, name: str, target: torch.Tensor) -> bool:
         """Read ``name`` straight into ``target`` if it is a contiguous CPU tensor of the stored dtype and
@@ -362,10 +433,12 @@ def match_tensors(
 
 
 def _log_tied_head(path: Path, name: str, model: AsrModel) -> None:
-    with TensorReader(path) as f:
-        stored = f.get_tensor(name)
     embed = model.decoder.embed_tokens.weight
-    same = stored.shape == embed.shape and torch.equal(stored.to(embed.dtype).to(embed.device), embed)
+    with TensorReader(path) as f:  # compared a piece of rows at a time: the head is as large as the table
+        same = f.shape(name) == tuple(embed.shape) and all(
+            torch.equal(part.to(device=embed.device, dtype=embed.dtype), embed[start : start + part.shape[0]])
+            for start, part in f.row_pieces(name)
+        )
     log.info(
         "tie_word_embeddings is true: using embed_tokens as the output head; the stored %s %s it",
         name,

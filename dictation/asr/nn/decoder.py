@@ -8,7 +8,7 @@ Fused projections: q/k/v and gate/up each run as ONE matmul. The per-module laye
 to row views of it, so every weight is stored once and an in-place change of a member (a merged
 adapter, ``load_state_dict``) is a change of the fused weight. Plain ``nn.Linear`` members stack
 their float weights; Int8Linear / Int4Linear members stack their integer tensors into one
-unregistered quantized layer (``quantized.fuse_rows``). Anything else (an unmerged ``LoraLinear``, mixed
+unregistered quantized layer (``quant_rows.fuse_rows``). Anything else (an unmerged ``LoraLinear``, mixed
 kinds or devices) runs member by member. A fusion is checked cheaply on every call (the members
 are still the same modules) and fully at the start of every pass (``TextDecoder.refresh_fusion``:
 same modules, same tensor addresses, same quantized-layer versions); whatever changed is planned
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dictation.asr.config import TextDecoderConfig
-from dictation.asr.nn import quantized
+from dictation.asr.nn import quant_rows, quantized
 from dictation.asr.nn.kernels import fused
 from dictation.asr.nn.kv_cache import StaticKVCache
 from dictation.asr.nn.rope import apply_rope
@@ -113,7 +113,7 @@ class Fusion:
             and isinstance(members[0], quantized.QUANT_MODULES)
             and all(members[0].fusable_with(m) for m in members)
         ):
-            self.layer = quantized.fuse_rows(members)
+            self.layer = quant_rows.fuse_rows(members)
         else:
             _unshare(members)
         self.stamps = tuple(stamp(m) for m in members)
@@ -558,7 +558,7 @@ class TextDecoder(nn.Module):
         for group in self._groups():
             members = group._members()
             if group.fuse and isinstance(members[0], quantized.QUANT_MODULES):
-                quantized.allocate_rows(members)  # a pre-quantized folder, or quantized as it is read
+                quant_rows.allocate_rows(members)  # a pre-quantized folder, or quantized as it is read
                 continue
             if not (group.fuse and _float_fusable(members)) or _adjacent_rows(members) is not None:
                 continue

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +60,8 @@ USE_KERNELS = True
 # small batches (not measured).
 KERNEL_MAX_ROWS = {("cpu", "int8"): 16, ("cpu", "int4"): 128, ("cuda", "int8"): 32, ("cuda", "int4"): 32}
 KERNEL_MAX_ROWS_DEFAULT = 32
+# Output rows per piece when an int8 layer on the CPU multiplies many rows through its widened weight.
+DEQUANTIZE_PIECE_ROWS = 1024
 # CPU compute dtype of the quantized layers: None = bf16 where the CPU has bf16 instructions, else the
 # activation dtype (see cpu_computes_in_bf16); True / False force it.
 CPU_BF16_COMPUTE: bool | None = None
@@ -129,8 +130,14 @@ def _time_bf16_decode(kind: str) -> bool:
         return False
     gen = torch.Generator().manual_seed(5)
     with torch.inference_mode(False), torch.no_grad():
-        weight = torch.randn(*CPU_DECODE_TIMING_SHAPE, generator=gen) / 32
-        layer = Int8Linear.from_weight(weight) if kind == "int8" else Int4Linear.from_weight(weight)
+        # Random stored values rather than a quantized float weight: no float-sized temporaries at the
+        # first decode step, whose memory would count in the transcription's peak.
+        out_f, in_f = CPU_DECODE_TIMING_SHAPE
+        layer = Int8Linear(in_f, out_f) if kind == "int8" else Int4Linear(in_f, out_f)
+        stored = layer.weight if kind == "int8" else layer.qweight
+        stored.copy_(torch.randint(-127 if kind == "int8" else 0, 128, stored.shape, generator=gen, dtype=stored.dtype))
+        for name in ("weight_scale",) if kind == "int8" else ("scales",):
+            getattr(layer, name).uniform_(1e-3, 2e-3, generator=gen)
         x = torch.randn(1, CPU_DECODE_TIMING_SHAPE[1], generator=gen)
         fits32 = layer._kernel_fits(cpu, torch.float32) and _kernel_available(kind, cpu, torch.float32)
         candidates = {
@@ -485,8 +492,19 @@ class Int8Linear(_QuantLinear):
         return self.weight.to(dtype) * self.weight_scale.to(dtype)[:, None]
 
     def _dequantize_matmul(self, x2d: torch.Tensor) -> torch.Tensor:
-        # Scaling the output is cheaper than scaling the weight and the same up to rounding.
-        return F.linear(x2d, self.weight.to(x2d.dtype)) * self.weight_scale.to(x2d.dtype)
+        # Scaling the output is cheaper than scaling the weight and the same up to rounding. On the CPU in
+        # pieces of output rows: the widened weight of a fused gate/up layer is 25 MB for the 0.6B in
+        # float32, a piece of it 4 MB, which keeps the prefill's peak memory down (same numbers: each
+        # output is one row of the weight's products).
+        scale = self.weight_scale.to(x2d.dtype)
+        rows = self.out_features
+        if x2d.device.type != "cpu" or rows <= DEQUANTIZE_PIECE_ROWS:
+            return F.linear(x2d, self.weight.to(x2d.dtype)) * scale
+        out = torch.empty(x2d.shape[0], rows, dtype=x2d.dtype)
+        for start in range(0, rows, DEQUANTIZE_PIECE_ROWS):
+            stop = min(rows, start + DEQUANTIZE_PIECE_ROWS)
+            torch.mul(F.linear(x2d, self.weight[start:stop].to(x2d.dtype)), scale[start:stop], out=out[:, start:stop])
+        return out
 
     def prepare(self, dtype: torch.dtype) -> None:
         """Build the kernel's inputs for ``dtype`` on the module's device (done lazily otherwise)."""
@@ -647,82 +665,3 @@ class Int4Linear(_QuantLinear):
 
 
 QUANT_MODULES = (Int8Linear, Int4Linear)
-
-
-def fuse_rows(layers: Sequence[_QuantLinear]) -> _QuantLinear:
-    """One layer computing ``cat([layer(x) for layer in layers], -1)`` in one kernel call: every
-    stored tensor concatenated along the output rows (int4 groups run along the inputs, so rows stack
-    freely), and each of ``layers`` given views of those rows in place of its own tensors, so the
-    weights are held once. The fused layer is not a submodule of anything: the model keeps its
-    per-layer names (state_dict, quantization, adapters) and decoder.py decides when to rebuild it.
-    All ``layers`` must be ``fusable_with`` the first."""
-    first = layers[0]
-    if not all(first.fusable_with(layer) for layer in layers):
-        raise ValueError("only layers of one kind, input width, group size and device can be fused")
-    out_features = sum(layer.out_features for layer in layers)
-    if isinstance(first, Int4Linear):
-        fused = Int4Linear(first.in_features, out_features, device="meta", group_size=first.group_size)
-    else:
-        fused = Int8Linear(first.in_features, out_features, device="meta")
-    with torch.inference_mode(False), torch.no_grad():
-        for name in first._TENSORS:
-            parts = [getattr(layer, name) for layer in layers]
-            whole = stacked_rows(parts)  # loaded in place (allocate_rows): adopted, not copied
-            if whole is None:
-                whole = torch.cat(parts)
-            setattr(fused, name, whole)
-            start = 0
-            for layer in layers:
-                setattr(layer, name, whole[start : start + layer.out_features])
-                start += layer.out_features
-    for layer in layers:
-        layer.clear_cache()  # their kernel layouts are not needed while the fused layer serves them
-    return fused
-
-
-def stacked_rows(parts: Sequence[torch.Tensor]) -> torch.Tensor | None:
-    """``torch.cat(parts)`` without copying, if ``parts`` are consecutive contiguous row blocks of one
-    storage that holds nothing else (:func:`allocate_rows`, decoder.allocate_fused); else None."""
-    storage, offset = parts[0].untyped_storage(), 0
-    for t in parts:
-        if t.untyped_storage().data_ptr() != storage.data_ptr() or t.storage_offset() != offset:
-            return None
-        offset += t.numel() if t.is_contiguous() else -1
-    if storage.device.type == "meta" or offset * parts[0].element_size() != storage.nbytes():
-        return None
-    shape = (sum(t.shape[0] for t in parts), *parts[0].shape[1:])
-    return parts[0].detach().as_strided(shape, parts[0].stride(), 0)
-
-
-def allocate_rows(layers: Sequence[_QuantLinear]) -> None:
-    """Give fusable ``layers`` one uninitialised tensor per stored tensor, each layer its consecutive
-    rows, so that loading writes straight into the layout :func:`fuse_rows` adopts (no copy)."""
-    if not all(layers[0].fusable_with(layer) for layer in layers):
-        return
-    with torch.inference_mode(False), torch.no_grad():
-        for name in layers[0]._TENSORS:
-            parts = [getattr(layer, name) for layer in layers]
-            rows = sum(t.shape[0] for t in parts)
-            whole = torch.empty((rows, *parts[0].shape[1:]), dtype=parts[0].dtype, device=parts[0].device)
-            for layer, block in zip(layers, whole.split([t.shape[0] for t in parts]), strict=True):
-                layer._buffers[name] = block
-    for layer in layers:
-        layer.clear_cache()
-
-
-def kernel_cache_bytes(model: nn.Module) -> int:
-    """Bytes the quantized layers hold besides their weights (kernel layouts, cast scales), including
-    those of the fused q/k/v and gate/up layers the decoder builds (decoder.py), which are not submodules."""
-    layers = [m for m in model.modules() if isinstance(m, QUANT_MODULES)]
-    fused_layers = getattr(getattr(model, "decoder", None), "fused_layers", None)
-    if fused_layers is not None:
-        layers += fused_layers()
-    seen: set[int] = set()
-    total = 0
-    for layer in layers:
-        for tensors in layer._cache.values():
-            for t in tensors:
-                if id(t) not in seen:
-                    seen.add(id(t))
-                    total += t.numel() * t.element_size()
-    return total
