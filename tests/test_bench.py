@@ -336,14 +336,43 @@ def test_the_int4_method_is_an_option_and_reaches_the_quantizer(monkeypatch):
     from dictation.asr.nn import quant_format
     from dictation.bench import parse_args, runner
 
+    seen = []
+
     def no_device(name):
+        seen.append(quant_format.INT4_METHOD)
         raise ModelError("no such device")
 
     assert parse_args([]).int4_method == quant_format.INT4_METHOD == "mse"
     monkeypatch.setattr(quant_format, "INT4_METHOD", "mse")
     monkeypatch.setattr(device, "resolve_device", no_device)
     assert runner.run(parse_args(["--int4-method", "minmax"])) == 1  # stops at the device, method set
-    assert quant_format.INT4_METHOD == "minmax"
+    assert seen == ["minmax"]
+    assert quant_format.INT4_METHOD == "mse"  # put back for the caller
+
+
+def test_a_bench_run_in_process_gives_the_callers_logging_threads_and_warnings_back(monkeypatch):
+    import logging
+    import warnings
+
+    import torch
+
+    from dictation.asr import ModelError, device
+    from dictation.bench import parse_args, runner
+
+    inside = []
+
+    def no_device(name):
+        inside.append((logging.getLogger("dictation").level, torch.get_num_threads()))
+        raise ModelError("no such device")
+
+    monkeypatch.setattr(device, "resolve_device", no_device)
+    logging.getLogger("dictation").setLevel(logging.NOTSET)
+    threads = torch.get_num_threads()
+    filters = list(warnings.filters)
+    assert runner.run(parse_args(["--threads", "1"])) == 1
+    assert inside == [(logging.ERROR, 1)]
+    assert logging.getLogger("dictation").level == logging.NOTSET
+    assert torch.get_num_threads() == threads and warnings.filters == filters
 
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])

@@ -358,18 +358,35 @@ def run(args: argparse.Namespace, official: Any = None) -> int:
 
     ``official``: the official implementation as a contender (``benchmarks/official_contender.py``, which
     ``benchmarks/bench_asr.py`` passes in); the package itself never loads the reference implementation.
-    """
-    from dictation.asr import AsrError
-    from dictation.asr.device import resolve_device
-    from dictation.bench.report import print_size_table, print_summary
 
-    warnings.filterwarnings("ignore")
-    logging.getLogger("dictation").setLevel(logging.ERROR)  # e.g. every run hits its token budget
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    What the run sets for itself (quieter logs and warnings, the thread count, the int4 rounding) is
+    put back when it returns: a caller in the same process (the tests) keeps its own settings.
+    """
     from dictation.asr.nn import quant_format
 
-    quant_format.INT4_METHOD = getattr(args, "int4_method", quant_format.INT4_METHOD)  # loads and pre-quantized folders
+    logger = logging.getLogger("dictation")
+    level, threads, int4_method = logger.level, torch.get_num_threads(), quant_format.INT4_METHOD
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore")
+            logger.setLevel(logging.ERROR)  # e.g. every run hits its token budget
+            if args.threads:
+                torch.set_num_threads(args.threads)
+            # for loads and pre-quantized folders
+            quant_format.INT4_METHOD = getattr(args, "int4_method", quant_format.INT4_METHOD)
+            return _run(args, official)
+    finally:
+        logger.setLevel(level)
+        torch.set_num_threads(threads)
+        quant_format.INT4_METHOD = int4_method
+
+
+def _run(args: argparse.Namespace, official: Any) -> int:
+    from dictation.asr import AsrError
+    from dictation.asr.device import resolve_device
+    from dictation.asr.nn import quant_format
+    from dictation.bench.report import print_size_table, print_summary
+
     try:
         device = resolve_device(args.device)
     except AsrError as exc:
