@@ -33,8 +33,11 @@ SCRIPT = textwrap.dedent(
     for rows, out_f, in_f in SHAPES:
         layer = Int8Linear.from_weight(torch.randn(out_f, in_f, generator=gen) / 16)
         x32 = torch.randn(rows, in_f, generator=gen)
-        blocks = triton_gemv.CONFIGS if out_f * in_f <= 1 << 17 else triton_gemv.CONFIGS[:1]
+        small = out_f * in_f <= 1 << 17
+        blocks = triton_gemv.CONFIGS if small else triton_gemv.CONFIGS[:1]
         for name, dtype in DTYPES.items():
+            if not small and name != "bf16":  # the full-size layer in the GPU's dtype: its grid, not its dtype
+                continue
             x = x32.to(dtype)
             reference = x.float() @ layer.dequantize().T  # the exact product, float32
             for block in blocks:
@@ -51,6 +54,8 @@ SCRIPT = textwrap.dedent(
         layer = Int4Linear.from_weight(w, group_size=group)
         x32 = torch.randn(rows, in_f, generator=gen)
         for name, dtype in DTYPES.items():
+            if out_f >= 4096 and name != "bf16":  # as for int8: 18 s a dtype in the interpreter
+                continue
             x = x32.to(dtype)
             reference = x.float() @ layer.dequantize().T
             blocks = triton_gemv.INT4_CONFIGS if name == "bf16" and out_f < 4096 else triton_gemv.INT4_CONFIGS[1:2]
@@ -78,7 +83,8 @@ def interpreted():
 
 def test_the_kernel_matches_the_exact_product_for_every_block_size_and_dtype(interpreted):
     cases = interpreted["errors"]
-    assert len(cases) == 3 * (5 * len(triton_gemv.CONFIGS) + 1)
+    assert len(cases) == 3 * 5 * len(triton_gemv.CONFIGS) + 1
+    assert {case[0] for case in cases if case[2] == 4096} == {"bf16"}
     for dtype, rows, out_f, in_f, block, same_dtype, err in cases:
         assert same_dtype, f"{dtype} {rows}x{in_f} -> {out_f}: result not in the input dtype"
         assert err <= TOLERANCE[dtype], f"{dtype} {rows}x{in_f} -> {out_f}, block {block}: error {err:.2e}"
@@ -86,7 +92,7 @@ def test_the_kernel_matches_the_exact_product_for_every_block_size_and_dtype(int
 
 def test_the_int4_kernel_matches_the_exact_product_for_every_block_size_group_and_dtype(interpreted):
     cases = interpreted["int4"]
-    assert len(cases) == 4 * (len(triton_gemv.INT4_CONFIGS) + 2) + 3
+    assert len(cases) == 4 * (len(triton_gemv.INT4_CONFIGS) + 2) + 1
     assert {case[4] for case in cases} == {32, 64, 128, 256}
     for dtype, rows, out_f, in_f, group, block, same_dtype, err in cases:
         assert same_dtype, f"{dtype} {rows}x{in_f} -> {out_f}: result not in the input dtype"
