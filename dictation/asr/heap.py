@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
-from contextlib import suppress
 
 
 def release_freed_memory() -> None:
@@ -12,7 +12,17 @@ def release_freed_memory() -> None:
     Loading frees many tensors between a few and 30 MB that glibc keeps in its heap rather than
     unmapping (its mmap threshold rises with each large free): about 0.2 GB of resident memory for the
     0.6B model that nothing uses (docs/engine.md, "CPU memory")."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, looked up once; None off Linux or without glibc (musl has none)."""
     if sys.platform != "linux":
-        return
-    with suppress(OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-        ctypes.CDLL(None).malloc_trim(0)
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None

@@ -207,14 +207,11 @@ def _exactly_held(known: dict) -> dict:
 def _table_in_half(name: str, pending: dict) -> bool:
     """Whether ``name`` is the embedding table / output head, its module's last tensor to read, and this
     CPU has the float16 product: it is then read straight into float16, piece by piece."""
+    if name not in ("decoder.embed_tokens.weight", "lm_head.weight") or name not in pending:
+        return False
     from dictation.asr.nn.compact import half_matmul_usable
 
-    return (
-        name in ("decoder.embed_tokens.weight", "lm_head.weight")
-        and name in pending
-        and pending[name][2] == {name}
-        and half_matmul_usable()
-    )
+    return pending[name][2] == {name} and half_matmul_usable()
 
 
 def _compacted_from(

@@ -136,9 +136,8 @@ def _time_bf16_decode(kind: str) -> bool:
         layer = Int8Linear(in_f, out_f) if kind == "int8" else Int4Linear(in_f, out_f)
         stored = layer.weight if kind == "int8" else layer.qweight
         stored.copy_(torch.randint(-127 if kind == "int8" else 0, 128, stored.shape, generator=gen, dtype=stored.dtype))
-        for name in ("weight_scale",) if kind == "int8" else ("scales",):
-            getattr(layer, name).uniform_(1e-3, 2e-3, generator=gen)
-        x = torch.randn(1, CPU_DECODE_TIMING_SHAPE[1], generator=gen)
+        (layer.weight_scale if kind == "int8" else layer.scales).uniform_(1e-3, 2e-3, generator=gen)
+        x = torch.randn(1, in_f, generator=gen)
         fits32 = layer._kernel_fits(cpu, torch.float32) and _kernel_available(kind, cpu, torch.float32)
         candidates = {
             "bf16 kernel": lambda: layer._torch_kernel(x.bfloat16(), torch.bfloat16).float(),
@@ -626,22 +625,22 @@ class Int4Linear(_QuantLinear):
         return False
 
     def _packed_for(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """torch's packed weights (one copy for every dtype: they do not depend on it) and the
+        ``scales_and_zeros`` in ``dtype``, each cached once."""
         device = self.qweight.device
-        key = (device, dtype)
-        if key not in self._cache:
-            with torch.inference_mode(False), torch.no_grad():
+        packed_key, key = ("packed", device), (device, dtype)
+        with torch.inference_mode(False), torch.no_grad():
+            if packed_key not in self._cache:
+                if device.type == "cuda":
+                    packed = torch._convert_weight_to_int4pack(self.qweight.contiguous(), self._inner_k_tiles())
+                else:
+                    packed = torch._convert_weight_to_int4pack_for_cpu(unpack_int4(self.qweight).to(torch.int32), 1)
+                self._cache[packed_key] = (packed,)
+            if key not in self._cache:
                 # The kernels compute (q - 8) * scale + zero: their zero is the group midpoint.
                 zero = self.zeros + 8 * self.scales
-                sz = torch.stack((self.scales, zero), dim=-1).transpose(0, 1).contiguous().to(dtype)
-                # The packed weights do not depend on the dtype: one copy serves every dtype.
-                packed = next((v[0] for k, v in self._cache.items() if k[:1] == (device,) and len(k) == 2), None)
-                if packed is None and device.type == "cuda":
-                    packed = torch._convert_weight_to_int4pack(self.qweight.contiguous(), self._inner_k_tiles())
-                elif packed is None:
-                    q = unpack_int4(self.qweight).to(torch.int32)
-                    packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
-            self._cache[key] = (packed, sz)
-        return self._cache[key]
+                self._cache[key] = (torch.stack((self.scales, zero), dim=-1).transpose(0, 1).contiguous().to(dtype),)
+        return self._cache[packed_key][0], self._cache[key][0]
 
     def _cuda_path(self, device: torch.device, dtype: torch.dtype) -> str:
         return cuda_int4_path(device, dtype)
