@@ -53,9 +53,13 @@ def _rss() -> int:
 
 
 def _peak() -> int:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's resident high-water mark (VmHWM). Not ``ru_maxrss``: Linux carries that over
+    from the forked parent through exec, so a child of a large parent reported the parent's peak."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def child_ours(a: argparse.Namespace) -> dict:
