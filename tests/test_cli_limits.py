@@ -13,7 +13,8 @@ from dictation.asr import limits
 from dictation.asr.decode import longform
 from dictation.asr.decode.pipeline import Progress
 from dictation.audio.wav import write_wav
-from dictation.cli_progress import TranscribeProgress
+from dictation.cli import engine_commands
+from dictation.cli.terminal import TranscribeProgress
 from tests.oracle import synth_audio
 from tests.test_cli import assert_one_line_error, run_cli
 
@@ -60,7 +61,7 @@ def test_a_long_file_shows_its_progress(ckpt_untied, tmp_path, monkeypatch, caps
     long_wav = tmp_path / "long.wav"
     write_wav(long_wav, synth_audio(13.0, seed=21), 16000)
     monkeypatch.setattr(longform, "MAX_PASS_SECONDS", 5.0)
-    monkeypatch.setattr(cli, "PROGRESS_SECONDS", 10.0)
+    monkeypatch.setattr(engine_commands, "PROGRESS_SECONDS", 10.0)
     args = ["transcribe", str(long_wav), "--model", str(ckpt_untied), "--device", "cpu", "--max-new-tokens", "3"]
     assert cli.main(args) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"{long_wav}: ")]

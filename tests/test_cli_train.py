@@ -211,7 +211,8 @@ def test_lora_alone_changes_nothing_before_training(ckpt):
     """B starts at zero: the wrapped model computes what the base computes."""
     from dictation.asr.checkpoints.safetensors import load_model
     from dictation.asr.config import AsrConfig
-    from dictation.asr.tune.train import TrainOptions, add_lora
+    from dictation.asr.tune.lora_forward import add_lora
+    from dictation.asr.tune.train import TrainOptions
 
     cfg = AsrConfig.from_file(ckpt / "config.json")
     model = load_model(ckpt, cfg, torch.device("cpu"), torch.float32)

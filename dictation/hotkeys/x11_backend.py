@@ -41,122 +41,34 @@ Each report comes with `event_time`: when the key went down or up, from the X se
 (`event_time.server_time_to_clock`), which stays right while this thread waits for the GIL.
 
 Everything X is done on the backend's own thread with its own connection; other threads only post
-requests to it and wake it through a pipe.
+requests to it and wake it through a pipe. This module is that thread: its requests, the key events
+and the state of the chords held; ``x11_keyboard.py`` reads the keyboard mapping (key codes, modifier
+masks, locks) and ``x11_grabs.py`` makes and releases the grabs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import itertools
 import logging
-import operator
 import os
 import queue
 import select
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from dictation.hotkeys.base import HotkeyBackend
 from dictation.hotkeys.errors import HotkeyBackendError
 from dictation.hotkeys.event_time import server_time_to_clock
-from dictation.hotkeys.hotkey import Hotkey, parse_hotkey
-from dictation.hotkeys.keys import KEYS, MODIFIER_SIDES
+from dictation.hotkeys.hotkey import Hotkey
+from dictation.hotkeys.x11_grabs import KeyGrabs, conflict_message, probe_grabs
+from dictation.hotkeys.x11_keyboard import MODIFIER_BITS, Chord, Keyboard, is_down
 from dictation.hotkeys.x11_xkb import connect, set_detectable_auto_repeat
 
 log = logging.getLogger(__name__)
 
-# Keysyms a physical key may carry besides its own: layouts with AltGr put ISO_Level3_Shift on the
-# right Alt key (pynput reports it as alt_gr, which keys.py counts as right_alt too).
-EXTRA_KEYSYMS = {"right_alt": ("ISO_Level3_Shift",)}
-LOCK_KEYSYMS = ("Caps_Lock", "Num_Lock", "Scroll_Lock")
-MODIFIER_BITS = 0xFF  # Shift, Lock, Control, Mod1-Mod5; the higher bits of a key event's state are buttons
 STOP_JOIN_S = 2.0
 POLL_S = 1.0
-
-
-def conflict_message(hotkey: Hotkey | str, name: str = "") -> str:
-    what = "The cancel key" if name == "cancel" else "The hotkey"
-    return (
-        f"{what} {hotkey} is already taken by another program on this X display (it grabbed that key "
-        "combination first), so it does nothing here: choose another key on the Recording page, or remove "
-        "that shortcut from the other program (window manager, xbindkeys, ...)"
-    )
-
-
-class Chord(NamedTuple):  # a record, not a dataclass: imported before the hotkey grab (dictation.launch)
-    """One binding as X sees it: the key codes of its main key and the modifier masks that fire it."""
-
-    name: str
-    hotkey: Hotkey
-    keycodes: frozenset[int]
-    masks: frozenset[int]  # exact modifier states (without the locks) that fire it
-    sided: tuple[frozenset[int], ...]  # per sided modifier ("right_ctrl"): its key codes, one must be down
-
-    @property
-    def sync(self) -> bool:
-        """Grab synchronously, so a press with the other side's modifier can be handed back."""
-        return bool(self.sided)
-
-
-class Keyboard:
-    """Key codes and modifier masks of the current keyboard mapping of one X connection."""
-
-    def __init__(self, display: Any) -> None:
-        from Xlib import XK
-
-        XK.load_keysym_group("xkb")  # ISO_Level3_Shift; latin1 and miscellany are loaded already
-        self._display = display
-        self._xk = XK
-        self._modmap = [frozenset(c for c in codes if c) for codes in display.get_modifier_mapping()]
-        locks = 1 << 1  # the Lock modifier (Caps Lock), whatever key carries it
-        for keysym in LOCK_KEYSYMS:
-            locks |= self.mask_of(self.keycodes(keysym))
-        self.lock_mask = locks
-
-    def keycodes(self, keysym_name: str) -> frozenset[int]:
-        keysym = self._xk.string_to_keysym(keysym_name)
-        if not keysym:
-            return frozenset()
-        return frozenset(code for code, _index in self._display.keysym_to_keycodes(keysym))
-
-    def key_codes(self, name: str) -> frozenset[int]:
-        """Key codes of a physical key name ("space", "right_alt")."""
-        codes = self.keycodes(KEYS[name].xkb)
-        for extra in EXTRA_KEYSYMS.get(name, ()):
-            codes |= self.keycodes(extra)
-        return codes
-
-    def mask_of(self, keycodes: Iterable[int]) -> int:
-        codes = set(keycodes)
-        return sum(1 << i for i, members in enumerate(self._modmap) if members & codes)
-
-    def lock_combinations(self, used: int = 0) -> list[int]:
-        """Every combination of the lock modifiers (those a chord does not use itself)."""
-        bits = [1 << i for i in range(8) if (self.lock_mask & ~used) & (1 << i)]
-        return sorted({sum(combo) for r in range(len(bits) + 1) for combo in itertools.combinations(bits, r)})
-
-    def chord(self, name: str, hotkey: Hotkey) -> Chord:
-        """Raise HotkeyBackendError when this keyboard can't produce ``hotkey``."""
-        keycodes = self.key_codes(hotkey.key)
-        if not keycodes:
-            raise HotkeyBackendError(f"{hotkey}: no key of this keyboard layout produces {hotkey.key!r}", backend="x11")
-        options: list[set[int]] = []
-        sided: list[frozenset[int]] = []
-        for part in sorted(hotkey.modifiers):
-            physical = MODIFIER_SIDES.get(part, (part,))
-            masks = {self.mask_of(self.key_codes(p)) for p in physical} - {0}
-            if not masks:
-                raise HotkeyBackendError(
-                    f"{hotkey}: no modifier of this keyboard layout is carried by {part!r}", backend="x11"
-                )
-            options.append(masks)
-            if part not in MODIFIER_SIDES:
-                sided.append(self.key_codes(part))
-        masks = frozenset(functools.reduce(operator.or_, combo, 0) for combo in itertools.product(*options))
-        return Chord(name, hotkey, keycodes, masks, tuple(sided))
 
 
 class X11GrabBackend(HotkeyBackend):
@@ -178,7 +90,7 @@ class X11GrabBackend(HotkeyBackend):
         self.detectable_auto_repeat = False
         # Thread state (the backend's thread only).
         self._chords: dict[str, Chord] = {}
-        self._grabs: dict[tuple[int, int], set[str]] = {}  # (keycode, state) -> bindings it serves
+        self._grabs = KeyGrabs()  # on the thread's connection, made at each start
         self._active: dict[str, tuple[int, int]] = {}  # pressed binding -> (keycode, matched mask)
         self._grab_key: int | None = None  # the key whose press made the server grab the keyboard for us
         self._keyboard_grabbed = False  # we took the keyboard (a chord held at start): let go at its release
@@ -220,6 +132,7 @@ class X11GrabBackend(HotkeyBackend):
             self._display = connect(target)
         except Exception as exc:
             raise HotkeyBackendError(f"cannot connect to the X display {target}: {exc}", backend=self.name) from exc
+        self._grabs = KeyGrabs(self._display)
         self._problems = {}
         self._requests = queue.Queue()
         self._wake_r, self._wake_w = os.pipe()
@@ -317,7 +230,7 @@ class X11GrabBackend(HotkeyBackend):
         root = display.screen().root
         state = root.query_pointer().mask  # the modifiers held now
         for chord in list(self._chords.values()):
-            down = sorted(code for code in chord.keycodes if _is_down(keymap, code))
+            down = sorted(code for code in chord.keycodes if is_down(keymap, code))
             match = self._match(down[0], state) if down else None
             if match is None or match[0] != chord.name:
                 continue
@@ -347,7 +260,7 @@ class X11GrabBackend(HotkeyBackend):
 
     def _regrab(self, report: bool) -> None:
         """(Re)build the chords from the current keyboard mapping and grab every enabled one."""
-        self._ungrab_all()
+        self._grabs.ungrab_all()
         self._keyboard = Keyboard(self._display)
         self._chords = {}
         for name in [n for n, hk in self.bindings.items() if not hk.is_modifier_only]:
@@ -365,59 +278,19 @@ class X11GrabBackend(HotkeyBackend):
         if report:
             for message in self._problems.values():
                 self._report(message, fatal=False)
-            if not self._grabs and self._watcher is None and any(self.is_enabled(n) for n in self.bindings):
+            if self._grabs.empty and self._watcher is None and any(self.is_enabled(n) for n in self.bindings):
                 self._report("no hotkey could be grabbed", fatal=True)
 
     def _grab(self, name: str) -> bool:
-        """Grab one binding for every lock combination; on BadAccess undo and remember the conflict."""
-        from Xlib import X, error
-
+        """Grab one binding (x11_grabs.KeyGrabs.grab); a conflict is remembered in ``problems``."""
         chord = self._chords.get(name)
         if chord is None or self._keyboard is None:
             return False
-        mode = X.GrabModeSync if chord.sync else X.GrabModeAsync
-        root = self._display.screen().root
-        catcher = error.CatchError(error.BadAccess)
-        added = []
-        for keycode in sorted(chord.keycodes):
-            for mask in sorted(chord.masks):
-                for lock in self._keyboard.lock_combinations(used=mask):
-                    key = (keycode, mask | lock)
-                    holders = self._grabs.setdefault(key, set())
-                    if not holders or chord.sync:
-                        root.grab_key(keycode, mask | lock, False, X.GrabModeAsync, mode, onerror=catcher)
-                    holders.add(name)
-                    added.append(key)
-        self._display.sync()
-        if catcher.get_error() is None:
+        if self._grabs.grab(chord, self._keyboard):
             self._problems.pop(name, None)
             return True
-        for key in added:
-            self._release_grab(key, name)
-        self._display.sync()
         self._problems[name] = conflict_message(chord.hotkey, name)
         return False
-
-    def _ungrab(self, name: str) -> None:
-        for key in [k for k, holders in self._grabs.items() if name in holders]:
-            self._release_grab(key, name)
-        self._display.flush()
-
-    def _release_grab(self, key: tuple[int, int], name: str) -> None:
-        holders = self._grabs.get(key)
-        if holders is None:
-            return
-        holders.discard(name)
-        if not holders:
-            del self._grabs[key]
-            self._display.screen().root.ungrab_key(key[0], key[1])
-
-    def _ungrab_all(self) -> None:
-        if self._display is None:
-            return
-        for keycode, state in list(self._grabs):
-            self._display.screen().root.ungrab_key(keycode, state)
-        self._grabs.clear()
 
     def _handle_requests(self) -> bool:
         """Carry out what other threads asked for; True on stop."""
@@ -442,7 +315,7 @@ class X11GrabBackend(HotkeyBackend):
                 if not self._grab(name) and self._problems[name] != known:  # say it once, not at every recording
                     self._report(self._problems[name], fatal=False)
             elif not enabled and not self.is_enabled(name):
-                self._ungrab(name)
+                self._grabs.ungrab(name)
 
     def _cleanup(self) -> None:
         from Xlib import X
@@ -451,8 +324,7 @@ class X11GrabBackend(HotkeyBackend):
         try:
             if display is not None:
                 try:
-                    for keycode, state in list(self._grabs):
-                        display.screen().root.ungrab_key(keycode, state)
+                    self._grabs.ungrab_all()
                     if self._keyboard_grabbed:
                         display.ungrab_keyboard(X.CurrentTime)
                     display.allow_events(X.AsyncKeyboard, X.CurrentTime)  # never leave the keyboard frozen
@@ -461,7 +333,7 @@ class X11GrabBackend(HotkeyBackend):
                     display.close()
         except Exception:
             log.debug("closing the x11 hotkey connection failed", exc_info=True)
-        self._grabs.clear()
+        self._grabs.forget()
         self._active.clear()
         self._grab_key = None
         self._keyboard_grabbed = False
@@ -499,7 +371,7 @@ class X11GrabBackend(HotkeyBackend):
             # Thaws a synchronous grab: keeps the keyboard, or gives the press to the window after all.
             self._display.allow_events(X.AsyncKeyboard if match else X.ReplayKeyboard, event.time)
             self._display.flush()
-            holders = self._grabs.get((keycode, event.state & MODIFIER_BITS), ())
+            holders = self._grabs.holders(keycode, event.state & MODIFIER_BITS)
             replayed = match is None and any(n in self._chords and self._chords[n].sync for n in holders)
             if not replayed:  # the keyboard is ours until this key goes up
                 self._grab_key = keycode
@@ -539,7 +411,7 @@ class X11GrabBackend(HotkeyBackend):
             status = root.grab_keyboard(False, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime)
             self._keyboard_grabbed = status == X.GrabSuccess
         keymap = self._display.query_keymap() if names and self._keyboard_grabbed else None
-        held = [name for name in names if keymap is not None and _is_down(keymap, self._active[name][0])]
+        held = [name for name in names if keymap is not None and is_down(keymap, self._active[name][0])]
         if held:
             self._grab_key = self._active[held[0]][0]
         else:
@@ -588,53 +460,10 @@ class X11GrabBackend(HotkeyBackend):
                     continue
                 if chord.sided:
                     keymap = keymap if keymap is not None else self._display.query_keymap()
-                    if not all(any(_is_down(keymap, code) for code in codes) for codes in chord.sided):
+                    if not all(any(is_down(keymap, code) for code in codes) for codes in chord.sided):
                         continue
                 return chord.name, mask
         return None
 
 
-def _is_down(keymap: list[int], keycode: int) -> bool:
-    return bool(keymap[keycode >> 3] & (1 << (keycode & 7)))
-
-
-def probe_grabs(hotkeys: Iterable[str], display_name: str | None = None) -> dict[str, str | None]:
-    """Try to grab each hotkey (every lock combination) and let go at once: hotkey -> problem or None.
-
-    For `dictation doctor`. BadAccess means another client holds the grab, which is the running app
-    itself for the hotkey it uses."""
-    from Xlib import X, error
-
-    target = display_name or os.environ.get("DISPLAY")
-    display = connect(target)
-    results: dict[str, str | None] = {}
-    try:
-        keyboard = Keyboard(display)
-        root = display.screen().root
-        for text in hotkeys:
-            hotkey = parse_hotkey(text)
-            if hotkey.is_modifier_only:
-                results[text] = None  # watched, never grabbed
-                continue
-            try:
-                chord = keyboard.chord("probe", hotkey)
-            except HotkeyBackendError as exc:
-                results[text] = str(exc)
-                continue
-            catcher = error.CatchError(error.BadAccess)
-            grabbed = [
-                (code, mask | lock)
-                for code in sorted(chord.keycodes)
-                for mask in sorted(chord.masks)
-                for lock in keyboard.lock_combinations(used=mask)
-            ]
-            for code, state in grabbed:
-                root.grab_key(code, state, False, X.GrabModeAsync, X.GrabModeAsync, onerror=catcher)
-            display.sync()
-            for code, state in grabbed:
-                root.ungrab_key(code, state)
-            display.sync()
-            results[text] = None if catcher.get_error() is None else conflict_message(hotkey)
-    finally:
-        display.close()
-    return results
+__all__ = ["X11GrabBackend", "probe_grabs"]  # probe_grabs (x11_grabs.py): `dictation doctor` imports it from here

@@ -1,5 +1,5 @@
-"""LoRA training (tune/train.py, tune/data.py): the training forward, the data file, the exported PEFT
-folder as the engine loads it, determinism, cancel, and the NF4 base."""
+"""LoRA training (tune/train.py and the modules it runs, tune/data.py): the training forward, the data
+file, the exported PEFT folder as the engine loads it, determinism, cancel, and the NF4 base."""
 
 from __future__ import annotations
 
@@ -18,14 +18,11 @@ from dictation.asr.nn.features import LogMel
 from dictation.asr.text.prompt import PromptBuilder
 from dictation.asr.tune.adapter_files import read_adapter
 from dictation.asr.tune.data import Example, read_examples
+from dictation.asr.tune.lora_forward import add_lora, decoder_logits, example_loss, prepare
 from dictation.asr.tune.nf4 import bits_per_parameter
 from dictation.asr.tune.train import (
     TrainingCancelled,
     TrainOptions,
-    add_lora,
-    decoder_logits,
-    example_loss,
-    prepare,
     train_adapter,
     train_lora,
     work_folder,
@@ -248,12 +245,12 @@ def test_epochs_set_the_steps_and_out_of_memory_is_one_error(ckpt_untied, tmp_pa
     train_lora(model, prompt, _examples(), TrainOptions(epochs=2, bits=16, rank=2, batch_size=1), progress=seen.append)
     assert [p.steps for p in seen] == [4] * 4
 
-    from dictation.asr.tune import train as train_module
+    from dictation.asr.tune import lora_forward
 
     def exhausted(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(train_module, "decoder_logits", exhausted)
+    monkeypatch.setattr(lora_forward, "decoder_logits", exhausted)
     out = tmp_path / "adapter"
     with pytest.raises(AdapterError) as info:
         train_adapter(ckpt_untied, _examples(), out, TrainOptions(steps=3, bits=16, rank=2))

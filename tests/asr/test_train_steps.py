@@ -1,6 +1,7 @@
-"""What makes a training step cheap (tune/train.py, tune/nf4.py), each checked against the slow way:
-the frozen decoder layers below the adapted ones run once per clip, the NF4 base is dequantized once,
-gradient checkpointing only on a GPU; and the default length and learning-rate schedule."""
+"""What makes a training step cheap (tune/train.py, tune/lora_forward.py, tune/nf4.py), each checked
+against the slow way: the frozen decoder layers below the adapted ones run once per clip, the NF4 base
+is dequantized once, gradient checkpointing only on a GPU; and the default length and learning-rate
+schedule."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import pytest
 import torch
 
 from dictation.asr.nn.features import LogMel
+from dictation.asr.tune import lora_forward
 from dictation.asr.tune import nf4 as nf4_module
 from dictation.asr.tune import train as train_module
 from dictation.asr.tune.adapter_files import read_adapter
-from dictation.asr.tune.train import TrainOptions, add_lora, decoder_logits, example_loss, prepare, train_lora
+from dictation.asr.tune.lora_forward import add_lora, decoder_logits, example_loss, prepare
+from dictation.asr.tune.train import TrainOptions, train_lora
 from tests.asr.test_train import _examples, _load
 
 
@@ -140,8 +143,8 @@ def test_the_frozen_layers_below_run_on_the_loaded_weights_and_only_the_adapted_
 
 def test_gradient_checkpointing_is_on_only_on_a_gpu_by_default(ckpt_untied, monkeypatch):
     calls = []
-    original = train_module.checkpoint
-    monkeypatch.setattr(train_module, "checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = lora_forward.checkpoint
+    monkeypatch.setattr(lora_forward, "checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k))
     for options, expected in (
         (TrainOptions(steps=1, bits=16, rank=2), False),  # the default, on the CPU
         (TrainOptions(steps=1, bits=16, rank=2, checkpointing=True), True),

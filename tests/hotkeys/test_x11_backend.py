@@ -22,7 +22,8 @@ import pytest
 
 from dictation.hotkeys import HotkeyBackendError, X11GrabBackend, parse_hotkey
 from dictation.hotkeys.keys import KEYS
-from dictation.hotkeys.x11_backend import Keyboard, probe_grabs
+from dictation.hotkeys.x11_grabs import probe_grabs
+from dictation.hotkeys.x11_keyboard import Keyboard
 
 TIMEOUT = 15.0
 HERE = Path(__file__).parent

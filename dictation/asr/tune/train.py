@@ -24,136 +24,43 @@ the adapted layers are dequantized once where they fit in half the memory still 
 inference does), taken in a seeded shuffled order, epoch after epoch. With the same seed, data and
 machine, training gives the same adapter.
 
-The forward for training (:func:`decoder_logits`) runs the decoder's own layers over the whole sequence
-with causal attention and no KV cache; a test checks it against the inference path's logits. With
-gradient checkpointing (by default on a GPU only: on the CPU memory is plentiful and the recompute
-costs a third of a step) only each decoder layer's input is kept, and the layer's activations are
-recomputed in the backward pass.
-
 A run with a work folder (:func:`train_adapter`: ``.<out name>.training`` beside the output) saves a
 checkpoint every ``save_every`` steps and when cancelled: the LoRA matrices, AdamW's state, the
 data order and random state, and a fingerprint of the data and settings; resuming from it gives
 the very adapter an uninterrupted run gives. Running out of memory is one TrainingError.
 
-The adapter is written as PEFT writes one (``adapter_config.json`` + ``adapter_model.safetensors``,
-tensors ``base_model.model.<module>.lora_A.weight``), in the checkpoint's own module names (the
-official ``thinker.model.layers...`` or the ``-hf`` layout's ``model.language_model.layers...``),
-with ``target_modules`` a regular expression that selects the decoder's layers only. The folder is
-written under a temporary name and renamed, so it appears whole or not at all; an existing
-destination is refused.
+The parts: ``train_options.py`` (TrainOptions, Progress), ``lora_forward.py`` (the LoRA layers, the
+frozen part of each example, the forward and loss of a step), ``train_checkpoint.py`` (the resumable
+checkpoint), ``peft_export.py`` (the adapter folder); this module runs the loop and the whole
+run from a model folder to an adapter folder.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import os
 import random
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-from dictation.asr.checkpoints.locate import checkpoint_name
-from dictation.asr.checkpoints.output import atomic_outputs
 from dictation.asr.errors import ModelError
-from dictation.asr.nn.features import LogMel, n_audio_tokens
+from dictation.asr.nn.features import LogMel
 from dictation.asr.nn.model import AsrModel
-from dictation.asr.nn.rope import rope_tables
 from dictation.asr.text.prompt import PromptBuilder
-from dictation.asr.tune.adapter_files import CONFIG_FILE, WEIGHTS_FILE
 from dictation.asr.tune.data import Example, TrainingCancelled, TrainingError
+from dictation.asr.tune.lora_forward import LoraTrainLinear, add_lora, example_loss, first_adapted, prepare
 from dictation.asr.tune.nf4 import NF4Linear, nf4_decoder
+from dictation.asr.tune.peft_export import write_adapter
+from dictation.asr.tune.train_checkpoint import CHECKPOINT, fingerprint, load_checkpoint, save_checkpoint
+from dictation.asr.tune.train_options import DEFAULT_TARGETS, Progress, TrainOptions
 
 log = logging.getLogger(__name__)
-
-DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_GROUPS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn"}
-_GROUPS |= {"gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
-HEAD = "lm_head"  # also a possible target (not a default): the output head, untied first if tied
-
-
-# The default length: DEFAULT_EPOCHS passes over the clips, within [MIN_STEPS, MAX_STEPS] steps of
-# ``batch_size`` clips (20 dictations, 16 trained on: 64 steps of two clips; see TrainOptions.lr_at).
-DEFAULT_EPOCHS = 8
-MIN_STEPS, MAX_STEPS = 40, 160
-
-
-@dataclass(frozen=True)
-class TrainOptions:
-    steps: int | None = None  # None: from the number of clips (total_steps)
-    rank: int = 16
-    alpha: float = 32.0
-    lr: float = 1e-3  # the peak: a linear warm-up over ``warmup`` of the steps, then a cosine decay to a tenth
-    targets: tuple[str, ...] = DEFAULT_TARGETS
-    bits: int = 4  # 4: NF4 base (QLoRA); 16: the float base
-    double_quant: bool = True
-    seed: int = 0
-    batch_size: int = 2
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    epochs: int | None = None  # instead of steps: passes over the data (steps = ceil(epochs * n / batch))
-    checkpointing: bool | None = None  # recompute each layer's activations in the backward; None: on a GPU
-    layers: int | None = 8  # the top decoder layers adapted (None: all); those below run once per clip
-    warmup: float = 0.1
-    save_every: int = 50  # steps between resumable checkpoints (with a work folder)
-
-    def total_steps(self, n_examples: int) -> int:
-        """The optimizer steps of a run on ``n_examples``: ``steps``, ``epochs`` passes over them, or
-        by default ``DEFAULT_EPOCHS`` passes within ``MIN_STEPS .. MAX_STEPS``."""
-        if self.steps is not None:
-            return self.steps
-        if self.epochs is not None:
-            return max(1, math.ceil(self.epochs * n_examples / self.batch_size))
-        return min(MAX_STEPS, max(MIN_STEPS, math.ceil(DEFAULT_EPOCHS * n_examples / self.batch_size)))
-
-    def lr_at(self, step: int, steps: int) -> float:
-        """The learning rate of optimizer step ``step`` (1-based) of ``steps``: a linear warm-up to
-        ``lr`` over the first ``warmup`` share of the steps, then a cosine decay to ``lr / 10`` at the
-        last (a constant rate left the loss of the last steps jumping about)."""
-        warm = max(1, round(self.warmup * steps)) if self.warmup > 0 else 0
-        if step <= warm:
-            return self.lr * step / warm
-        done = (step - warm) / max(1, steps - warm)
-        return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
-
-    def check(self) -> None:
-        if self.bits not in (4, 16):
-            raise TrainingError(f"bits must be 4 (NF4 base) or 16 (float base), not {self.bits}")
-        if (self.steps is not None and self.steps < 1) or self.rank < 1 or self.batch_size < 1 or self.save_every < 1:
-            raise TrainingError("steps, rank and batch size must be positive")
-        if self.layers is not None and self.layers < 1:
-            raise TrainingError(f"the adapted layers must be at least 1, not {self.layers}")
-        if not 0 <= self.warmup < 1:
-            raise TrainingError(f"the warm-up share must be at least 0 and below 1, not {self.warmup:g}")
-        if self.epochs is not None and self.epochs < 1:
-            raise TrainingError(f"epochs must be at least 1, not {self.epochs}")
-        if not (math.isfinite(self.lr) and self.lr > 0 and math.isfinite(self.alpha) and self.alpha > 0):
-            raise TrainingError("the learning rate and alpha must be positive numbers")
-        unknown = sorted(set(self.targets) - {*DEFAULT_TARGETS, HEAD})
-        if unknown or not self.targets:
-            raise TrainingError(
-                f"unknown LoRA targets {', '.join(unknown) or '(none)'}; "
-                f"choose from {', '.join((*DEFAULT_TARGETS, HEAD))}"
-            )
-
-
-@dataclass(frozen=True)
-class Progress:
-    step: int
-    steps: int
-    loss: float
-    seconds_left: float
 
 
 @dataclass
@@ -171,201 +78,6 @@ class TrainResult:
         return self.tokens / self.seconds if self.seconds else 0.0
 
 
-class LoraTrainLinear(nn.Module):
-    """``base(x) + scaling * B (A x)`` with trainable float32 ``A``/``B`` beside a frozen base."""
-
-    def __init__(self, base: nn.Module, rank: int, alpha: float, generator: torch.Generator) -> None:
-        super().__init__()
-        self.base = base
-        self.in_features, self.out_features = base.in_features, base.out_features
-        device = next(iter([*base.parameters(), *base.buffers()])).device
-        a = torch.empty(rank, self.in_features)
-        # PEFT's init: A as nn.Linear's default (Kaiming uniform, a = sqrt(5)), B zeros.
-        bound = 1.0 / math.sqrt(self.in_features)
-        a.uniform_(-bound, bound, generator=generator)
-        self.lora_A = nn.Parameter(a.to(device))
-        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, device=device))
-        self.scaling = alpha / rank
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # the LoRA branch in float32 whatever the base's dtype (bf16 on a GPU): small, and exact updates
-        delta = F.linear(F.linear(x.float(), self.lora_A), self.lora_B) * self.scaling
-        return self.base(x) + delta.to(x.dtype)
-
-
-def first_adapted(model: AsrModel, options: TrainOptions) -> int:
-    """The index of the lowest decoder layer ``options`` adapts (0: all of them)."""
-    n = len(model.decoder.layers)
-    return 0 if options.layers is None else max(0, n - options.layers)
-
-
-def add_lora(model: AsrModel, options: TrainOptions) -> dict[str, LoraTrainLinear]:
-    """Freeze ``model`` and wrap the target layers of the adapted decoder layers (the top
-    ``options.layers``); returns them by our module name."""
-    model.requires_grad_(False)
-    generator = torch.Generator().manual_seed(options.seed)
-    out = {}
-    start = first_adapted(model, options)
-    for i, layer in enumerate(model.decoder.layers):
-        if i < start:
-            continue
-        for target in DEFAULT_TARGETS:  # a fixed order, whatever the option's: the same init for a seed
-            if target not in options.targets:
-                continue
-            parent = getattr(layer, _GROUPS[target])
-            wrapped = LoraTrainLinear(getattr(parent, target), options.rank, options.alpha, generator)
-            setattr(parent, target, wrapped)
-            out[f"decoder.layers.{i}.{_GROUPS[target]}.{target}"] = wrapped
-    if HEAD in options.targets:
-        head = model.lm_head
-        if head is None:  # tied: PEFT adapts the head alone, so the adapted head is a copy of the embeddings
-            embed = model.decoder.embed_tokens.weight
-            head = nn.Linear(embed.shape[1], embed.shape[0], bias=False, device=embed.device, dtype=embed.dtype)
-            with torch.no_grad():
-                head.weight.copy_(embed)
-            head.requires_grad_(False)
-        model.lm_head = out[HEAD] = LoraTrainLinear(head, options.rank, options.alpha, generator)
-    return out
-
-
-def _layer_forward(layer: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    s = h.shape[1]
-    attn = layer.self_attn
-    q, k, v = attn._qkv(layer.input_layernorm(h), cos, sin)
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    h = h + attn.o_proj(o.transpose(1, 2).reshape(1, s, attn.n_heads * attn.head_dim))
-    return h + layer.mlp(layer.post_attention_layernorm(h))
-
-
-def _rope(model: AsrModel, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    t = model.cfg.text
-    cos, sin = rope_tables(torch.arange(embeds.shape[1], device=embeds.device), t.head_dim, t.rope_theta)
-    return cos.to(embeds.dtype), sin.to(embeds.dtype)
-
-
-def decoder_logits(
-    model: AsrModel, embeds: torch.Tensor, first: int, *, checkpointing: bool = False, start: int = 0
-) -> torch.Tensor:
-    """The next-token logits ``[S - first, vocab]`` at positions ``first .. S-1`` of the sequence
-    ``embeds [1, S, hidden]``: the decoder's layers with causal attention over the whole sequence
-    and no cache (differentiable), the final norm and the head. ``start > 0``: ``embeds`` is the
-    input of decoder layer ``start`` (the layers below already run), not the embeddings."""
-    s = embeds.shape[1]
-    cos, sin = _rope(model, embeds)
-    h = embeds
-    for layer in model.decoder.layers[start:]:
-        if checkpointing and torch.is_grad_enabled():
-            # gradient checkpointing: keep only the layer's input; its activations are recomputed
-            # in the backward pass (memory of one layer instead of all of them)
-            h = checkpoint(_layer_forward, layer, h, cos, sin, use_reentrant=False)
-        else:
-            h = _layer_forward(layer, h, cos, sin)
-    h = model.decoder.norm(h[:, first:])
-    logits = h @ model.decoder.embed_tokens.weight.T if model.lm_head is None else model.lm_head(h)
-    return logits.reshape(s - first, -1)
-
-
-@dataclass
-class Prepared:
-    embeds: torch.Tensor  # [1, S, hidden]: the input of decoder layer ``start`` (0: the embeddings)
-    labels: torch.Tensor  # [T]: the target ids (last T positions)
-    start: int = 0  # the lowest adapted decoder layer: the frozen ones below ran once, in prepare
-
-    @property
-    def first(self) -> int:
-        """The position whose logits predict the first target token."""
-        return self.embeds.shape[1] - self.labels.shape[0] - 1
-
-
-@torch.no_grad()
-def prepare(model: AsrModel, prompt: PromptBuilder, mel: LogMel, example: Example, start: int = 0) -> Prepared:
-    """An example's input to decoder layer ``start`` and its labels. Everything below that layer is
-    frozen (the encoder, the embeddings, the decoder layers no LoRA adapts), so it is computed here,
-    once per clip, instead of at every step and epoch."""
-    features = mel(example.audio)
-    audio_embeds = model.audio_tower(features)
-    n = n_audio_tokens(features.shape[-1], model.cfg.audio.chunk_frames)
-    ids = prompt.prompt_ids(n)
-    target = prompt.encode(example.target) + [prompt.special.im_end]
-    all_ids = torch.tensor(ids + target, device=model.device)
-    h = model.embed_prompt(all_ids, audio_embeds).detach()
-    if start:
-        cos, sin = _rope(model, h)
-        for layer in model.decoder.layers[:start]:
-            h = _layer_forward(layer, h, cos, sin)
-    return Prepared(h, torch.tensor(target, device=model.device), start)
-
-
-def example_loss(model: AsrModel, item: Prepared, checkpointing: bool = False) -> torch.Tensor:
-    logits = decoder_logits(model, item.embeds, item.first, checkpointing=checkpointing, start=item.start)
-    logits = logits[:-1]  # the last position predicts nothing
-    return F.cross_entropy(logits.float(), item.labels)
-
-
-def _fingerprint(examples: Sequence[Example], options: TrainOptions) -> str:
-    """What a checkpoint was made from: the settings that shape training and every example's audio
-    and text. A checkpoint is resumed only with the same."""
-    digest = hashlib.sha256()
-    fields = {k: v for k, v in vars(options).items() if k not in ("save_every", "checkpointing")}
-    digest.update(json.dumps(fields, sort_keys=True, default=str).encode())
-    for example in examples:
-        digest.update(example.target.encode())
-        digest.update(np.ascontiguousarray(example.audio, dtype=np.float32).tobytes())
-    return digest.hexdigest()
-
-
-CHECKPOINT = "checkpoint.safetensors"
-
-
-def save_checkpoint(work: Path, lora: dict, optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """The LoRA matrices, AdamW's moments and the loop's state (step, data order, random state) in
-    one safetensors file (no pickle), written under a temporary name and renamed."""
-    from safetensors.torch import save_file
-
-    tensors = {}
-    for name, module in lora.items():
-        tensors[f"lora.{name}.A"] = module.lora_A.detach().float().cpu().contiguous()
-        tensors[f"lora.{name}.B"] = module.lora_B.detach().float().cpu().contiguous()
-    opt = optimizer.state_dict()
-    for index, entry in opt["state"].items():
-        for key, value in entry.items():
-            tensors[f"opt.{index}.{key}"] = torch.as_tensor(value).detach().float().cpu().contiguous()
-    meta = dict(state, param_groups=opt["param_groups"])
-    work.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = work / f".{CHECKPOINT}.tmp"
-    save_file(tensors, str(tmp), metadata={"state": json.dumps(meta)})
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, work / CHECKPOINT)
-
-
-def load_checkpoint(work: Path, lora: dict, optimizer: torch.optim.Optimizer, fingerprint: str) -> dict:
-    """Restore what :func:`save_checkpoint` wrote; TrainingError when there is none or it was made
-    from other data or settings."""
-    from safetensors import safe_open
-
-    path = work / CHECKPOINT
-    if not path.is_file():
-        raise TrainingError(f"{work}: no checkpoint to resume from; start without --resume")
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads(f.metadata()["state"])
-        if meta.get("fingerprint") != fingerprint:
-            raise TrainingError(
-                f"{path}: made from other data or settings; resume with the same ones, or start without --resume"
-            )
-        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
-    with torch.no_grad():
-        for name, module in lora.items():
-            module.lora_A.copy_(tensors[f"lora.{name}.A"])
-            module.lora_B.copy_(tensors[f"lora.{name}.B"])
-    opt_state: dict[int, dict] = {}
-    for key, value in tensors.items():
-        if key.startswith("opt."):
-            _, index, field_name = key.split(".", 2)
-            opt_state.setdefault(int(index), {})[field_name] = value
-    optimizer.load_state_dict({"state": opt_state, "param_groups": meta.pop("param_groups")})
-    return meta
-
-
 @contextmanager
 def _memory_errors(message: Callable[[], str]) -> Iterator[None]:
     """Running out of memory (a GPU's, or the CPU allocator's) inside becomes one TrainingError
@@ -379,10 +91,6 @@ def _memory_errors(message: Callable[[], str]) -> Iterator[None]:
         ):
             raise TrainingError(message()) from None
         raise
-
-
-def _layer_index(name: str) -> int:
-    return int(name.split(".")[2])  # decoder.layers.<i>.…
 
 
 def available_memory(device: torch.device) -> int:
@@ -455,14 +163,14 @@ def train_lora(
         lora = add_lora(model, options)
     params = [p for m in lora.values() for p in (m.lora_A, m.lora_B)]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
-    fingerprint = _fingerprint(examples, options)
+    made_from = fingerprint(examples, options)
     order: list[int] = []
     rng = random.Random(options.seed)
     losses: list[float] = []
     tokens = target_tokens = 0
     done = 0
     if resume:
-        meta = load_checkpoint(work, lora, optimizer, fingerprint)
+        meta = load_checkpoint(work, lora, optimizer, made_from)
         done, order, losses = meta["step"], meta["order"], meta["losses"]
         tokens, target_tokens = meta["tokens"], meta["target_tokens"]
         version, internal, gauss = meta["rng"]
@@ -471,7 +179,7 @@ def train_lora(
 
     def checkpoint_now(step: int) -> None:
         if work is not None:
-            state = {"fingerprint": fingerprint, "step": step, "order": order, "losses": losses, "rng": rng.getstate()}
+            state = {"fingerprint": made_from, "step": step, "order": order, "losses": losses, "rng": rng.getstate()}
             save_checkpoint(work, lora, optimizer, state | {"tokens": tokens, "target_tokens": target_tokens})
 
     start, tokens_before = time.perf_counter(), tokens
@@ -514,83 +222,6 @@ def _oom_message(model: AsrModel, what: str) -> str:
     where = "GPU" if model.device.type == "cuda" else "memory"
     hint = "use --bits 4, fewer --targets, or shorter clips" if model.device.type == "cuda" else "close other programs"
     return f"out of {where} while {what} on {model.device}; {hint}, or train on another device (--device)"
-
-
-# --- the PEFT folder --------------------------------------------------------------------------------
-
-
-def peft_module(ours: str, layout: str) -> str:
-    """The checkpoint's name of our module ``ours`` in ``layout`` (what PEFT calls it)."""
-    return checkpoint_name(f"{ours}.weight", layout).removesuffix(".weight")
-
-
-def target_pattern(targets: Sequence[str], layout: str, layers: Sequence[int] | None = None) -> str:
-    """A ``target_modules`` regular expression selecting ``targets`` in the decoder's layers only (the
-    encoder has layers named like them too): every one, or those numbered ``layers``."""
-    prefix = re.escape(checkpoint_name("decoder.layers.0.weight", layout).removesuffix(".0.weight"))
-    if layers is not None:
-        prefix += f"\\.(?:{'|'.join(str(i) for i in sorted(layers))})"
-    else:
-        prefix += "\\.\\d+"
-    attn = [t for t in DEFAULT_TARGETS if t in targets and _GROUPS[t] == "self_attn"]
-    mlp = [t for t in DEFAULT_TARGETS if t in targets and _GROUPS[t] == "mlp"]
-    parts = [f"self_attn\\.(?:{'|'.join(attn)})"] if attn else []
-    parts += [f"mlp\\.(?:{'|'.join(mlp)})"] if mlp else []
-    pattern = f"{prefix}\\.(?:{'|'.join(parts)})" if parts else ""
-    if HEAD in targets:
-        head = re.escape(peft_module(HEAD, layout))
-        pattern = f"(?:{pattern}|{head})" if pattern else head
-    return pattern
-
-
-def adapted_layers(lora: dict[str, LoraTrainLinear]) -> list[int] | None:
-    """The decoder layers ``lora`` adapts, or None when it adapts all from the first (one pattern for all)."""
-    found = sorted({_layer_index(name) for name in lora if name.startswith("decoder.layers.")})
-    return None if not found or found[0] == 0 else found
-
-
-def write_adapter(
-    out: str | os.PathLike,
-    lora: dict[str, LoraTrainLinear],
-    options: TrainOptions,
-    *,
-    layout: str,
-    base_model: str | None = None,
-) -> Path:
-    """Write ``lora`` as a PEFT adapter folder at ``out`` (refused if it exists; see the module docstring)."""
-    from safetensors.torch import save_file
-
-    out = Path(out).expanduser().absolute()
-    tensors = {}
-    for ours, module in lora.items():
-        name = f"base_model.model.{peft_module(ours, layout)}"
-        tensors[f"{name}.lora_A.weight"] = module.lora_A.detach().float().cpu().contiguous()
-        tensors[f"{name}.lora_B.weight"] = module.lora_B.detach().float().cpu().contiguous()
-    config = {
-        "peft_type": "LORA",
-        "task_type": None,
-        "base_model_name_or_path": base_model,
-        "r": options.rank,
-        "lora_alpha": options.alpha,
-        "lora_dropout": 0.0,
-        "target_modules": target_pattern(options.targets, layout, adapted_layers(lora)),
-        "bias": "none",
-        "fan_in_fan_out": False,
-        "use_rslora": False,
-        "use_dora": False,
-        "init_lora_weights": True,
-        "modules_to_save": None,
-        "rank_pattern": {},
-        "alpha_pattern": {},
-        "inference_mode": True,
-    }
-    with atomic_outputs([out], folders=True, error=TrainingError) as (tmp,):
-        os.chmod(tmp, 0o700)  # trained on the user's dictations
-        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        for name in (WEIGHTS_FILE, CONFIG_FILE):
-            os.chmod(tmp / name, 0o600)
-    return out
 
 
 # --- from files to a folder ---------------------------------------------------------------------------
@@ -681,7 +312,6 @@ __all__ = [
     "TrainingCancelled",
     "TrainingError",
     "base_model_folder",
-    "decoder_logits",
     "train_adapter",
     "train_lora",
     "training_dtype",
