@@ -1,7 +1,9 @@
 """Our CPU engine against CrispASR (the ggml engine, PyPI ``crispasr``) on the files our converter writes.
 
 Each contender runs in a process of its own, as a user would run it (import, load, transcribe), so
-that peak resident memory, load time and the whole process are each engine's own; runs alternate
+that peak resident memory, load time and the whole process are each engine's own (resident memory
+is read after the load and after the first transcription: weights mapped from the file count only
+once touched); runs alternate
 between the engines (``--repeats`` rounds) and the median is printed. Same random checkpoint at the
 real size (dictation/bench/checkpoints.py), same synthetic clip, forced English, ``--tokens`` greedy
 tokens, ``--threads`` threads.
@@ -77,6 +79,7 @@ def child_ours(a: argparse.Namespace) -> dict:
     resident = _rss()
     first = engine.transcribe(audio, language="English", max_new_tokens=a.tokens)
     whole_s = time.time() - a.launched
+    in_use = _rss()  # every weight touched: what a warmed-up app holds (mapped weights count once touched)
     decodes = [first.timings["decode_s"] / max(1, first.timings["generated_tokens"] - 1)]
     for _ in range(a.warm_runs):
         t = engine.transcribe(audio, language="English", max_new_tokens=a.tokens).timings
@@ -90,6 +93,7 @@ def child_ours(a: argparse.Namespace) -> dict:
         "load_s": load_s,
         "whole_s": whole_s,
         "resident": resident,
+        "in_use": in_use,
         "peak": _peak(),
         "decode_ms": 1e3 * min(decodes[1:] or decodes),
         "step_bytes": step_bytes,
@@ -110,6 +114,7 @@ def child_crisp(a: argparse.Namespace) -> dict:
     session.set_max_new_tokens(a.tokens)
     session.transcribe(audio, language="en")
     whole_s = time.time() - a.launched
+    in_use = _rss()
     times: dict[int, list[float]] = {2: [], a.tokens: []}
     for _ in range(a.warm_runs):
         for n in (2, a.tokens):
@@ -122,6 +127,7 @@ def child_crisp(a: argparse.Namespace) -> dict:
         "load_s": load_s,
         "whole_s": whole_s,
         "resident": resident,
+        "in_use": in_use,
         "peak": _peak(),
         "decode_ms": 1e3 * decode,
         "step_bytes": gguf_step_bytes(Path(a.model)),
@@ -224,8 +230,9 @@ def targets(ours: dict, crisp: dict) -> list[tuple[str, str]]:
             o, c = ours[v]["peak"] / 2**20, crisp[v]["peak"] / 2**20
             rows.append((f"{v} peak RSS {o:.0f} MiB, CrispASR {name} {c:.0f} MiB (target: no higher)", o <= c))
     if o8:
-        resident, load = o8["resident"], o8["load_s"]
-        rows.append((f"int8 resident after load {resident / 1e9:.2f} GB (target <= 1.5 GB)", resident <= APP_RESIDENT))
+        resident, load = o8["in_use"], o8["load_s"]
+        text = f"int8 resident after the first transcription {resident / 1e9:.2f} GB (target <= 1.5 GB)"
+        rows.append((text, resident <= APP_RESIDENT))
         rows.append((f"prepared int8 loads in {load:.2f} s (target <= {PREPARED_LOAD_S:g} s)", load <= PREPARED_LOAD_S))
     if o8 and c8:
         o, c = o8["whole_s"], c8["whole_s"]
@@ -279,15 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memory bandwidth {bw / 1e9:.1f} GB/s (copy); load average before {loads}\n")
     print(
         "| engine | decode ms/token | CPU floor ms/token | load s | whole process s "
-        "| resident after load MiB | peak RSS MiB |"
+        "| resident after load MiB | after the first transcription MiB | peak RSS MiB |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for (kind, v), m in sorted(med.items()):
         name = f"ours {v}" if kind == "ours" else f"CrispASR {GGUF_TYPES[v]}"
         floor = 1e3 * m["step_bytes"] / bw
         print(
             f"| {name} | {m['decode_ms']:.1f} | {floor:.1f} ({m['step_bytes'] / 2**20:.0f} MiB) | {m['load_s']:.2f} "
-            f"| {m['whole_s']:.1f} | {m['resident'] / 2**20:.0f} | {m['peak'] / 2**20:.0f} |"
+            f"| {m['whole_s']:.1f} | {m['resident'] / 2**20:.0f} | {m['in_use'] / 2**20:.0f} "
+            f"| {m['peak'] / 2**20:.0f} |"
         )
     print()
     for text, ok in targets(ours, crisp):

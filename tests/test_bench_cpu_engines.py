@@ -22,7 +22,8 @@ def figures(decode_ms, peak_mib, resident_gb=1.0, load_s=0.5, whole_s=4.0):
     return {
         "decode_ms": decode_ms,
         "peak": peak_mib * 2**20,
-        "resident": resident_gb * 1e9,
+        "resident": resident_gb * 1e9 * 0.8,  # after the load: the target is judged after a transcription
+        "in_use": resident_gb * 1e9,
         "load_s": load_s,
         "whole_s": whole_s,
     }
@@ -89,6 +90,6 @@ def test_ours_runs_in_a_process_of_its_own(ckpt_untied):
     import json
 
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(got) >= {"load_s", "whole_s", "resident", "peak", "decode_ms", "step_bytes"}
-    assert 0 < got["resident"] <= got["peak"] and got["decode_ms"] > 0 and 1 <= got["tokens"] <= 4
+    assert set(got) >= {"load_s", "whole_s", "resident", "in_use", "peak", "decode_ms", "step_bytes"}
+    assert 0 < got["resident"] <= got["in_use"] <= got["peak"] and got["decode_ms"] > 0 and 1 <= got["tokens"] <= 4
     assert got["step_bytes"] > 0

@@ -375,3 +375,35 @@ def test_a_fifo_in_place_of_a_model_file_is_refused_at_once(ckpt_untied, tmp_pat
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"dictation: error: {folder / name}: "), proc.stderr
     assert "FIFO" in lines[0] or "not a regular file" in lines[0]
+
+
+def _mapped_files(address: int) -> set[str]:
+    """The files whose mapping in this process holds ``address`` (from /proc/self/maps)."""
+    found = set()
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if low <= address < high and len(fields) == 6:
+                found.add(fields[5].strip())
+    return found
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
+def test_tensors_held_as_stored_are_the_files_pages_and_writing_them_leaves_the_file(ckpt_untied, tmp_path):
+    """A bf16 load of a bf16 checkpoint holds its tensors as stored: each that owns its memory is a
+    private mapping of its bytes in the file (no copy); one that lives in a fused tensor is a copy.
+    Writing to a mapped tensor changes this process's copy, never the file."""
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    path = rewrite(folder, lambda t: t.update({k: v.to(torch.bfloat16) for k, v in t.items() if v.is_floating_point()}))
+    model = load(folder, "bf16").model
+    layer = model.decoder.layers[1]
+    down = layer.mlp.down_proj.weight
+    assert _mapped_files(down.data_ptr()) == {str(path)}
+    assert _mapped_files(model.decoder.embed_tokens.weight.data_ptr()) == {str(path)}
+    assert str(path) not in _mapped_files(layer.mlp.gate_proj.weight.data_ptr())  # in the fused gate/up tensor
+    stored = load_file(str(path))["thinker.model.layers.1.mlp.down_proj.weight"]
+    assert torch.equal(down, stored)
+    before = path.read_bytes()
+    down.data.zero_()
+    assert path.read_bytes() == before and not bool(down.any())

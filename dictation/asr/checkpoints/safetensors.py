@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import mmap
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,7 +107,12 @@ def load_model(
                 shape = f.shape(ckpt_name)
                 if shape != shapes[ours]:
                     raise WeightsError(f"{path}: tensor {ckpt_name} has shape {shape}, expected {shapes[ours]}")
-                if ours not in at_load and f.read_into(ckpt_name, expected[ours]):  # stored as held: no copy
+                if ours not in at_load and _map_as_held(model, ours, f, ckpt_name, expected):  # no copy at all
+                    if expected[ours].is_floating_point():
+                        finite.append((path, ckpt_name, _finite(expected[ours], ours, pending)))
+                    _compact_when_read(model, ours, pending, expected, f.dtype(ckpt_name))
+                    continue
+                if ours not in at_load and f.read_into(ckpt_name, expected[ours]):  # stored as held: one copy
                     if expected[ours].is_floating_point():
                         finite.append((path, ckpt_name, _finite(expected[ours], ours, pending)))
                     _compact_when_read(model, ours, pending, expected, f.dtype(ckpt_name))
@@ -154,6 +161,28 @@ def load_model(
     # Non-persistent buffers were left uninitialised by to_empty(); compute them now.
     model.audio_tower.reset_buffers()
     return model
+
+
+def _map_as_held(model: AsrModel, name: str, f: TensorReader, ckpt_name: str, expected: dict) -> bool:
+    """Make the model's tensor ``name`` the file's bytes themselves (TensorReader.map) where it is held
+    exactly as stored and owns its memory alone (not a piece of a fused q/k/v or gate/up tensor, which
+    is filled by a copy); ``expected[name]`` becomes that tensor. True if done."""
+    target = expected[name]
+    if (
+        target.device.type != "cpu"
+        or target.dtype != f.dtype(ckpt_name)
+        or tuple(target.shape) != f.shape(ckpt_name)
+        or not target.is_contiguous()
+        or target.untyped_storage().nbytes() != target.numel() * target.element_size()
+    ):
+        return False
+    mapped = f.map(ckpt_name)
+    if mapped is None:
+        return False
+    module_name, _, attr = name.rpartition(".")
+    getattr(model.get_submodule(module_name), attr).data = mapped  # the same Parameter / buffer object
+    expected[name] = mapped
+    return True
 
 
 def _compactable(model: AsrModel) -> dict[str, tuple[str, list[str], set[str], dict]]:
@@ -246,6 +275,10 @@ def allocate(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     return model._apply(lambda t: torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=device))
 
 
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
 _DTYPES = {
     "BF16": torch.bfloat16,
     "F16": torch.float16,
@@ -261,10 +294,11 @@ _DTYPES = {
 
 
 class TensorReader:
-    """Reads a safetensors file's tensors with plain reads, one at a time (its header was checked by
-    ``locate.read_header``). Not memory-mapped on purpose: the pages of a mapped file that were read
-    count towards the process's resident memory until it is unmapped, which put the whole file on top
-    of the model at the peak of a load (docs/engine.md, "CPU memory")."""
+    """Reads a safetensors file's tensors one at a time (its header was checked by
+    ``locate.read_header``): a tensor the model holds exactly as stored is mapped (:meth:`map`), every
+    other one is read with plain reads. The file is never mapped whole: the pages of a mapping that
+    were read count towards the process's resident memory until it is unmapped, which put the whole
+    file on top of the model at the peak of a load (docs/engine.md, "CPU memory")."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -296,6 +330,35 @@ class TensorReader:
         self._file.seek(self._base + begin)
         if end - begin != buffer.nbytes or self._file.readinto(buffer) != buffer.nbytes:
             raise WeightsError(f"{self.path}: tensor {name} is truncated (an interrupted download?)")
+
+    def map(self, name: str) -> torch.Tensor | None:
+        """``name`` as a CPU tensor whose memory is the file's own pages: a private copy-on-write mapping
+        of just its bytes, so nothing is copied or zeroed at the load, its pages are the page cache's
+        (read from disk only where not cached), and it is unmapped when the tensor goes. Writing to it
+        changes only this process's copy. None where the platform has no private mappings or the bytes
+        are not aligned to the element size (then :meth:`read_into`). docs/engine.md, "Loading"."""
+        stored = self.dtype(name)
+        begin, end = self._entries[name]["data_offsets"]
+        start = self._base + begin
+        if not hasattr(mmap, "MAP_PRIVATE") or start % stored.itemsize or end <= begin:
+            return None
+        if end - begin != stored.itemsize * _numel(self.shape(name)):
+            raise WeightsError(f"{self.path}: tensor {name} is truncated (an interrupted download?)")
+        page = start - start % mmap.ALLOCATIONGRANULARITY
+        try:
+            region = mmap.mmap(
+                self._file.fileno(),
+                self._base + end - page,
+                flags=mmap.MAP_PRIVATE,
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+                offset=page,
+            )
+        except (OSError, ValueError):  # past the end of a truncated file, or a file system without mmap
+            return None
+        if hasattr(region, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
+            region.madvise(mmap.MADV_WILLNEED)  # start reading ahead what is not cached yet
+        flat = torch.frombuffer(region, dtype=stored, count=(end - begin) // stored.itemsize, offset=start - page)
+        return flat.view(self.shape(name))  # the tensor keeps ``region`` alive; unmapped when it goes
 
     def get_tensor(self, name: str) -> torch.Tensor:
         """A new CPU tensor holding ``name``."""
