@@ -712,12 +712,12 @@ def test_written_folder_follows_the_umask_like_any_other_tool(ckpt_untied, tmp_p
 
 
 def test_interrupted_write_leaves_nothing(ckpt_untied, tmp_path, monkeypatch):
-    import safetensors.torch
+    from dictation.asr.checkpoints import output
 
-    def fail(*args, **kwargs):
+    def fail(*args, **kwargs):  # the weights file has its header and no tensor yet
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(safetensors.torch, "save_file", fail)
+    monkeypatch.setattr(output, "tensor_bytes", fail)
     with pytest.raises(KeyboardInterrupt):
         writers.write_quantized_folder(ckpt_untied, tmp_path / "out", "int4")
     assert list(tmp_path.iterdir()) == []

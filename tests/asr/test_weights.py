@@ -392,8 +392,10 @@ def _mapped_files(address: int) -> set[str]:
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
 def test_tensors_held_as_stored_are_the_files_pages_and_writing_them_leaves_the_file(ckpt_untied, tmp_path):
     """A bf16 load of a bf16 checkpoint holds its tensors as stored: each that owns its memory is a
-    private mapping of its bytes in the file (no copy); one that lives in a fused tensor is a copy.
-    Writing to a mapped tensor changes this process's copy, never the file."""
+    private mapping of its bytes in the file (no copy), and so are the rows of a fused group stored one
+    after the other in its order (gate/up: the safetensors package orders by name), which the fusion
+    then adopts; q/k/v, stored k, o, q, v, are copied into their fused tensor. Writing to a mapped
+    tensor changes this process's copy, never the file."""
     folder = copy_ckpt(ckpt_untied, tmp_path / "m")
     path = rewrite(folder, lambda t: t.update({k: v.to(torch.bfloat16) for k, v in t.items() if v.is_floating_point()}))
     model = load(folder, "bf16").model
@@ -401,9 +403,38 @@ def test_tensors_held_as_stored_are_the_files_pages_and_writing_them_leaves_the_
     down = layer.mlp.down_proj.weight
     assert _mapped_files(down.data_ptr()) == {str(path)}
     assert _mapped_files(model.decoder.embed_tokens.weight.data_ptr()) == {str(path)}
-    assert str(path) not in _mapped_files(layer.mlp.gate_proj.weight.data_ptr())  # in the fused gate/up tensor
-    stored = load_file(str(path))["thinker.model.layers.1.mlp.down_proj.weight"]
-    assert torch.equal(down, stored)
+    assert _mapped_files(layer.mlp.gate_proj.weight.data_ptr()) == {str(path)}
+    assert layer.mlp.fusion.weight.data_ptr() == layer.mlp.gate_proj.weight.data_ptr()  # adopted, not copied
+    assert str(path) not in _mapped_files(layer.self_attn.q_proj.weight.data_ptr())
+    stored = load_file(str(path))
+    for name in ("down_proj", "gate_proj", "up_proj"):
+        assert torch.equal(getattr(layer.mlp, name).weight, stored[f"thinker.model.layers.1.mlp.{name}.weight"])
     before = path.read_bytes()
     down.data.zero_()
     assert path.read_bytes() == before and not bool(down.any())
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
+@pytest.mark.parametrize("variant", ["int8", "int4"])
+def test_a_prepared_variant_is_mapped_whole_fused_groups_included(ckpt_untied, tmp_path, variant):
+    """``dictation quantize`` writes each fused group's tensors one after the other in the fused order, so
+    every integer tensor of the decoder, q/k/v and gate/up included, is the file's pages after a load:
+    the load copies none of them."""
+    from dictation.asr.tune.writers import write_quantized_folder
+
+    out = write_quantized_folder(ckpt_untied, tmp_path / variant, variant)
+    path = out / "model.safetensors"
+    engine = AsrEngine(EngineOptions(model=str(out), device="cpu"))
+    engine.prepare()
+    model = engine.model
+    integer = [
+        (name, t)
+        for name, t in [*model.decoder.named_buffers(), *model.decoder.named_parameters()]
+        if not t.is_floating_point()
+    ]
+    assert integer
+    for name, t in integer:
+        assert _mapped_files(t.data_ptr()) == {str(path)}, name
+    attn = model.decoder.layers[0].self_attn
+    fused = attn.fusion.layer
+    assert fused is not None and _mapped_files(next(iter(fused.buffers())).data_ptr()) == {str(path)}

@@ -100,22 +100,25 @@ def load_model(
     by_file: dict[Path, list[str]] = {}
     for ckpt_name in wanted:
         by_file.setdefault(files.tensor_files[ckpt_name], []).append(ckpt_name)
+    stored_as = {ours: ckpt_name for ckpt_name, ours in wanted.items()}
+    runs = _shared_runs(expected)
+    filled: set[str] = set()  # tensors filled with another one (a fused group mapped at once)
     for path, names in by_file.items():
         with TensorReader(path) as f:
             for ckpt_name in names:
                 ours = wanted[ckpt_name]
+                if ours in filled:
+                    continue
                 shape = f.shape(ckpt_name)
                 if shape != shapes[ours]:
                     raise WeightsError(f"{path}: tensor {ckpt_name} has shape {shape}, expected {shapes[ours]}")
-                if ours not in at_load and _map_as_held(model, ours, f, ckpt_name, expected):  # no copy at all
-                    if expected[ours].is_floating_point():
-                        finite.append((path, ckpt_name, _finite(expected[ours], ours, pending)))
-                    _compact_when_read(model, ours, pending, expected, f.dtype(ckpt_name))
-                    continue
-                if ours not in at_load and f.read_into(ckpt_name, expected[ours]):  # stored as held: one copy
-                    if expected[ours].is_floating_point():
-                        finite.append((path, ckpt_name, _finite(expected[ours], ours, pending)))
-                    _compact_when_read(model, ours, pending, expected, f.dtype(ckpt_name))
+                held = [] if ours in at_load else _fill_as_stored(model, f, ours, stored_as, expected, runs)
+                for name in held:  # stored as held: mapped (no copy at all), or read into the model's tensor
+                    if expected[name].is_floating_point():
+                        finite.append((path, stored_as[name], _finite(expected[name], name, pending)))
+                    _compact_when_read(model, name, pending, expected, f.dtype(stored_as[name]))
+                    filled.add(name)
+                if held:
                     continue
                 if _table_in_half(ours, pending) and (half := f.read_as_half(ckpt_name)) is not None:
                     table, flag, largest = half
@@ -163,26 +166,56 @@ def load_model(
     return model
 
 
-def _map_as_held(model: AsrModel, name: str, f: TensorReader, ckpt_name: str, expected: dict) -> bool:
-    """Make the model's tensor ``name`` the file's bytes themselves (TensorReader.map) where it is held
-    exactly as stored and owns its memory alone (not a piece of a fused q/k/v or gate/up tensor, which
-    is filled by a copy); ``expected[name]`` becomes that tensor. True if done."""
+def _fill_as_stored(
+    model: AsrModel, f: TensorReader, name: str, stored_as: dict[str, str], expected: dict, runs: dict
+) -> list[str]:
+    """Fill the model's tensor ``name`` from the file where the model holds it exactly as stored (dtype,
+    shape, contiguous on the CPU) and return the names filled, or [] for the caller's other ways:
+    - a tensor that shares its storage with others (the rows of a fused q/k/v or gate/up tensor,
+      TextDecoder.allocate_fused) is mapped with all of them at once when they are stored one after
+      the other in the storage's order (what write_model_folder writes);
+    - a tensor of its own is mapped (TensorReader.map);
+    - otherwise it is read straight into the model's tensor (one copy, no intermediate)."""
     target = expected[name]
-    if (
-        target.device.type != "cpu"
-        or target.dtype != f.dtype(ckpt_name)
-        or tuple(target.shape) != f.shape(ckpt_name)
-        or not target.is_contiguous()
-        or target.untyped_storage().nbytes() != target.numel() * target.element_size()
-    ):
-        return False
-    mapped = f.map(ckpt_name)
-    if mapped is None:
-        return False
-    module_name, _, attr = name.rpartition(".")
-    getattr(model.get_submodule(module_name), attr).data = mapped  # the same Parameter / buffer object
-    expected[name] = mapped
-    return True
+    if target.device.type != "cpu" or target.dtype != f.dtype(stored_as[name]) or not target.is_contiguous():
+        return []
+    if tuple(target.shape) != f.shape(stored_as[name]):
+        return []
+    members = runs.get(name)  # None: it shares its storage in a way a mapping cannot (read into it)
+    if members is not None and all(m in stored_as and f.has(stored_as[m]) for m in members):
+        flat = f.map_run([stored_as[m] for m in members])
+        if flat is not None:
+            start = 0
+            for m in members:
+                part = flat[start : start + expected[m].numel()].view(expected[m].shape)
+                module_name, _, attr = m.rpartition(".")
+                getattr(model.get_submodule(module_name), attr).data = part  # the same Parameter / buffer
+                expected[m] = part
+                start += part.numel()
+            return members
+    return [name] if f.read_into(stored_as[name], target) else []
+
+
+def _shared_runs(expected: dict[str, torch.Tensor]) -> dict[str, list[str]]:
+    """Tensor name -> the names of every tensor in its storage, in the storage's order, where several
+    contiguous tensors fill one storage exactly (fused rows); a tensor alone in its storage: itself."""
+    by_storage: dict[int, list[str]] = {}
+    for name, t in expected.items():
+        if t.device.type == "cpu":
+            by_storage.setdefault(t.untyped_storage().data_ptr(), []).append(name)
+    runs: dict[str, list[str]] = {}
+    for names in by_storage.values():
+        names.sort(key=lambda n: expected[n].storage_offset())
+        offset, whole = 0, expected[names[0]].untyped_storage().nbytes()
+        for n in names:
+            t = expected[n]
+            if not t.is_contiguous() or t.storage_offset() != offset or t.dtype != expected[names[0]].dtype:
+                break
+            offset += t.numel()
+        else:
+            if offset * expected[names[0]].element_size() == whole:
+                runs.update({n: names for n in names})
+    return runs
 
 
 def _compactable(model: AsrModel) -> dict[str, tuple[str, list[str], set[str], dict]]:
@@ -315,6 +348,9 @@ class TensorReader:
     def __exit__(self, *exc) -> None:
         self._file.close()
 
+    def has(self, name: str) -> bool:
+        return name in self._entries
+
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._entries[name]["shape"])
 
@@ -336,14 +372,30 @@ class TensorReader:
         of just its bytes, so nothing is copied or zeroed at the load, its pages are the page cache's
         (read from disk only where not cached), and it is unmapped when the tensor goes. Writing to it
         changes only this process's copy. None where the platform has no private mappings or the bytes
-        are not aligned to the element size (then :meth:`read_into`). docs/engine.md, "Loading"."""
+        are not aligned to the element size (then :meth:`read_into`). docs/engine.md, "CPU memory"."""
         stored = self.dtype(name)
         begin, end = self._entries[name]["data_offsets"]
+        if end - begin != stored.itemsize * _numel(self.shape(name)):
+            raise WeightsError(f"{self.path}: tensor {name} is truncated (an interrupted download?)")
+        flat = self._map(begin, end, stored)
+        return None if flat is None else flat.view(self.shape(name))
+
+    def map_run(self, names: list[str]) -> torch.Tensor | None:
+        """The tensors ``names``, of one dtype and stored one after the other in this order, as one flat
+        mapped tensor (:meth:`map`); None if they are not stored so."""
+        stored = self.dtype(names[0])
+        spans = [self._entries[n]["data_offsets"] for n in names]
+        for n, (begin, end) in zip(names, spans, strict=True):
+            if self.dtype(n) != stored or end - begin != stored.itemsize * _numel(self.shape(n)):
+                return None
+        if any(spans[i][1] != spans[i + 1][0] for i in range(len(spans) - 1)):
+            return None
+        return self._map(spans[0][0], spans[-1][1], stored)
+
+    def _map(self, begin: int, end: int, stored: torch.dtype) -> torch.Tensor | None:
         start = self._base + begin
         if not hasattr(mmap, "MAP_PRIVATE") or start % stored.itemsize or end <= begin:
             return None
-        if end - begin != stored.itemsize * _numel(self.shape(name)):
-            raise WeightsError(f"{self.path}: tensor {name} is truncated (an interrupted download?)")
         page = start - start % mmap.ALLOCATIONGRANULARITY
         try:
             region = mmap.mmap(
@@ -357,8 +409,8 @@ class TensorReader:
             return None
         if hasattr(region, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
             region.madvise(mmap.MADV_WILLNEED)  # start reading ahead what is not cached yet
-        flat = torch.frombuffer(region, dtype=stored, count=(end - begin) // stored.itemsize, offset=start - page)
-        return flat.view(self.shape(name))  # the tensor keeps ``region`` alive; unmapped when it goes
+        # The tensor keeps ``region`` alive; it is unmapped when the tensor and its views go.
+        return torch.frombuffer(region, dtype=stored, count=(end - begin) // stored.itemsize, offset=start - page)
 
     def get_tensor(self, name: str) -> torch.Tensor:
         """A new CPU tensor holding ``name``."""
@@ -530,7 +582,7 @@ def write_model_folder(
     import os
     import shutil
 
-    from safetensors.torch import save_file
+    from dictation.asr.checkpoints.output import ST_DTYPES, write_safetensors
 
     out = Path(out).expanduser().absolute()
     check_new_folder(out)
@@ -549,10 +601,10 @@ def write_model_folder(
             else:
                 shutil.copyfile(entry, tmp / entry.name)
         (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", "utf-8")
-        save_file({n: _own_storage(t) for n, t in sorted(tensors.items())}, str(tmp / "model.safetensors"), metadata)
-        # safetensors writes its file 0600 whatever the umask; a model folder is not private data, so
-        # the weights get the mode every other new file here got: config.json's (0666 less the umask).
-        os.chmod(tmp / "model.safetensors", (tmp / "config.json").stat().st_mode & 0o777)
+        # Our writer, not the safetensors package's: each fused group's tensors are written next to each
+        # other in the fused order, so a load maps them as one tensor instead of copying them.
+        specs = [(n, ST_DTYPES[t.dtype], tuple(t.shape)) for n, t in tensors.items()]
+        write_safetensors(tmp / "model.safetensors", specs, tensors.__getitem__, metadata, fused_adjacent=True)
         if out.exists():
             out.rmdir()  # empty (checked above); os.replace cannot replace a folder on Windows
         os.replace(tmp, out)
@@ -560,10 +612,3 @@ def write_model_folder(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-def _own_storage(t: torch.Tensor) -> torch.Tensor:
-    """``t`` contiguous and alone in its storage: safetensors refuses tensors that share memory, as the
-    rows of a fused q/k/v or gate/up weight do (decoder.py)."""
-    t = t.contiguous()
-    return t if t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.clone()
