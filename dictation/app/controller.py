@@ -9,6 +9,13 @@ Event flow: hotkey thread / tray / IPC / worker signal -> `_dispatch(event)` -> 
 -> actions performed in order (`_perform`). Events raised while actions run are queued, so the
 actions of one event always run before the next event is handled.
 
+The workers are reached through one port (`worker_port.WorkerPort`, ``self.workers``): each call
+is queued onto the worker's own thread, in order; each worker's result signal is routed onto the GUI
+thread straight to whoever handles it (`Takes`, `ModelLifecycle`, or the controller where the
+session hears of it). The controller holds two collaborators: `ModelLifecycle` (``self.model``:
+loads, the GPU-to-CPU fallback, the model label) and `Commands` (``self.commands``: `dictation
+<command>` and the answers to `start`).
+
 Per take (one recording; `dictation.takes` keeps what is known of each and decides what follows):
 StartCapture -> the audio worker starts writing the take to disk -> RecordingStarted, and the
 history worker makes the take's entry (pending, no text, the path of its audio); StopCapture -> the
@@ -30,14 +37,13 @@ never typed (`Takes.recovered`).
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from dictation import session as S
@@ -45,9 +51,9 @@ from dictation.app.commands import Commands
 from dictation.app.history_worker import HistoryWorker
 from dictation.app.hotkey_input import CANCEL, DICTATE, HotkeyInput
 from dictation.app.model_lifecycle import NO_MODEL_MESSAGE, ModelLifecycle
-from dictation.app.options import engine_key, engine_options, late_start_message, output_options, session_settings
+from dictation.app.options import engine_key, late_start_message, output_options, session_settings
 from dictation.app.personalise import Personaliser
-from dictation.app.takes_port import TakesPort
+from dictation.app.worker_port import WorkerPort
 from dictation.app.workers import (
     AudioWorker,
     DownloadWorker,
@@ -61,7 +67,7 @@ from dictation.app.workers import (
 from dictation.config import History, Settings
 from dictation.config.schema import FieldError, validate
 from dictation.config.store import SettingsStore
-from dictation.takes import LATE_START_S, Retranscription, Retype, SavedTake, Takes
+from dictation.takes import LATE_START_S, Retype, Takes
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +99,7 @@ class Services:
     personalise: dict[str, Any] = field(default_factory=dict)  # Personaliser's train, samples, options, adapters_dir
 
 
-class AppController(ModelLifecycle, Commands, QObject):
+class AppController(QObject):
     status_changed = Signal(object)  # session.Status
     settings_changed = Signal(object)  # Settings, after it was saved and applied
     model_label_changed = Signal(str)
@@ -112,35 +118,6 @@ class AppController(ModelLifecycle, Commands, QObject):
     retranscribed = Signal(int, str)  # history entry id, "" when its text was replaced, else why not
     corrected = Signal(int, str)  # history entry id, "" when the user's text was saved, else why not
 
-    # queued calls into the worker threads
-    _build_and_load = Signal(object)  # a callable returning EngineOptions, called on the engine thread
-    _unload = Signal()
-    _transcribe = Signal(object, object, object, str)  # Retranscription, samples, language, context
-    _transcribe_take = Signal(int, object, str)  # take id, language, context
-    _begin_take = Signal(int, object, str, bool)  # take id, language, context, live preview
-    _warm_up = Signal()  # a loaded model's warm-up pass (EngineWorker.warm_up)
-    _drop_take = Signal(int)  # take id: its stream and saved samples go
-    _audio_configure = Signal(object)
-    _audio_start = Signal(int, float, bool)
-    _audio_stop = Signal(int, float, bool)
-    _audio_cancel = Signal(int)
-    _audio_close = Signal()
-    _output_configure = Signal(object)
-    _type_text = Signal(object, object)  # take id or Retype, text (a str, or an output.steps.Plan)
-    _output_flush = Signal()
-    _download = Signal(str)
-    _history_open = Signal()
-    _history_begin = Signal(int, object)  # take id, path of the take's file (or None)
-    _history_store = Signal(int, object)  # take id, fields (text first: before it is typed)
-    _history_finish = Signal(int, object, bool, int)  # take id, fields, delete the audio, recordings kept
-    _history_discard = Signal(int, bool, int)  # take id, delete the audio, recordings kept
-    _history_update = Signal(int, object)  # entry id, fields
-    _history_delete = Signal(int)
-    _history_correct = Signal(int, str)  # entry id, the user's text
-    _history_size = Signal(int)
-    _history_drain = Signal()  # blocking: returns once the history worker did everything queued
-    _history_close = Signal()  # blocking
-
     def __init__(self, services: Services, settings: Settings | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._s = services
@@ -152,10 +129,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._queue: collections.deque[Any] = collections.deque()
         self._dispatching = False
         self._event_t = 0.0
-        self.takes = Takes(TakesPort(self))  # every take under way, and the history's re-transcriptions
-        self._model_label = ""
         self._preview_text = ""
-        self._cpu_fallback = False
         self._keys = HotkeyInput(self._clock, self, hold=getattr(services.output_worker, "hold", None))
         self._output_description = "text output: not configured yet"
         self._sounds: Any = None
@@ -164,15 +138,18 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._log_bridge: Any = None
         self._started = False
         self._held_notes: list[tuple[str, str]] | None = None  # notes before the windows exist (start_input)
-        self._clock_warned = False
         self._history_worker = services.history_worker or HistoryWorker.for_history(
             services.history, self._settings.general.history_size
         )
+        s = services  # the one way to the workers' threads, and back (worker_port.py)
+        self.workers = WorkerPort(
+            s.engine_worker, s.audio_worker, s.output_worker, self._history_worker, s.download_worker
+        )
+        self.takes = Takes(self, self.workers)  # every take under way, and the history's re-transcriptions
+        self.model = ModelLifecycle(self, self.workers.engine)  # the speech model's life
+        self.commands = Commands(self, self._clock, self)  # `dictation <command>`
         self.personaliser = Personaliser(self, **services.personalise)  # trains on its own thread
 
-        self._reply_timer = QTimer(self)  # answers `start` requests whose microphone is slow
-        self._reply_timer.setSingleShot(True)
-        self._reply_timer.timeout.connect(self._start_replies_overdue)
         self._idle_timer = QTimer(self)
         self._idle_timer.setSingleShot(True)
         self._idle_timer.timeout.connect(self._idle_unload)
@@ -180,7 +157,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._poll.setInterval(RECORDER_POLL_MS)
         self._poll.timeout.connect(self._poll_recorder)
         self._keys.event.connect(self._on_hotkey)
-        self._keys.problem.connect(self._notify)
+        self._keys.problem.connect(self.notify)
 
     # ---- start / stop -------------------------------------------------------------------------
 
@@ -196,9 +173,9 @@ class AppController(ModelLifecycle, Commands, QObject):
         self._held_notes = []
         self._wire_workers()
         self._history_thread = start_thread(self._history_worker, "history")
-        self._history_open.emit()  # first: replay what was kept aside, find interrupted takes
+        self.workers.history.open()  # first: replay what was kept aside, find interrupted takes
         self._threads = [start_thread(s.audio_worker, "audio")]
-        self._audio_configure.emit(recorder_config(self._settings))
+        self.workers.audio.configure(recorder_config(self._settings))
         self._start_hotkeys()
 
     def wait_input_ready(self, timeout: float) -> bool:
@@ -233,9 +210,9 @@ class AppController(ModelLifecycle, Commands, QObject):
             from dictation.app.focus import OwnFocus
 
             s.output_worker.own_window = OwnFocus(self)  # nothing is pasted into our own windows
-        self._output_configure.emit(output_options(self._settings))
+        self.workers.output.configure(output_options(self._settings))
         if self._settings.engine.model:
-            self._request_load()
+            self.model.request_load()
         else:
             log.warning("%s", NO_MODEL_MESSAGE)
             self.model_progress.emit(NO_MODEL_MESSAGE)
@@ -247,9 +224,7 @@ class AppController(ModelLifecycle, Commands, QObject):
             return
         self._started = False
         self.personaliser.shutdown()  # a training is cancelled, its thread waited for
-        for take_id in self.takes.start_replies():
-            self._answer_start(take_id, {"ok": False, "message": "dictation is quitting"})
-        self._reply_timer.stop()
+        self.commands.stop()  # a `start` still waiting is answered
         self._keys.stop()
         self._s.engine_worker.interrupt_all()  # a running live preview ends now
         self._poll.stop()
@@ -258,78 +233,62 @@ class AppController(ModelLifecycle, Commands, QObject):
         if close_sounds is not None:
             close_sounds()
         self._s.download_worker.cancel()
-        self._output_flush.emit()
-        self._audio_close.emit()
+        self.workers.output.flush()
+        self.workers.audio.close()
         self.left_running, self._threads = stop_threads(self._threads, self._s.engine_worker), []
-        # The workers have stopped; results they queued for us (a delivery's outcome, a finished
-        # transcript) are handled now, and what that asks of the history worker is done before
-        # it stops: it drains its queue, answers, then closes its connection.
-        QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
-        self._history_drain.emit()
-        QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
-        self._history_close.emit()
+        # The workers have stopped; results they queued for the GUI thread (a delivery's outcome, a
+        # finished transcript) are handled now, and what that asks of the history worker is done
+        # before it stops: it drains its queue, answers, then closes its connection (both calls
+        # wait until the history thread ran them).
+        self._handle_results()
+        self.workers.history.drain()
+        self._handle_results()
+        self.workers.history.close()
         stop_thread(self._history_thread)
+        self._handle_results()
+        self.workers.close()  # the routes back to the GUI thread go: nothing keeps this controller alive
+
+    def _handle_results(self) -> None:
+        """The workers' results queued for the GUI thread, handled now (in the order they came)."""
+        QCoreApplication.sendPostedEvents(self.workers.gui, QEvent.Type.MetaCall)
         QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
 
     def _wire_workers(self) -> None:
-        s = self._s
-        e, a, o, d = s.engine_worker, s.audio_worker, s.output_worker, s.download_worker
-        self._build_and_load.connect(e.build_and_load)
-        self._unload.connect(e.unload)
-        self._transcribe.connect(e.transcribe)
-        e.loading.connect(self._on_loading)  # methods, not lambdas: a lambda kept the controller alive
-        e.loaded.connect(self._on_loaded)
-        e.load_failed.connect(self._on_load_failed)
-        e.adapters_failed.connect(self._on_adapters_failed)
-        e.adapters_skipped.connect(self._on_adapters_skipped)
-        e.kept_previous.connect(self._on_kept_previous)
-        e.moved_to_cpu.connect(self._on_moved_to_cpu)
-        e.unloaded.connect(self._on_unloaded)
-        e.transcribed.connect(self._on_transcribed)
-        e.transcribe_failed.connect(self._on_transcribe_failed)
-        e.no_speech.connect(self._on_no_speech)
-        self._begin_take.connect(e.begin_take)
-        self._warm_up.connect(e.warm_up)
-        self._transcribe_take.connect(e.transcribe_take)
-        self._drop_take.connect(e.cancel_take)
-        e.preview_ready.connect(self._on_preview)
+        """Each worker's result signal, routed onto the GUI thread to the one who handles it; the
+        audio worker also hands its chunks and saved takes straight to the engine worker's thread."""
+        s, takes, model, route = self._s, self.takes, self.model, self.workers.gui.route
+        e, a, o, d, h = s.engine_worker, s.audio_worker, s.output_worker, s.download_worker, self._history_worker
         a.chunk_ready.connect(e.feed)  # audio thread -> engine thread directly, in order
         a.saved.connect(e.take_saved)  # likewise: the saved take, before the GUI thread hears of it
-        self._audio_configure.connect(a.configure)
-        self._audio_start.connect(a.start)
-        self._audio_stop.connect(a.stop)
-        self._audio_cancel.connect(a.cancel)
-        self._audio_close.connect(a.close)
-        a.started.connect(self._on_started)
-        a.start_failed.connect(self._on_start_failed)
-        a.saved.connect(self._on_saved)
-        a.open_failed.connect(self._on_open_failed)
-        self._output_configure.connect(o.configure)
-        self._type_text.connect(o.type_text)
-        self._output_flush.connect(o.flush)
-        o.delivered.connect(self._on_delivered)
-        o.described.connect(self._on_output_described)
-        self._download.connect(d.run)
-        d.progress.connect(self.download_progress)
-        d.finished.connect(self._on_download_finished)
-        h = self._history_worker
-        self._history_open.connect(h.open)
-        self._history_begin.connect(h.begin_take)
-        self._history_store.connect(h.store_text)
-        self._history_finish.connect(h.finish_take)
-        self._history_discard.connect(h.discard_take)
-        self._history_update.connect(h.update_entry)
-        self._history_delete.connect(h.delete_entry)
-        self._history_correct.connect(h.correct_entry)
-        self._history_size.connect(h.set_max_entries)
-        self._history_drain.connect(h.drain, Qt.ConnectionType.BlockingQueuedConnection)
-        self._history_close.connect(h.close, Qt.ConnectionType.BlockingQueuedConnection)
-        h.ready.connect(self._on_history_ready)
-        h.stored.connect(self._on_stored)
-        h.changed.connect(self.history_changed)
-        h.recovered.connect(self._on_recovered)
-        h.problem.connect(self._notify)
-        h.corrected.connect(self.corrected)
+        for signal, handler in (
+            (e.loading, model.loading),
+            (e.loaded, model.loaded),
+            (e.load_failed, model.load_failed),
+            (e.adapters_failed, model.adapters_failed),
+            (e.adapters_skipped, model.adapters_skipped),
+            (e.kept_previous, model.kept_previous),
+            (e.moved_to_cpu, model.moved_to_cpu),
+            (e.unloaded, model.unloaded),
+            (e.transcribed, takes.transcribed),
+            (e.transcribe_failed, takes.transcribe_failed),
+            (e.no_speech, takes.no_speech),
+            (e.preview_ready, self._on_preview),
+            (a.started, self._on_started),
+            (a.start_failed, self._on_start_failed),
+            (a.saved, takes.saved),
+            (a.open_failed, self._on_open_failed),
+            (o.delivered, takes.delivered),
+            (o.described, self._on_output_described),
+            (d.progress, self.download_progress.emit),
+            (d.finished, self._on_download_finished),
+            (h.ready, takes.entry_ready),
+            (h.stored, takes.stored),
+            (h.changed, self.history_changed.emit),
+            (h.recovered, takes.recovered),
+            (h.problem, self.notify),
+            (h.corrected, self.corrected.emit),
+        ):
+            route(signal, handler)
 
     # ---- the face used by the tray, windows and IPC --------------------------------------------
 
@@ -347,7 +306,30 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     @property
     def model_label(self) -> str:
-        return self._model_label
+        return self.model.label
+
+    @property
+    def model_state_text(self) -> str:
+        return self.model.state_text
+
+    @property
+    def model_ready(self) -> bool:
+        return self.session.model_state is S.ModelState.READY
+
+    @property
+    def running(self) -> bool:
+        """False once quitting began (the output worker has stopped)."""
+        return self._started
+
+    @property
+    def keys(self) -> HotkeyInput:
+        return self._keys
+
+    def handle_ipc(
+        self, command: str, sent: float | None = None, answer: Callable[[dict], None] | None = None
+    ) -> dict | None:
+        """`dictation <command>` (`Commands.handle_ipc`)."""
+        return self.commands.handle_ipc(command, sent, answer)
 
     @property
     def hotkeys_paused(self) -> bool:
@@ -360,16 +342,29 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def attach_log(self, bridge: Any) -> None:
         self._log_bridge = bridge
-        bridge.attach(self.log_record, lambda problem: self._notify("warning", problem))
+        bridge.attach(self.log_record, lambda problem: self.notify("warning", problem))
 
     def recent_log(self) -> list[logging.LogRecord]:
         return list(self._log_bridge.records) if self._log_bridge is not None else []
 
     def toggle(self) -> None:
-        self._dispatch(S.ToggleRequested(self._clock()))
+        self.dispatch(S.ToggleRequested(self._clock()))
 
     def cancel_dictation(self) -> None:
-        self._dispatch(S.CancelRequested())
+        self.dispatch(S.CancelRequested())
+
+    def keep_settings(self, settings: Settings) -> bool:
+        """Save and adopt ``settings`` without applying them (the engine already runs so); False if
+        they could not be saved (they are adopted all the same, for this run)."""
+        saved = True
+        try:
+            self._s.store.save(settings)
+        except (OSError, ValueError) as exc:  # SettingsError is a ValueError
+            log.warning("cannot save the settings with the adapter switched off: %s", exc)
+            saved = False
+        self._settings = settings
+        self.settings_changed.emit(settings)
+        return saved
 
     def apply_settings(self, settings: Settings) -> list[FieldError]:
         errors = validate(settings)
@@ -426,21 +421,21 @@ class AppController(ModelLifecycle, Commands, QObject):
         if entry is None or not entry.text:
             return
         # Give the focus a moment to return to the user's window after our window hides.
-        QTimer.singleShot(400, lambda: self._type_text.emit(Retype(entry_id), entry.text))
+        QTimer.singleShot(400, lambda: self.workers.output.type_text(Retype(entry_id), entry.text))
 
     def delete_entry(self, entry_id: int) -> None:
-        self._history_delete.emit(entry_id)  # history_changed follows once it is done
+        self.workers.history.delete_entry(entry_id)  # history_changed follows once it is done
 
     def correct_entry(self, entry_id: int, text: str) -> None:
         """Replace an entry's text with the user's and mark it corrected; `corrected` tells how it went."""
-        self._history_correct.emit(entry_id, text)  # history_changed follows once it is saved
+        self.workers.history.correct_entry(entry_id, text)  # history_changed follows once it is saved
 
     def retranscribe_entry(self, entry_id: int) -> None:
         """Transcribe a history entry's recording again; `retranscribed` tells how it went."""
         self.takes.retranscribe(entry_id)
 
     def start_download(self, repo_id: str) -> None:
-        self._download.emit(repo_id)
+        self.workers.download.run(repo_id)
 
     def cancel_download(self) -> None:
         self._s.download_worker.cancel()
@@ -449,25 +444,25 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def _apply(self, old: Settings, new: Settings) -> None:
         if session_settings(old) != session_settings(new):
-            self._dispatch(S.SettingsChanged(session_settings(new)))
+            self.dispatch(S.SettingsChanged(session_settings(new)))
         if self._started:
             if recorder_config(old) != recorder_config(new):
-                self._audio_configure.emit(recorder_config(new))
+                self.workers.audio.configure(recorder_config(new))
             if old.output != new.output:
-                self._output_configure.emit(output_options(new))
+                self.workers.output.configure(output_options(new))
             if old.hotkeys != new.hotkeys:
                 self._keys.stop()
                 self._start_hotkeys()
             if old.recording != new.recording:
                 self._update_sounds(new)
             if engine_key(old) != engine_key(new):
-                self._cpu_fallback = False
+                self.model.cpu_fallback = False
                 if new.engine.model:
-                    self._request_load()
+                    self.model.request_load()
                 else:
-                    self._unload.emit()
+                    self.model.unload()
         if old.general.history_size != new.general.history_size:
-            self._history_size.emit(new.general.history_size)
+            self.workers.history.set_max_entries(new.general.history_size)
         if old.general.start_at_login != new.general.start_at_login:
             self._set_autostart(new.general.start_at_login)
         self._restart_idle_timer()
@@ -478,7 +473,7 @@ class AppController(ModelLifecycle, Commands, QObject):
         try:
             path = autostart.set_enabled(enabled)
         except OSError as exc:
-            self._notify("error", f"Could not change start at login: {exc}")
+            self.notify("error", f"Could not change start at login: {exc}")
             return
         log.info("start at login %s (%s)", "enabled" if enabled else "disabled", path)
 
@@ -509,7 +504,7 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def _idle_unload(self) -> None:
         if self._status is S.Status.IDLE and self.session.model_state is S.ModelState.READY:
-            self._unload.emit()
+            self.model.unload()
 
     # ---- hotkeys ------------------------------------------------------------------------------
 
@@ -519,13 +514,13 @@ class AppController(ModelLifecycle, Commands, QObject):
 
     def _on_hotkey(self, name: str, pressed: bool, t: float) -> None:
         if name == DICTATE:
-            self._dispatch(S.HotkeyDown(t) if pressed else S.HotkeyUp(t))
+            self.dispatch(S.HotkeyDown(t) if pressed else S.HotkeyUp(t))
         elif name == CANCEL and pressed:
-            self._dispatch(S.CancelRequested())
+            self.dispatch(S.CancelRequested())
 
     # ---- the session ----------------------------------------------------------------------------
 
-    def _dispatch(self, event: Any) -> None:
+    def dispatch(self, event: Any) -> None:
         self._queue.append(event)
         if self._dispatching:
             return
@@ -545,21 +540,21 @@ class AppController(ModelLifecycle, Commands, QObject):
             self._set_preview("")
             if take.streaming:
                 language, context = self.takes.language_context()
-                self._begin_take.emit(take.id, language, context, self._settings.general.live_preview)
-            self._audio_start.emit(take.id, self._event_t, take.streaming)
+                self.workers.engine.begin_take(take.id, language, context, self._settings.general.live_preview)
+            self.workers.audio.start(take.id, self._event_t, take.streaming)
             self._poll.start()
         elif isinstance(action, S.StopCapture):
             self._s.engine_worker.interrupt(action.take_id)  # a running preview must not delay the text
-            self._audio_stop.emit(action.take_id, self._event_t, self._settings.recording.trim_silence)
+            self.workers.audio.stop(action.take_id, self._event_t, self._settings.recording.trim_silence)
         elif isinstance(action, S.DiscardCapture):
             self._s.engine_worker.interrupt(action.take_id)
             self._set_preview("")
-            self._audio_cancel.emit(action.take_id)  # deletes the take's file
-            self._answer_start(action.take_id, {"message": DISCARDED_MESSAGE})  # a start not answered yet
+            self.workers.audio.cancel(action.take_id)  # deletes the take's file
+            self.commands.answer_start(action.take_id, {"message": DISCARDED_MESSAGE})  # a start not answered yet
             self.takes.discard(action.take_id)
         elif isinstance(action, S.LoadModel):
             if self._settings.engine.model:
-                self._build_and_load.emit(functools.partial(engine_options, self._settings))
+                self.model.build_and_load()
             else:
                 self._queue.append(S.ModelNotChosen())
         elif isinstance(action, S.Transcribe):
@@ -575,7 +570,7 @@ class AppController(ModelLifecycle, Commands, QObject):
             if self._sounds is not None:
                 self._sounds.play(action.kind.value)
         elif isinstance(action, S.Notify):
-            self._notify(action.level.value, action.message)
+            self.notify(action.level.value, action.message)
         elif isinstance(action, S.ShowModelChoice):
             self.show_settings_requested.emit("model")
         elif isinstance(action, S.SetStatus):
@@ -589,7 +584,7 @@ class AppController(ModelLifecycle, Commands, QObject):
             self._restart_idle_timer()
             self.status_changed.emit(action.status)
 
-    def _notify(self, level: str, message: str, *, log_as: str | None = None) -> None:
+    def notify(self, level: str, message: str, *, log_as: str | None = None) -> None:
         """Show ``message`` (the tray) and log it, or log ``log_as`` instead where the message
         quotes what the user said: no dictated word goes into the log."""
         {"info": log.info, "warning": log.warning}.get(level, log.error)("%s", message if log_as is None else log_as)
@@ -607,11 +602,11 @@ class AppController(ModelLifecycle, Commands, QObject):
             return
         error = audio.recorder_error()
         if error:
-            self._dispatch(S.RecordingLost(take_id, error, partial_audio_available=True))
+            self.dispatch(S.RecordingLost(take_id, error, partial_audio_available=True))
         elif audio.limit_reached():
-            self._dispatch(S.MaxLengthReached(take_id))
+            self.dispatch(S.MaxLengthReached(take_id))
 
-    # ---- takes: the workers' answers, handed to `self.takes` on the GUI thread ----------------------
+    # ---- the workers' answers the session hears of (routed onto the GUI thread) ------------------
 
     def _on_started(self, take_id: int, path: Any, gap: float | None = None) -> None:
         """The mic is live and the take is being written to ``path``: its history entry comes next.
@@ -623,25 +618,22 @@ class AppController(ModelLifecycle, Commands, QObject):
             warning = late_start_message(gap, self._settings.recording.keep_mic_open)
             extra = {"late_ms": round(gap * 1000), "warning": warning}
             if self._settings.recording.keep_mic_open:
-                self._notify("warning", warning)
+                self.notify("warning", warning)
             else:  # the user chose a microphone that opens at each press; the settings say what it costs
                 log.info("take %d: %s", take_id, warning)
-        self._answer_start(take_id, extra)
-        self._dispatch(S.RecordingStarted(take_id))
+        self.commands.answer_start(take_id, extra)
+        self.dispatch(S.RecordingStarted(take_id))
 
     def _on_start_failed(self, take_id: int, message: str) -> None:
-        self._answer_start(take_id, {"ok": False, "message": f"Could not start recording: {message}"})
+        self.commands.answer_start(take_id, {"ok": False, "message": f"Could not start recording: {message}"})
         self.takes.discard(take_id)
-        self._dispatch(S.RecordingFailed(take_id, message))
+        self.dispatch(S.RecordingFailed(take_id, message))
 
     def _tick(self) -> None:
-        self._dispatch(S.Tick(self._clock()))
+        self.dispatch(S.Tick(self._clock()))
 
     def _on_open_failed(self, message: str) -> None:
-        self._notify("warning", f"Microphone: {message}")
-
-    def _on_history_ready(self, take_id: int, durable: bool) -> None:
-        self.takes.entry_ready(take_id)
+        self.notify("warning", f"Microphone: {message}")
 
     def _on_preview(self, take_id: int, text: str) -> None:
         if take_id == self.session.recording_take_id and self._settings.general.live_preview:
@@ -652,38 +644,17 @@ class AppController(ModelLifecycle, Commands, QObject):
             self._preview_text = text
             self.preview_changed.emit(text)
 
-    def _on_saved(self, take_id: int, saved: SavedTake) -> None:
-        self.takes.saved(take_id, saved)
-
-    def _on_no_speech(self, take_id: int) -> None:
-        self.takes.no_speech(take_id)
-
-    def _on_transcribed(self, key: int | Retranscription, transcript: Any) -> None:
-        self.takes.transcribed(key, transcript)
-
-    def _on_transcribe_failed(self, key: int | Retranscription, message: str) -> None:
-        self.takes.transcribe_failed(key, message)
-
-    def _on_stored(self, take_id: int, durable: bool) -> None:
-        self.takes.stored(take_id)
-
-    def _on_delivered(self, key: int | Retype, result: Any) -> None:
-        self.takes.delivered(key, result)
-
-    def _on_recovered(self, takes: list[Any]) -> None:
-        self.takes.recovered(takes)
-
     def _on_output_described(self, text: str) -> None:
         self._output_description = text
 
     def _on_download_finished(self, repo_id: str, folder: str, error: str) -> None:
         self.download_finished.emit(repo_id, error)
         if error == "cancelled":
-            self._notify("info", f"Download of {repo_id} cancelled; it resumes where it stopped next time.")
+            self.notify("info", f"Download of {repo_id} cancelled; it resumes where it stopped next time.")
         elif error:
-            self._notify("error", f"Download of {repo_id} failed: {error}")
+            self.notify("error", f"Download of {repo_id} failed: {error}")
         else:
-            self._notify("info", f"Downloaded {repo_id}.")
+            self.notify("info", f"Downloaded {repo_id}.")
 
 
 # The desktop-file id the portal knows the app by: the file `dictation install-desktop` writes

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from dictation.app import controller as controller_module
+from dictation.app.options import engine_options
 from dictation.audio.trim import find_speech, trim_silence
 from dictation.config import Outcome, Settings
 from dictation.config.store import SettingsStore
@@ -608,7 +609,7 @@ def test_bad_adapters_at_start_are_switched_off_and_the_model_loads_without_them
     assert warnings[0].endswith("Switch them on again in Settings → Model once fixed.")
 
     # the next start loads exactly the good one; switching the others off needed no second load
-    assert controller_module.engine_options(r.c.settings).adapters == (str(good),)
+    assert engine_options(r.c.settings).adapters == (str(good),)
     assert len(made) == 1
 
     r.dictate(speech())

@@ -385,7 +385,7 @@ def test_chunks_that_queue_up_while_the_engine_is_busy_are_fed_together_with_one
     one call and previewed once, not one preview per chunk."""
     from PySide6.QtCore import QObject, QTimer, Signal
 
-    from dictation.app.controller import engine_options
+    from dictation.app.options import engine_options
 
     class Driver(QObject):
         load = Signal(object)
