@@ -1,46 +1,27 @@
 """The app's wiring: every input becomes a session event, every session action becomes work.
 
 `AppController` lives on the GUI thread. It owns the `DictationSession` (the lifecycle rules, see
-`dictation.session`), the settings, the history, the global hotkeys, and three workers on their own
-threads (engine, audio, output; see `workers.py`). Windows and the tray talk only to it, through
+`dictation.session`), the settings, the history, the global hotkeys, and the workers on their own
+threads (engine, audio, output, history, download). Windows and the tray talk only to it, through
 the methods and signals below, so they can be tested against a fake with the same face.
 
-Event flow: hotkey thread / tray / IPC / worker signal -> `_dispatch(event)` -> `session.handle`
+Event flow: hotkey thread / tray / IPC / worker signal -> `dispatch(event)` -> `session.handle`
 -> actions performed in order (`_perform`). Events raised while actions run are queued, so the
 actions of one event always run before the next event is handled.
 
-The workers are reached through one port (`worker_port.WorkerPort`, ``self.workers``): each call
-is queued onto the worker's own thread, in order; each worker's result signal is routed onto the GUI
-thread straight to whoever handles it (`Takes`, `ModelLifecycle`, or the controller where the
-session hears of it). The controller holds two collaborators: `ModelLifecycle` (``self.model``:
-loads, the GPU-to-CPU fallback, the model label) and `Commands` (``self.commands``: `dictation
-<command>` and the answers to `start`).
-
-Per take (one recording; `dictation.takes` keeps what is known of each and decides what follows):
-StartCapture -> the audio worker starts writing the take to disk -> RecordingStarted, and the
-history worker makes the take's entry (pending, no text, the path of its audio); StopCapture -> the
-audio worker stops, saves the WAV whole, trims, and hands the saved take straight to the engine
-worker (and tells the controller); Transcribe -> once the entry exists, the engine worker is told to
-transcribe the take (it starts as soon as it has both) -> TranscriptionDone. With the model loaded
-and ``engine.stream_while_recording`` on, a take is streamed: the engine worker is fed its audio
-while it records (and shows live previews, `preview_changed`), the release interrupts a running
-preview, and the saved take finishes the stream (see `engine_worker.py`); DeliverText -> text
-options applied, the history worker stores the text (`stored`), only then the output worker types
-it -> the history worker sets the outcome. Nothing a user said is lost: the audio is on disk while
-it is recorded, the entry exists before transcription, the text is in the history (or its fallback
-journal) before it is typed; if the recordings folder cannot be written, the take is transcribed
-from memory. The GUI thread never writes to SQLite (`HistoryWorker`).
-Takes a crash interrupted are transcribed at the next start into the history as "recovered",
-never typed (`Takes.recovered`).
+The workers are reached through one port (`worker_port.WorkerPort`, ``self.workers``): each call is
+queued onto the worker's own thread, in order; each worker's result signal is routed onto the GUI
+thread straight to the one who handles it (`_wire_workers`). Its parts: `Takes` (``self.takes``,
+`dictation.takes`: every take, from the press to its text), `ModelLifecycle` (``self.model``),
+`Recording` (``self.recording``: the microphone's side of a take), `Commands` (``self.commands``:
+`dictation <command>`), `Cues` (the sounds). One take, top to bottom: docs/app.md.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer, Signal
@@ -48,55 +29,23 @@ from PySide6.QtGui import QGuiApplication
 
 from dictation import session as S
 from dictation.app.commands import Commands
+from dictation.app.cues import Cues
 from dictation.app.history_worker import HistoryWorker
 from dictation.app.hotkey_input import CANCEL, DICTATE, HotkeyInput
 from dictation.app.model_lifecycle import NO_MODEL_MESSAGE, ModelLifecycle
-from dictation.app.options import engine_key, late_start_message, output_options, session_settings
+from dictation.app.options import engine_key, output_options, session_settings
 from dictation.app.personalise import Personaliser
+from dictation.app.recording import Recording
+from dictation.app.services import Services, recorder_config
 from dictation.app.worker_port import WorkerPort
-from dictation.app.workers import (
-    AudioWorker,
-    DownloadWorker,
-    EngineWorker,
-    OutputWorker,
-    RecorderConfig,
-    start_thread,
-    stop_thread,
-    stop_threads,
-)
+from dictation.app.workers import start_thread, stop_thread, stop_threads
 from dictation.config import History, Settings
 from dictation.config.schema import FieldError, validate
-from dictation.config.store import SettingsStore
-from dictation.takes import LATE_START_S, Retype, Takes
+from dictation.takes import Retype, Takes
 
 log = logging.getLogger(__name__)
 
-RECORDER_POLL_MS = 100
 DISCARDED_MESSAGE = "the recording was discarded (cancelled, or stopped too soon)"
-MINUTE_MS = 60_000  # idle-unload unit (tests shorten it)
-
-
-def recorder_config(settings: Settings) -> RecorderConfig:
-    r = settings.recording
-    device = None if r.input_device in ("", "default") else r.input_device
-    return RecorderConfig(device=device, max_seconds=float(r.max_seconds) + 5.0, keep_open=r.keep_mic_open)
-
-
-@dataclass
-class Services:
-    """What the controller is built from; tests replace the parts that touch hardware."""
-
-    store: SettingsStore
-    history: History
-    engine_worker: EngineWorker = field(default_factory=EngineWorker)
-    audio_worker: AudioWorker = field(default_factory=AudioWorker)
-    output_worker: OutputWorker = field(default_factory=OutputWorker)
-    download_worker: DownloadWorker = field(default_factory=DownloadWorker)
-    history_worker: HistoryWorker | None = None  # None: one writing to ``history``'s file
-    hotkey_chooser: Callable[[str], Any] | None = None  # preference -> BackendChoice
-    sound_factory: Callable[[Settings], Any] | None = None  # settings -> object with play(kind)
-    clock: Callable[[], float] = time.monotonic
-    personalise: dict[str, Any] = field(default_factory=dict)  # Personaliser's train, samples, options, adapters_dir
 
 
 class AppController(QObject):
@@ -129,10 +78,9 @@ class AppController(QObject):
         self._queue: collections.deque[Any] = collections.deque()
         self._dispatching = False
         self._event_t = 0.0
-        self._preview_text = ""
         self._keys = HotkeyInput(self._clock, self, hold=getattr(services.output_worker, "hold", None))
         self._output_description = "text output: not configured yet"
-        self._sounds: Any = None
+        self._cues = Cues(services.sound_factory, services.audio_worker.mark_cue)
         self._threads: list[Any] = []
         self.left_running: list[Any] = []  # threads quitting did not wait for (the busy engine): main.run
         self._log_bridge: Any = None
@@ -146,16 +94,11 @@ class AppController(QObject):
             s.engine_worker, s.audio_worker, s.output_worker, self._history_worker, s.download_worker
         )
         self.takes = Takes(self, self.workers)  # every take under way, and the history's re-transcriptions
-        self.model = ModelLifecycle(self, self.workers.engine)  # the speech model's life
+        self.model = ModelLifecycle(self, self.workers.engine, self)  # the speech model's life
         self.commands = Commands(self, self._clock, self)  # `dictation <command>`
+        self.recording = Recording(self, services.audio_worker, self)  # the microphone's side of a take
         self.personaliser = Personaliser(self, **services.personalise)  # trains on its own thread
 
-        self._idle_timer = QTimer(self)
-        self._idle_timer.setSingleShot(True)
-        self._idle_timer.timeout.connect(self._idle_unload)
-        self._poll = QTimer(self)
-        self._poll.setInterval(RECORDER_POLL_MS)
-        self._poll.timeout.connect(self._poll_recorder)
         self._keys.event.connect(self._on_hotkey)
         self._keys.problem.connect(self.notify)
 
@@ -179,18 +122,8 @@ class AppController(QObject):
         self._start_hotkeys()
 
     def wait_input_ready(self, timeout: float) -> bool:
-        """Block until the microphone was opened (or failed to open) and has heard a pre-roll's
-        worth, so the first press gets its pre-roll too, and the hotkeys listen; at most ``timeout``
-        seconds. False if that was not reached in time."""
-        audio = self._s.audio_worker
-        deadline = time.monotonic() + timeout
-        ready = audio.wait_configured(timeout)
-        ready = self._keys.wait_ready(max(0.0, deadline - time.monotonic())) and ready
-        while (heard := audio.heard_s()) is not None and heard < audio.pre_roll_s():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return ready
+        """Block until the microphone heard a pre-roll's worth and the hotkeys listen (`Recording.wait_ready`)."""
+        return self.recording.wait_ready(timeout)
 
     def start(self) -> None:
         """Everything else: the engine, output and download threads, the sounds, the model's load
@@ -205,7 +138,7 @@ class AppController(QObject):
         held, self._held_notes = self._held_notes or [], None
         for level, message in held:
             self.notified.emit(level, message)
-        self._sounds = self._make_sounds(self._settings)
+        self._cues.start(self._settings)
         if getattr(s.output_worker, "own_window", False) is None:
             from dictation.app.focus import OwnFocus
 
@@ -227,11 +160,9 @@ class AppController(QObject):
         self.commands.stop()  # a `start` still waiting is answered
         self._keys.stop()
         self._s.engine_worker.interrupt_all()  # a running live preview ends now
-        self._poll.stop()
-        self._idle_timer.stop()
-        close_sounds = getattr(self._sounds, "close", None)
-        if close_sounds is not None:
-            close_sounds()
+        self.recording.stop()
+        self.model.stop()
+        self._cues.close()
         self._s.download_worker.cancel()
         self.workers.output.flush()
         self.workers.audio.close()
@@ -272,11 +203,11 @@ class AppController(QObject):
             (e.transcribed, takes.transcribed),
             (e.transcribe_failed, takes.transcribe_failed),
             (e.no_speech, takes.no_speech),
-            (e.preview_ready, self._on_preview),
-            (a.started, self._on_started),
-            (a.start_failed, self._on_start_failed),
+            (e.preview_ready, self.recording.preview),
+            (a.started, self.recording.started),
+            (a.start_failed, self.recording.start_failed),
             (a.saved, takes.saved),
-            (a.open_failed, self._on_open_failed),
+            (a.open_failed, self.recording.open_failed),
             (o.delivered, takes.delivered),
             (o.described, self._on_output_described),
             (d.progress, self.download_progress.emit),
@@ -338,7 +269,7 @@ class AppController(QObject):
     @property
     def preview_text(self) -> str:
         """The latest live preview of the take being recorded (or just released); "" when none."""
-        return self._preview_text
+        return self.recording.preview_text
 
     def attach_log(self, bridge: Any) -> None:
         self._log_bridge = bridge
@@ -380,18 +311,10 @@ class AppController(QObject):
         return []
 
     def input_level(self) -> float:
-        from dictation.audio.capture import meter_fraction
-
-        return meter_fraction(self._s.audio_worker.level())
+        return self.recording.level()
 
     def input_devices(self) -> list[Any]:
-        from dictation.audio.devices import AudioDeviceError, list_input_devices
-
-        try:
-            return list_input_devices()
-        except AudioDeviceError as exc:
-            log.warning("cannot list microphones: %s", exc)
-            return []
+        return self.recording.devices()
 
     def hotkey_description(self) -> str:
         return self._keys.describe()
@@ -400,12 +323,8 @@ class AppController(QObject):
         return self._output_description
 
     def set_hotkeys_paused(self, paused: bool) -> None:
-        if paused == self._keys.paused:
-            return
-        self._keys.paused = paused
-        self._keys.update(recording=self._status is S.Status.RECORDING)
-        log.info("global hotkeys %s", "paused" if paused else "resumed")
-        self.hotkeys_paused_changed.emit(paused)
+        if self._keys.set_paused(paused, recording=self._status is S.Status.RECORDING):
+            self.hotkeys_paused_changed.emit(paused)
 
     def copy_entry(self, entry_id: int) -> bool:
         """Put the entry's text on the clipboard; True if the clipboard now holds it."""
@@ -454,7 +373,7 @@ class AppController(QObject):
                 self._keys.stop()
                 self._start_hotkeys()
             if old.recording != new.recording:
-                self._update_sounds(new)
+                self._cues.update(new)
             if engine_key(old) != engine_key(new):
                 self.model.cpu_fallback = False
                 if new.engine.model:
@@ -465,7 +384,7 @@ class AppController(QObject):
             self.workers.history.set_max_entries(new.general.history_size)
         if old.general.start_at_login != new.general.start_at_login:
             self._set_autostart(new.general.start_at_login)
-        self._restart_idle_timer()
+        self.model.idle()
 
     def _set_autostart(self, enabled: bool) -> None:
         from dictation import autostart
@@ -477,40 +396,10 @@ class AppController(QObject):
             return
         log.info("start at login %s (%s)", "enabled" if enabled else "disabled", path)
 
-    def _update_sounds(self, settings: Settings) -> None:
-        r = settings.recording
-        if hasattr(self._sounds, "volume") and hasattr(self._sounds, "enabled"):
-            self._sounds.volume, self._sounds.enabled = r.sound_volume, r.sounds
-        else:
-            self._sounds = self._make_sounds(settings)
-
-    def _make_sounds(self, settings: Settings) -> Any:
-        if self._s.sound_factory is not None:
-            player = self._s.sound_factory(settings)
-        else:
-            from dictation.audio.sounds import SoundPlayer
-
-            player = SoundPlayer(volume=settings.recording.sound_volume, enabled=settings.recording.sounds)
-        if hasattr(player, "on_cue"):  # a cue the microphone hears is muted in the take (audio.cue_echo)
-            player.on_cue = self._s.audio_worker.mark_cue
-        return player
-
-    def _restart_idle_timer(self) -> None:
-        minutes = self._settings.engine.idle_unload_minutes
-        if minutes > 0 and self._status is S.Status.IDLE and self.session.model_state is S.ModelState.READY:
-            self._idle_timer.start(minutes * MINUTE_MS)
-        else:
-            self._idle_timer.stop()
-
-    def _idle_unload(self) -> None:
-        if self._status is S.Status.IDLE and self.session.model_state is S.ModelState.READY:
-            self.model.unload()
-
     # ---- hotkeys ------------------------------------------------------------------------------
 
     def _start_hotkeys(self) -> None:
-        chooser = self._s.hotkey_chooser or _default_hotkey_chooser
-        self._keys.start(self._settings.hotkeys, chooser, recording=self._status is S.Status.RECORDING)
+        self._keys.start(self._settings.hotkeys, self._s.hotkey_chooser, recording=self._status is S.Status.RECORDING)
 
     def _on_hotkey(self, name: str, pressed: bool, t: float) -> None:
         if name == DICTATE:
@@ -537,18 +426,17 @@ class AppController(QObject):
     def _perform(self, action: Any) -> None:
         if isinstance(action, S.StartCapture):
             take = self.takes.begin(action.take_id)
-            self._set_preview("")
             if take.streaming:
                 language, context = self.takes.language_context()
                 self.workers.engine.begin_take(take.id, language, context, self._settings.general.live_preview)
             self.workers.audio.start(take.id, self._event_t, take.streaming)
-            self._poll.start()
+            self.recording.begin()
         elif isinstance(action, S.StopCapture):
             self._s.engine_worker.interrupt(action.take_id)  # a running preview must not delay the text
             self.workers.audio.stop(action.take_id, self._event_t, self._settings.recording.trim_silence)
         elif isinstance(action, S.DiscardCapture):
             self._s.engine_worker.interrupt(action.take_id)
-            self._set_preview("")
+            self.recording.set_preview("")
             self.workers.audio.cancel(action.take_id)  # deletes the take's file
             self.commands.answer_start(action.take_id, {"message": DISCARDED_MESSAGE})  # a start not answered yet
             self.takes.discard(action.take_id)
@@ -567,8 +455,7 @@ class AppController(QObject):
             delay = max(0, int((action.at_t - self._clock()) * 1000) + 1)
             QTimer.singleShot(delay, self, self._tick)  # a lambda would hold the controller until it fired
         elif isinstance(action, S.PlaySound):
-            if self._sounds is not None:
-                self._sounds.play(action.kind.value)
+            self._cues.play(action.kind.value)
         elif isinstance(action, S.Notify):
             self.notify(action.level.value, action.message)
         elif isinstance(action, S.ShowModelChoice):
@@ -576,12 +463,8 @@ class AppController(QObject):
         elif isinstance(action, S.SetStatus):
             self._status = action.status
             self._keys.update(recording=action.status is S.Status.RECORDING)
-            if action.status is not S.Status.RECORDING:
-                self._poll.stop()
-                self.input_level_changed.emit(0.0)
-            if action.status in (S.Status.IDLE, S.Status.ERROR):
-                self._set_preview("")
-            self._restart_idle_timer()
+            self.recording.status(action.status)
+            self.model.idle()
             self.status_changed.emit(action.status)
 
     def notify(self, level: str, message: str, *, log_as: str | None = None) -> None:
@@ -593,56 +476,10 @@ class AppController(QObject):
             return
         self.notified.emit(level, message)
 
-    def _poll_recorder(self) -> None:
-        """While recording: the level for the overlay, and a lost device or a full buffer."""
-        audio = self._s.audio_worker
-        self.input_level_changed.emit(self.input_level())
-        take_id = self.session.recording_take_id
-        if take_id is None:
-            return
-        error = audio.recorder_error()
-        if error:
-            self.dispatch(S.RecordingLost(take_id, error, partial_audio_available=True))
-        elif audio.limit_reached():
-            self.dispatch(S.MaxLengthReached(take_id))
-
-    # ---- the workers' answers the session hears of (routed onto the GUI thread) ------------------
-
-    def _on_started(self, take_id: int, path: Any, gap: float | None = None) -> None:
-        """The mic is live and the take is being written to ``path``: its history entry comes next.
-        ``gap``: the take's first sample minus the press (the take's `start_gap_s`, as far as known
-        now); above `LATE_START_S` words after the press are missing, and the user is told."""
-        wanted = self.takes.started(take_id, path)  # not if it was discarded before it even started
-        extra: dict = {}
-        if gap is not None and gap > LATE_START_S and wanted:
-            warning = late_start_message(gap, self._settings.recording.keep_mic_open)
-            extra = {"late_ms": round(gap * 1000), "warning": warning}
-            if self._settings.recording.keep_mic_open:
-                self.notify("warning", warning)
-            else:  # the user chose a microphone that opens at each press; the settings say what it costs
-                log.info("take %d: %s", take_id, warning)
-        self.commands.answer_start(take_id, extra)
-        self.dispatch(S.RecordingStarted(take_id))
-
-    def _on_start_failed(self, take_id: int, message: str) -> None:
-        self.commands.answer_start(take_id, {"ok": False, "message": f"Could not start recording: {message}"})
-        self.takes.discard(take_id)
-        self.dispatch(S.RecordingFailed(take_id, message))
+    # ---- the workers' answers the controller handles (routed onto the GUI thread) -------------------
 
     def _tick(self) -> None:
         self.dispatch(S.Tick(self._clock()))
-
-    def _on_open_failed(self, message: str) -> None:
-        self.notify("warning", f"Microphone: {message}")
-
-    def _on_preview(self, take_id: int, text: str) -> None:
-        if take_id == self.session.recording_take_id and self._settings.general.live_preview:
-            self._set_preview(text)
-
-    def _set_preview(self, text: str) -> None:
-        if text != self._preview_text:
-            self._preview_text = text
-            self.preview_changed.emit(text)
 
     def _on_output_described(self, text: str) -> None:
         self._output_description = text
@@ -655,17 +492,3 @@ class AppController(QObject):
             self.notify("error", f"Download of {repo_id} failed: {error}")
         else:
             self.notify("info", f"Downloaded {repo_id}.")
-
-
-# The desktop-file id the portal knows the app by: the file `dictation install-desktop` writes
-# (dictation.desktop) and the name main.py gives Qt (setDesktopFileName), so all three agree.
-APP_ID = "dictation"
-
-
-def _default_hotkey_chooser(preference: str) -> Any:
-    from dictation.hotkeys import choose_backend
-    from dictation.hotkeys.choose import default_factories
-    from dictation.hotkeys.portal import PortalBackend
-
-    factories = {**default_factories(), "portal": lambda: PortalBackend(app_id=APP_ID)}
-    return choose_backend(preference, factories=factories)

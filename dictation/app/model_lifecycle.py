@@ -4,7 +4,8 @@ The engine worker reports a load, a failure (a GPU failure is retried on the CPU
 that failed while the previous one was kept, a move to the CPU mid-dictation, adapters it could not
 apply or left out of a load (switched off in the saved settings, and said), and an unload; each
 becomes the model label and progress the windows show and the session event the lifecycle needs;
-`state_text` tells a window opened later where the model stands. The engine worker's signals reach
+`state_text` tells a window opened later where the model stands. After ``engine.idle_unload_minutes``
+idle with the model loaded, it is unloaded (`idle`). The engine worker's signals reach
 it on the GUI thread (routed by `dictation.app.worker_port`); it asks the engine worker to load,
 unload and warm up through the port, and tells the app through `ModelApp`.
 """
@@ -15,6 +16,8 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from PySide6.QtCore import QObject, QTimer
+
 from dictation import session as S
 from dictation.app.options import adapters_skipped_message, engine_options, without_adapters
 
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
     from dictation.takes import Emits, Takes
 
 log = logging.getLogger("dictation.app.controller")  # the controller's part: its log lines stay its own
+
+MINUTE_MS = 60_000  # idle-unload unit (tests shorten it)
 
 NO_MODEL_MESSAGE = "No speech model is chosen yet: open Settings → Model to download one or choose a folder."
 # The model's state in words where no message about it was given (`ModelLifecycle.state_text`).
@@ -56,15 +61,35 @@ class ModelApp(Protocol):
     def keep_settings(self, settings: Settings) -> bool: ...  # saved (True if it could be) but not applied
 
 
-class ModelLifecycle:
-    """The engine worker's model signals, and the loads the app asks for."""
+class ModelLifecycle(QObject):
+    """The engine worker's model signals, the loads the app asks for, the idle unload. A QObject (a
+    child of ``parent``, the controller) so its timer's slot does not keep the controller alive."""
 
-    def __init__(self, app: ModelApp, engine: EngineCalls) -> None:
+    def __init__(self, app: ModelApp, engine: EngineCalls, parent: QObject | None = None) -> None:
+        super().__init__(parent)
         self._app = app
         self._engine = engine
         self.label = ""  # the loaded model's label ("" none)
         self.cpu_fallback = False  # the GPU failed: the model runs on the CPU until the engine settings change
         self._said: tuple[S.ModelState, str] | None = None  # the last progress message, for the state it told
+        self._idle_timer = QTimer(self)
+        self._idle_timer.setSingleShot(True)
+        self._idle_timer.timeout.connect(self._idle_unload)
+
+    def idle(self) -> None:
+        """The app's state changed: the idle unload is timed from now while nothing is dictated."""
+        minutes = self._app.settings.engine.idle_unload_minutes
+        if minutes > 0 and self._app.status is S.Status.IDLE and self._app.session.model_state is S.ModelState.READY:
+            self._idle_timer.start(minutes * MINUTE_MS)
+        else:
+            self._idle_timer.stop()
+
+    def stop(self) -> None:
+        self._idle_timer.stop()
+
+    def _idle_unload(self) -> None:
+        if self._app.status is S.Status.IDLE and self._app.session.model_state is S.ModelState.READY:
+            self._engine.unload()
 
     @property
     def state_text(self) -> str:

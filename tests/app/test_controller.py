@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from dictation.app import controller as controller_module
+from dictation.app import model_lifecycle
 from dictation.app.options import engine_options
 from dictation.audio.trim import find_speech, trim_silence
 from dictation.config import Outcome, Settings
@@ -293,7 +293,7 @@ def test_retranscribe_replaces_the_entry_text_with_the_current_context(rig, qtbo
 
 
 def test_idle_unload_frees_the_model_and_the_next_dictation_reloads_it(rig, qtbot, monkeypatch, ckpt_untied):
-    monkeypatch.setattr(controller_module, "MINUTE_MS", 20)
+    monkeypatch.setattr(model_lifecycle, "MINUTE_MS", 20)
     settings = Settings()
     settings = settings.replace(
         engine=settings.engine.replace(model=str(ckpt_untied), device="cpu", idle_unload_minutes=1)
