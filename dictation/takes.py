@@ -20,8 +20,9 @@ One take: `begin` (StartCapture) -> `started` (the audio worker writes its file;
 makes its entry) -> `entry_ready` -> `want_transcription` (Transcribe) -> the engine worker
 transcribes the saved take -> `transcribed` (or `no_speech`, `transcribe_failed`) -> `record_text`
 (DeliverText: the text is stored first) -> `stored` -> typed (the output worker's `type_text`) ->
-`delivered` (the outcome). Or it ends early: `discard` (DiscardCapture) or `skip` (SkipTranscription: the entry keeps the audio,
-untranscribed, to be transcribed again from the history).
+`delivered` (the outcome). Or it ends early: `discard` (DiscardCapture) or `skip`
+(SkipTranscription: the entry keeps the audio, untranscribed, to be transcribed again from the
+history).
 
 Engine requests that are not takes are `Retranscription`s (a history entry transcribed again, or a
 take a crash interrupted, recovered at the next start and never typed); deliveries that are not

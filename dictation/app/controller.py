@@ -291,7 +291,7 @@ class AppController(QObject):
         try:
             self._s.store.save(settings)
         except (OSError, ValueError) as exc:  # SettingsError is a ValueError
-            log.warning("cannot save the settings with the adapter switched off: %s", exc)
+            log.warning("cannot save the settings (%s): they hold for this run only", exc)
             saved = False
         self._settings = settings
         self.settings_changed.emit(settings)

@@ -175,7 +175,7 @@ def _tray_shots(controller) -> list[Path]:
     from dictation.app.tray import PAUSED_TEXT, STATUS_TEXT, TrayMenu
     from dictation.session import Status
 
-    controller.model.label = "Qwen3-ASR-1.7B · bf16 · cuda"
+    controller._model_label = "Qwen3-ASR-1.7B · bf16 · cuda"
     menu = TrayMenu(controller, lambda page: None, lambda: None)
     menu.popup(QPoint(40, 40))
     QTest.qWait(100)
