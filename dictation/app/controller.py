@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from dictation import session as S
@@ -38,7 +38,6 @@ from dictation.app.personalise import Personaliser
 from dictation.app.recording import Recording
 from dictation.app.services import Services, recorder_config
 from dictation.app.worker_port import WorkerPort
-from dictation.app.workers import start_thread, stop_thread, stop_threads
 from dictation.config import History, Settings
 from dictation.config.schema import FieldError, validate
 from dictation.takes import Retype, Takes
@@ -81,7 +80,6 @@ class AppController(QObject):
         self._keys = HotkeyInput(self._clock, self, hold=getattr(services.output_worker, "hold", None))
         self._output_description = "text output: not configured yet"
         self._cues = Cues(services.sound_factory, services.audio_worker.mark_cue)
-        self._threads: list[Any] = []
         self.left_running: list[Any] = []  # threads quitting did not wait for (the busy engine): main.run
         self._log_bridge: Any = None
         self._started = False
@@ -111,13 +109,12 @@ class AppController(QObject):
         handled only once the event loop runs. Notifications wait for `start` (the tray shows them)."""
         if self._started:
             return
-        s = self._s
         self._started = True
         self._held_notes = []
         self._wire_workers()
-        self._history_thread = start_thread(self._history_worker, "history")
+        self.workers.start("history")
         self.workers.history.open()  # first: replay what was kept aside, find interrupted takes
-        self._threads = [start_thread(s.audio_worker, "audio")]
+        self.workers.start("audio")
         self.workers.audio.configure(recorder_config(self._settings))
         self._start_hotkeys()
 
@@ -130,11 +127,7 @@ class AppController(QObject):
         (after `start_input`, which it runs first if it has not run)."""
         s = self._s
         self.start_input()
-        self._threads += [
-            start_thread(s.engine_worker, "engine"),
-            start_thread(s.output_worker, "output"),
-            start_thread(s.download_worker, "download"),
-        ]
+        self.workers.start("engine", "output", "download")
         held, self._held_notes = self._held_notes or [], None
         for level, message in held:
             self.notified.emit(level, message)
@@ -164,25 +157,7 @@ class AppController(QObject):
         self.model.stop()
         self._cues.close()
         self._s.download_worker.cancel()
-        self.workers.output.flush()
-        self.workers.audio.close()
-        self.left_running, self._threads = stop_threads(self._threads, self._s.engine_worker), []
-        # The workers have stopped; results they queued for the GUI thread (a delivery's outcome, a
-        # finished transcript) are handled now, and what that asks of the history worker is done
-        # before it stops: it drains its queue, answers, then closes its connection (both calls
-        # wait until the history thread ran them).
-        self._handle_results()
-        self.workers.history.drain()
-        self._handle_results()
-        self.workers.history.close()
-        stop_thread(self._history_thread)
-        self._handle_results()
-        self.workers.close()  # the routes back to the GUI thread go: nothing keeps this controller alive
-
-    def _handle_results(self) -> None:
-        """The workers' results queued for the GUI thread, handled now (in the order they came)."""
-        QCoreApplication.sendPostedEvents(self.workers.gui, QEvent.Type.MetaCall)
-        QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
+        self.left_running = self.workers.stop(self)  # after handling what they queued for us (worker_port.py)
 
     def _wire_workers(self) -> None:
         """Each worker's result signal, routed onto the GUI thread to the one who handles it; the

@@ -13,8 +13,9 @@ gets one as its child, so it moves to the worker's thread with it (`workers.star
 thread has one too (`WorkerPort.gui`), through which a worker's result signal reaches `Takes` and
 the controller's collaborators: `gui.route(worker.signal, takes.method)` calls the method on the
 GUI thread with the signal's arguments. (PySide6 runs a signal's plain Python receiver on the
-emitting thread, hence the hop.) Routes hold their receivers strongly, so `WorkerPort.close`
-(at shutdown) disconnects them: nothing then keeps the controller alive.
+emitting thread, hence the hop.) Routes hold their receivers strongly, so `WorkerPort.stop`
+(at shutdown) disconnects them: nothing then keeps the controller alive. The port also starts and
+stops the workers' threads (`start`, `stop`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
-from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QThread, Signal, Slot
 
+from dictation.app.workers import start_thread, stop_thread, stop_threads
 from dictation.takes import TakeEngine, TakeHistory, TakeOutput
 
 P = TypeVar("P")
@@ -150,17 +152,47 @@ class DownloadCalls(Protocol):
 
 
 class WorkerPort:
-    """The workers as the GUI thread calls them (`dictation.takes.TakeWorkers`, and more), and
-    `gui`: the GUI thread's `ThreadCalls`, which brings the workers' results back."""
+    """The workers as the GUI thread calls them (`dictation.takes.TakeWorkers`, and more), their
+    threads, and `gui`: the GUI thread's `ThreadCalls`, which brings the workers' results back."""
 
     def __init__(self, engine: QObject, audio: QObject, output: QObject, history: QObject, download: QObject) -> None:
+        self._workers = {"engine": engine, "audio": audio, "output": output, "history": history, "download": download}
         self.engine = queued(engine, EngineCalls)
         self.audio = queued(audio, AudioCalls)
         self.output = queued(output, OutputCalls)
         self.history = queued(history, HistoryCalls, blocking=frozenset({"drain", "close"}))
         self.download = queued(download, DownloadCalls)
         self.gui = ThreadCalls()
+        self._threads: dict[str, QThread] = {}
 
-    def close(self) -> None:
-        """Disconnect the routes back to the GUI thread (their receivers would live on with the workers)."""
+    def start(self, *names: str) -> None:
+        """Start these workers' threads (each worker, with its `ThreadCalls`, moves to its own)."""
+        for name in names:
+            self._threads[name] = start_thread(self._workers[name], name)
+
+    def stop(self, also_flush: QObject) -> list[QThread]:
+        """Quitting: the output's pending clipboard put back, the microphone closed, the threads
+        stopped (the engine's waited for briefly: `workers.stop_threads`); the results they queued
+        for the GUI thread are handled now (with ``also_flush``'s queued calls), and what that asks
+        of the history worker is done before it stops: it drains its queue, answers, then closes its
+        connection (both calls wait until the history thread ran them). Then the routes back to the
+        GUI thread go: nothing keeps their receivers alive. Returns the threads left running."""
+
+        def handle_results() -> None:
+            for receiver in (self.gui, also_flush):
+                QCoreApplication.sendPostedEvents(receiver, QEvent.Type.MetaCall)
+
+        self.output.flush()
+        self.audio.close()
+        history = self._threads.pop("history", None)
+        left = stop_threads(list(self._threads.values()), self._workers["engine"])
+        self._threads.clear()
+        handle_results()
+        if history is not None:
+            self.history.drain()
+            handle_results()
+            self.history.close()
+            stop_thread(history)
+            handle_results()
         self.gui.unroute()
+        return left
