@@ -442,6 +442,9 @@ class AppController(QObject):
             self.model.idle()
             self.status_changed.emit(action.status)
 
+    def _tick(self) -> None:
+        self.dispatch(S.Tick(self._clock()))
+
     def notify(self, level: str, message: str, *, log_as: str | None = None) -> None:
         """Show ``message`` (the tray) and log it, or log ``log_as`` instead where the message
         quotes what the user said: no dictated word goes into the log."""
@@ -452,9 +455,6 @@ class AppController(QObject):
         self.notified.emit(level, message)
 
     # ---- the workers' answers the controller handles (routed onto the GUI thread) -------------------
-
-    def _tick(self) -> None:
-        self.dispatch(S.Tick(self._clock()))
 
     def _on_output_described(self, text: str) -> None:
         self._output_description = text
