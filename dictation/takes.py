@@ -8,19 +8,21 @@ the same id.)
 `DictationSession` decides *what* happens (the lifecycle rules); `Takes` keeps what the app knows of
 each take meanwhile and decides the app's part: when a take may be transcribed (the session asked
 for it and its history entry exists), what goes into the history and when, what is typed, what the
-user is told. The controller (`dictation.app.controller`) only wires: it hands the session's actions
-and the workers' signals to `Takes`, and `Takes` asks for work through `TakesPort` (the controller's
-queued signals to the worker threads). The workers keep only their thread's resources, by take id:
-the audio worker its recorder and the take being recorded, the engine worker a take's stream and
-its saved samples (they come straight from the audio worker) until it transcribes or drops them.
+user is told. The controller (`dictation.app.controller`) hands it the session's actions; the
+workers' results reach it straight (each signal routed onto the GUI thread), and it calls the
+workers through one port (`TakeWorkers`: in the app each call is queued onto the worker's own
+thread, `dictation.app.worker_port`). What it reads and tells the app is `TakesApp`. The workers
+keep only their thread's resources, by take id: the audio worker its recorder and the take being
+recorded, the engine worker a take's stream and its saved samples (they come straight from the
+audio worker) until it transcribes or drops them.
 
 One take: `begin` (StartCapture) -> `started` (the audio worker writes its file; the history worker
 makes its entry) -> `entry_ready` -> `want_transcription` (Transcribe) -> the engine worker
 transcribes the saved take -> `transcribed` (or `no_speech`, `transcribe_failed`) -> `record_text`
-(DeliverText: the text is stored first) -> `stored` -> typed (the port's `type_text`) -> `delivered`
-(the outcome). Or it
-ends early: `discard` (DiscardCapture) or `skip` (SkipTranscription: the entry keeps the audio,
-untranscribed, to be transcribed again from the history).
+(DeliverText: the text is stored first) -> `stored` -> typed (the output worker's `type_text`) ->
+`delivered` (the outcome). Or it ends early: `discard` (DiscardCapture) or `skip`
+(SkipTranscription: the entry keeps the audio, untranscribed, to be transcribed again from the
+history).
 
 Engine requests that are not takes are `Retranscription`s (a history entry transcribed again, or a
 take a crash interrupted, recovered at the next start and never typed); deliveries that are not
@@ -109,8 +111,15 @@ class Retype:
     entry_id: int
 
 
-class TakesPort(Protocol):
-    """What `Takes` needs from the app (the controller): settings, state, and work for the workers."""
+class Emits(Protocol):
+    """A Qt signal as `Takes` uses it."""
+
+    def emit(self, *args: Any) -> None: ...
+
+
+class TakesApp(Protocol):
+    """What `Takes` reads and tells on the GUI thread (the controller): settings, state, session events,
+    notices, the history to read an entry from."""
 
     @property
     def settings(self) -> Any: ...  # dictation.config.Settings
@@ -120,29 +129,60 @@ class TakesPort(Protocol):
     def model_ready(self) -> bool: ...
     @property
     def running(self) -> bool: ...  # False once quitting began: the output worker has stopped
+    @property
+    def history(self) -> Any: ...  # dictation.config.History: get(entry_id) -> HistoryEntry | None
+    @property
+    def retranscribed(self) -> Emits: ...  # (entry id, "" when the text was replaced, else why not)
 
     def dispatch(self, event: Any) -> None: ...  # a session event
     def notify(self, level: str, message: str, *, log_as: str | None = None) -> None: ...
+
+
+# What `Takes` asks of each worker; in the app each call is queued onto the worker's thread
+# (dictation.app.worker_port), run there in the order it was made.
+
+
+class TakeEngine(Protocol):
+    """`dictation.app.engine_worker.EngineWorker`."""
+
     def transcribe_take(self, take_id: int, language: str | None, context: str) -> None: ...
-    def drop_take(self, take_id: int) -> None: ...  # the engine worker forgets the take's stream and samples
-    def transcribe_entry(
-        self, request: Retranscription, samples: np.ndarray, language: str | None, context: str
-    ) -> None: ...
-    def history_entry(self, entry_id: int) -> Any: ...  # a HistoryEntry, or None
-    def history_begin(self, take_id: int, audio_path: Any) -> None: ...
-    def history_store(self, take_id: int, fields: dict) -> None: ...
-    def history_finish(self, take_id: int, fields: dict, delete_audio: bool, keep: int) -> None: ...
-    def history_discard(self, take_id: int, delete_audio: bool, keep: int) -> None: ...
-    def history_update(self, entry_id: int, fields: dict) -> None: ...
-    def retranscribed(self, entry_id: int, problem: str) -> None: ...  # "" when the text was replaced
+    def cancel_take(self, take_id: int) -> None: ...  # the take's stream and saved samples go
+    def transcribe(self, key: Retranscription, samples: np.ndarray, language: str | None, context: str) -> None: ...
+
+
+class TakeHistory(Protocol):
+    """`dictation.app.history_worker.HistoryWorker`."""
+
+    def begin_take(self, take_id: int, audio_path: Any) -> None: ...
+    def store_text(self, take_id: int, fields: dict) -> None: ...  # text first: before it is typed
+    def finish_take(self, take_id: int, fields: dict, delete_audio: bool, keep: int) -> None: ...
+    def discard_take(self, take_id: int, delete_audio: bool, keep: int) -> None: ...
+    def update_entry(self, entry_id: int, fields: dict) -> None: ...
+
+
+class TakeOutput(Protocol):
+    """`dictation.app.workers.OutputWorker`."""
+
     def type_text(self, key: int | Retype, text: Any) -> None: ...  # a str, or an output.steps.Plan
+
+
+class TakeWorkers(Protocol):
+    """The workers as `Takes` reaches them (dictation.app.worker_port.WorkerPort)."""
+
+    @property
+    def engine(self) -> TakeEngine: ...
+    @property
+    def history(self) -> TakeHistory: ...
+    @property
+    def output(self) -> TakeOutput: ...
 
 
 class Takes:
     """The owner of every take under way and of the history's re-transcriptions; see the module docstring."""
 
-    def __init__(self, port: TakesPort) -> None:
-        self._port = port
+    def __init__(self, app: TakesApp, workers: TakeWorkers) -> None:
+        self._app = app
+        self._engine, self._history, self._output = workers.engine, workers.history, workers.output
         self._takes: dict[int, Take] = {}
         self._recovery: list[Any] = []  # history_worker.RecoveredTakes waiting for the model
         self._recover_counts = [0, 0, 0]  # recovered takes: found, transcribed so far, with text
@@ -163,12 +203,12 @@ class Takes:
         return take
 
     def _keep(self) -> int:
-        return self._port.settings.general.keep_recordings
+        return self._app.settings.general.keep_recordings
 
     def language_context(self) -> tuple[str | None, str]:
         """The forced language (None: detect) and the model's context: the user's vocabulary text and the
         words learned from corrections (`dictation.vocabulary.model_context`)."""
-        t = self._port.settings.transcription
+        t = self._app.settings.transcription
         return (None if t.language == "auto" else t.language), model_context(t)
 
     # ---- the session's actions ----------------------------------------------------------------------
@@ -176,7 +216,7 @@ class Takes:
     def begin(self, take_id: int) -> Take:
         """StartCapture: a new take; ``streaming`` when it is transcribed while it records (the model
         is loaded and the settings ask for it)."""
-        streaming = self._port.settings.engine.stream_while_recording and self._port.model_ready
+        streaming = self._app.settings.engine.stream_while_recording and self._app.model_ready
         take = self._takes[take_id] = Take(take_id, streaming=streaming)
         return take
 
@@ -184,9 +224,9 @@ class Takes:
         """DiscardCapture (cancelled, too short, nothing recorded): no entry is kept, no audio."""
         take = self._takes.pop(take_id, None)
         if take is not None and take.streaming:
-            self._port.drop_take(take_id)
+            self._engine.cancel_take(take_id)
         if take is not None and take.started:
-            self._port.history_discard(take_id, False, self._keep())
+            self._history.discard_take(take_id, False, self._keep())
 
     def want_transcription(self, take_id: int) -> None:
         """Transcribe: asked of the engine worker as soon as the take's history entry exists."""
@@ -209,10 +249,11 @@ class Takes:
             return False
         if not take.started:
             take.started = True
-            self._port.history_begin(take_id, audio_path)
+            self._history.begin_take(take_id, audio_path)
         return True
 
-    def entry_ready(self, take_id: int) -> None:
+    def entry_ready(self, take_id: int, durable: bool = True) -> None:
+        """The take's history entry exists (``durable``: in the database, else in the journal)."""
         take = self._takes.get(take_id)
         if take is not None:
             take.entry_ready = True
@@ -227,9 +268,9 @@ class Takes:
             late = f"; it began {gap:.2f} s after the press" if gap is not None and gap > LATE_START_S else ""
             log.info("recording %d saved: %s (%.1f s%s)", take_id, saved.path, saved.duration_s, late)
         if saved.error:
-            self._port.notify("warning", saved.error)
+            self._app.notify("warning", saved.error)
         if saved.save_error is not None and take.skip_reason is None:
-            self._port.notify(
+            self._app.notify(
                 "warning",
                 f"The recording could not be saved ({saved.save_error}). It is transcribed from memory and "
                 "typed as usual, and its text is kept in the history, but the audio is not kept.",
@@ -240,9 +281,9 @@ class Takes:
         """The engine worker found nothing to transcribe in the saved take (muted, or only silence)."""
         take = self._takes.get(take_id)
         if take is not None and take.saved is not None and take.saved.silence_reason is not None:
-            self._port.notify("warning", take.saved.silence_reason)
+            self._app.notify("warning", take.saved.silence_reason)
         self._no_text(take_id)
-        self._port.dispatch(S.TranscriptionDone(take_id, ""))
+        self._app.dispatch(S.TranscriptionDone(take_id, ""))
 
     def transcribed(self, key: int | Retranscription, transcript: Any) -> None:
         if isinstance(key, Retranscription):
@@ -255,21 +296,21 @@ class Takes:
         log.info("transcribed take %d: %d characters, language %s", key, len(transcript.text), language)
         if not transcript.text.strip():
             self._no_text(key)
-        self._port.dispatch(S.TranscriptionDone(key, transcript.text, transcript.language or None))
+        self._app.dispatch(S.TranscriptionDone(key, transcript.text, transcript.language or None))
 
     def transcribe_failed(self, key: int | Retranscription, message: str) -> None:
         if isinstance(key, Retranscription):
             if key.recovered:
                 outcome = Outcome.failed(f"interrupted by a crash; transcribing it at the next start failed: {message}")
-                self._port.history_update(key.entry_id, {"outcome": outcome})
+                self._history.update_entry(key.entry_id, {"outcome": outcome})
                 self._count_recovered()
             else:
-                self._port.notify("error", f"Re-transcription failed: {message}")
-                self._port.retranscribed(key.entry_id, f"Re-transcription failed: {message}")
+                self._app.notify("error", f"Re-transcription failed: {message}")
+                self._app.retranscribed.emit(key.entry_id, f"Re-transcription failed: {message}")
             return
         take = self._takes.get(key)
         audio_saved = take is None or take.saved is None or take.saved.path is not None
-        self._port.dispatch(S.TranscriptionFailed(key, message, audio_saved=audio_saved))
+        self._app.dispatch(S.TranscriptionFailed(key, message, audio_saved=audio_saved))
         if take is not None and take.saved is not None:
             self._record_untranscribed(key, f"transcription failed: {message}")
 
@@ -277,7 +318,7 @@ class Takes:
         """DeliverText: history first: the text is planned and stored (database or journal), then typed
         once it is (`stored`)."""
         take = self._take(action.take_id)
-        plan = plan_text(action.text, action.language, self._port.settings)
+        plan = plan_text(action.text, action.language, self._app.settings)
         transcript, saved = take.transcript, take.saved
         take.text, take.plan = plan.text, plan
         fields = {
@@ -285,45 +326,45 @@ class Takes:
             "raw_text": action.text,
             "language": action.language,
             "duration_s": saved.duration_s if saved else None,
-            "model_label": self._port.model_label or None,
+            "model_label": self._app.model_label or None,
             "audio_path": saved.path if saved else None,
             "timings": dict(transcript.timings) if transcript is not None else None,
             "streamed": saved is not None and saved.streamed,
         }
-        self._port.history_store(action.take_id, fields)
+        self._history.store_text(action.take_id, fields)
 
-    def stored(self, take_id: int) -> None:
-        """The take's text is in the history (or its journal): now it is typed."""
+    def stored(self, take_id: int, durable: bool = True) -> None:
+        """The take's text is in the history (``durable``), or its journal: now it is typed."""
         take = self._takes.get(take_id)
         if take is None or take.text is None:
             return
-        if not self._port.running:  # quitting: the output worker has stopped; the text stays in history
+        if not self._app.running:  # quitting: the output worker has stopped; the text stays in history
             self._takes.pop(take_id, None)
             fields = {"outcome": Outcome.failed("the app quit before the text could be typed")}
-            self._port.history_finish(take_id, fields, False, self._keep())
+            self._history.finish_take(take_id, fields, False, self._keep())
             return
         plan = take.plan
         if plan is not None and plan.taken_back:  # "... scratch that": the dictation took itself back
             self._takes.pop(take_id, None)
             keep = self._keep()
             fields = {"outcome": Outcome.command("scratch that: this dictation was taken back, nothing typed")}
-            self._port.history_finish(take_id, fields, keep == 0, keep)
+            self._history.finish_take(take_id, fields, keep == 0, keep)
             return
-        self._port.type_text(take_id, take.text if plan is None or plan.plain else plan)
+        self._output.type_text(take_id, take.text if plan is None or plan.plain else plan)
 
     def delivered(self, key: int | Retype, result: Any) -> None:
         if isinstance(key, Retype):
             if not result.ok:
                 held_back = getattr(result, "held_back", None)
-                self._port.notify("warning", delivery_message(result) if held_back else result.message)
+                self._app.notify("warning", delivery_message(result) if held_back else result.message)
             return
         take = self._takes.pop(key, None)
         plan = take.plan if take is not None else None
         only_undo = plan is not None and plan.undoes and not plan.text
         if result.undo_refused:
-            self._port.notify("warning", f'"Scratch that" was not done: {result.undo_refused}.')
+            self._app.notify("warning", f'"Scratch that" was not done: {result.undo_refused}.')
         if not result.ok and not (only_undo and result.undo_refused):
-            self._port.notify("warning", delivery_message(result))
+            self._app.notify("warning", delivery_message(result))
         outcome = outcome_of(result)
         if only_undo:
             why = result.undo_refused or result.message
@@ -331,7 +372,7 @@ class Takes:
             outcome = Outcome.command(removed) if result.ok else Outcome.failed(f"scratch that not performed: {why}")
         # keep == 0: the text is safely in history, the recording is no longer needed
         keep = self._keep()
-        self._port.history_finish(key, {"outcome": outcome}, keep == 0 and take is not None, keep)
+        self._history.finish_take(key, {"outcome": outcome}, keep == 0 and take is not None, keep)
 
     # ---- a command waiting for its take's microphone -------------------------------------------------
 
@@ -357,14 +398,14 @@ class Takes:
             return
         take.transcribe_wanted = False
         language, context = self.language_context()
-        self._port.transcribe_take(take.id, language, context)  # the engine worker has, or gets, the samples
+        self._engine.transcribe_take(take.id, language, context)  # the engine worker has, or gets, the samples
 
     def _maybe_record_skip(self, take_id: int) -> None:
         """A skipped take's audio stays findable: its entry, untranscribed, points at it."""
         take = self._takes.get(take_id)
         if take is None or take.skip_reason is None or take.saved is None:
             return
-        self._port.drop_take(take_id)  # after the saved take reached the engine worker: it is dropped too
+        self._engine.cancel_take(take_id)  # after the saved take reached the engine worker: it is dropped too
         self._record_untranscribed(take_id, f"not transcribed: {take.skip_reason}")
 
     def _record_untranscribed(self, take_id: int, reason: str) -> None:
@@ -376,19 +417,19 @@ class Takes:
         saved = take.saved
         keep = self._keep()
         if saved is None or saved.path is None:
-            self._port.history_discard(take_id, False, keep)
+            self._history.discard_take(take_id, False, keep)
             why = saved.save_error if saved is not None else "it was not saved"
-            self._port.notify("error", f"The recording could not be saved either ({why}), so this dictation is lost.")
+            self._app.notify("error", f"The recording could not be saved either ({why}), so this dictation is lost.")
             return
         fields = {"outcome": Outcome.failed(reason), "duration_s": saved.duration_s, "audio_path": saved.path}
-        self._port.history_finish(take_id, fields, False, keep)
+        self._history.finish_take(take_id, fields, False, keep)
 
     def _no_text(self, take_id: int) -> None:
         """A take without speech: no history entry (as before), its recording pruned as usual."""
         take = self._takes.pop(take_id, None)
         if take is not None and take.started:
             keep = self._keep()
-            self._port.history_discard(take_id, keep == 0, keep)
+            self._history.discard_take(take_id, keep == 0, keep)
 
     # ---- history entries transcribed again ------------------------------------------------------------
 
@@ -396,11 +437,11 @@ class Takes:
         """Transcribe an entry's saved recording again (the history window), trimmed as the first time."""
         from dictation.audio.wav import load_audio_16k
 
-        entry = self._port.history_entry(entry_id)
+        entry = self._app.history.get(entry_id)
         if entry is None or entry.audio_path is None:
             self._refuse(entry_id, "warning", "This dictation has no saved recording to transcribe again.")
             return
-        if not self._port.model_ready:
+        if not self._app.model_ready:
             self._refuse(entry_id, "warning", "The speech model is not loaded; try again once it is ready.")
             return
         try:
@@ -412,24 +453,24 @@ class Takes:
         self._transcribe_entry(request, samples)
 
     def _refuse(self, entry_id: int, level: str, message: str) -> None:
-        self._port.notify(level, message)
-        self._port.retranscribed(entry_id, message)
+        self._app.notify(level, message)
+        self._app.retranscribed.emit(entry_id, message)
 
     def _transcribe_entry(self, request: Retranscription, samples: np.ndarray) -> None:
-        if self._port.settings.recording.trim_silence:  # as the first time, so the results compare
+        if self._app.settings.recording.trim_silence:  # as the first time, so the results compare
             start, end = transcribed_part(find_speech(samples), streamed=request.streamed)
             samples = samples[start:end]  # without speech: the whole recording
         language, context = self.language_context()
-        self._port.transcribe_entry(request, samples, language, context)
+        self._engine.transcribe(request, samples, language, context)
 
     def _retranscribed(self, request: Retranscription, transcript: Any) -> None:
-        settings = self._port.settings
+        settings = self._app.settings
         text = plan_text(transcript.text, transcript.language, settings).text if transcript.text.strip() else ""
         fields = {
             "text": text,
             "raw_text": transcript.text,
             "language": transcript.language or None,
-            "model_label": self._port.model_label,
+            "model_label": self._app.model_label,
             "timings": dict(transcript.timings),
             "streamed": request.streamed,
         }
@@ -438,12 +479,12 @@ class Takes:
             fields["outcome"] = Outcome.RECOVERED
             if settings.general.keep_recordings == 0:  # its text is safe: the recording goes
                 fields["audio_path"] = None
-            self._port.history_update(entry_id, fields)
+            self._history.update_entry(entry_id, fields)
             self._count_recovered(bool(text))
             return
-        self._port.history_update(entry_id, fields)
-        self._port.retranscribed(entry_id, "")
-        self._port.notify(
+        self._history.update_entry(entry_id, fields)
+        self._app.retranscribed.emit(entry_id, "")
+        self._app.notify(
             "info",
             f"Transcribed again: {text.strip()[:80] or '(no speech)'}",
             log_as=f"history entry {entry_id} transcribed again: {len(text)} characters",
@@ -459,7 +500,7 @@ class Takes:
         self.transcribe_recovered()
 
     def transcribe_recovered(self) -> None:
-        if not self._port.model_ready:
+        if not self._app.model_ready:
             return  # they wait (and stay pending in the history) until a model works
         while self._recovery:
             take = self._recovery.pop(0)
@@ -474,7 +515,7 @@ class Takes:
         kept = counts[2]
         self._recover_counts = [0, 0, 0]
         if kept:
-            self._port.notify(
+            self._app.notify(
                 "info",
                 f"Recovered {kept} dictation(s) interrupted when the app last stopped. Their text is in the "
                 "History, marked Recovered; nothing was typed.",

@@ -1,11 +1,11 @@
-"""`Commands`: the part of `AppController` that answers `dictation <command>` (`dictation.ipc`).
+"""`Commands`: answers `dictation <command>` (`dictation.ipc`) for the controller (`AppController.commands`).
 
 A command's send time is the press time where it is plausible on this app's clock; a `start` (or a
 `toggle` that starts) is answered once the microphone records, so a late or failed start is told to
 the command too (`late_ms`, `warning`, ``ok`` false), or after `START_REPLY_MS` all the same. The
-waiting answer is part of its take (`dictation.takes.Take.start_reply`). A mixin of `AppController`
-(its state and signals are the controller's), kept apart to be read alone. `show-settings` and
-`show-history` are answered before their window opens.
+waiting answer is part of its take (`dictation.takes.Take.start_reply`). `show-settings` and
+`show-history` are answered before their window opens. What it reads and asks of the app is
+`CommandsApp` (the controller's face).
 """
 
 from __future__ import annotations
@@ -13,11 +13,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QObject, QTimer
 
 from dictation import session as S
+
+if TYPE_CHECKING:
+    from dictation.app.hotkey_input import HotkeyInput
+    from dictation.takes import Emits, Takes
 
 log = logging.getLogger("dictation.app.controller")  # the controller's part: its log lines stay its own
 
@@ -28,17 +32,41 @@ CLOCK_SLACK_S = 0.05
 START_REPLY_MS = 2000  # a `start` whose microphone is not recording by then is answered all the same
 
 
-class Commands:
-    """Methods of `AppController`: `handle_ipc` and the answers to `start` commands."""
+class CommandsApp(Protocol):
+    """What `Commands` reads and asks of the app (the controller, a QObject on the GUI thread)."""
 
     session: S.DictationSession
-    takes: Any
-    _status: S.Status
-    _model_label: str
-    _keys: Any
-    _clock: Callable[[], float]
-    _clock_warned: bool
-    _reply_timer: Any
+    takes: Takes
+
+    @property
+    def status(self) -> S.Status: ...
+    @property
+    def model_label(self) -> str: ...
+    @property
+    def keys(self) -> HotkeyInput: ...
+    @property
+    def show_settings_requested(self) -> Emits: ...
+    @property
+    def show_history_requested(self) -> Emits: ...
+    @property
+    def quit_requested(self) -> Emits: ...
+
+    def dispatch(self, event: Any) -> None: ...
+    def cancel_dictation(self) -> None: ...
+
+
+class Commands(QObject):
+    """`handle_ipc` and the answers to `start` commands. A QObject on the GUI thread (a child of
+    ``parent``, the controller), so its timer's slot does not keep the controller alive."""
+
+    def __init__(self, app: CommandsApp, clock: Callable[[], float], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._app = app
+        self._clock = clock
+        self._clock_warned = False
+        self._reply_timer = QTimer(self)  # answers `start` requests whose microphone is slow
+        self._reply_timer.setSingleShot(True)
+        self._reply_timer.timeout.connect(self._start_replies_overdue)
 
     def handle_ipc(
         self, command: str, sent: float | None = None, answer: Callable[[dict], None] | None = None
@@ -46,31 +74,32 @@ class Commands:
         """Answer one `dictation <command>` (see dictation.ipc). ``sent`` is the client's monotonic
         send time: a plausible one is the press time (`command_time`). With ``answer``, a command
         that starts a recording returns None and is answered through it once the microphone records
-        (`_answer_start`): late (``late_ms``, ``warning``) or failed (``ok`` false) starts are told."""
+        (`answer_start`): late (``late_ms``, ``warning``) or failed (``ok`` false) starts are told."""
+        app = self._app
         t = self.command_time(sent)
         actions = {  # (not through toggle() etc.: those are slots, and Qt passes them arguments of its own)
-            "toggle": lambda: self._dispatch(S.ToggleRequested(t)),
-            "start": lambda: self._dispatch(S.StartRequested(t)),
-            "stop": lambda: self._dispatch(S.StopRequested(t)),
-            "cancel": self.cancel_dictation,
+            "toggle": lambda: app.dispatch(S.ToggleRequested(t)),
+            "start": lambda: app.dispatch(S.StartRequested(t)),
+            "stop": lambda: app.dispatch(S.StopRequested(t)),
+            "cancel": app.cancel_dictation,
             "status": lambda: None,
-            "show-settings": lambda: self._after_the_reply(self.show_settings_requested.emit, ""),
-            "show-history": lambda: self._after_the_reply(self.show_history_requested.emit),
-            "quit": self.quit_requested.emit,
+            "show-settings": lambda: self._after_the_reply(app.show_settings_requested.emit, ""),
+            "show-history": lambda: self._after_the_reply(app.show_history_requested.emit),
+            "quit": app.quit_requested.emit,
         }
         if command not in actions:
             return {"ok": False, "message": f"unknown command {command!r}; known: {', '.join(actions)}"}
-        before = self.session.recording_take_id
+        before = app.session.recording_take_id
         actions[command]()
-        if command in ("toggle", "start") and self.session.model_state is S.ModelState.NOT_CHOSEN:
+        if command in ("toggle", "start") and app.session.model_state is S.ModelState.NOT_CHOSEN:
             return {"ok": False, "message": S.NO_MODEL_MESSAGE}  # refused: the command says so too
-        take_id = self.session.recording_take_id
-        if answer is not None and take_id is not None and take_id != before and take_id in self.takes:
-            self.takes.await_start(take_id, answer, time.monotonic() + START_REPLY_MS / 1000)
+        take_id = app.session.recording_take_id
+        if answer is not None and take_id is not None and take_id != before and take_id in app.takes:
+            app.takes.await_start(take_id, answer, time.monotonic() + START_REPLY_MS / 1000)
             if not self._reply_timer.isActive():
                 self._reply_timer.start(START_REPLY_MS)
             return None
-        return self._status_reply()
+        return self.status_reply()
 
     def _after_the_reply(self, emit: Callable[..., None], *args: Any) -> None:
         """Open a window once the command is answered: the settings window is built on first use,
@@ -89,20 +118,27 @@ class Commands:
             log.warning("a command's send time is %.1f s off this app's clock; using the time it arrived", now - sent)
         return now
 
-    def _status_reply(self) -> dict:
+    def status_reply(self) -> dict:
+        app, keys = self._app, self._app.keys
         return {
             "ok": True,
-            "status": self._status.value,
-            "model": self._model_label,
-            "model_state": self.session.model_state.value,
-            "hotkeys": self._keys.choice.name if self._keys.choice is not None else "none",
-            "hotkeys_paused": self._keys.paused,
-            "hotkey_problems": list(getattr(self._keys.backend, "problems", [])),
+            "status": app.status.value,
+            "model": app.model_label,
+            "model_state": app.session.model_state.value,
+            "hotkeys": keys.choice.name if keys.choice is not None else "none",
+            "hotkeys_paused": keys.paused,
+            "hotkey_problems": list(getattr(keys.backend, "problems", [])),
         }
 
-    def _answer_start(self, take_id: int, extra: dict | None = None) -> None:
+    def stop(self) -> None:
+        """Quitting: every command still waiting is answered."""
+        for take_id in self._app.takes.start_replies():
+            self.answer_start(take_id, {"ok": False, "message": "dictation is quitting"})
+        self._reply_timer.stop()
+
+    def answer_start(self, take_id: int, extra: dict | None = None) -> None:
         """Answer the `start` (or `toggle`) request that began take ``take_id``, if one waits."""
-        self.takes.answer_start(take_id, {**self._status_reply(), **(extra or {})})
+        self._app.takes.answer_start(take_id, {**self.status_reply(), **(extra or {})})
 
     def _start_replies_overdue(self) -> None:
         now = time.monotonic()
@@ -110,8 +146,9 @@ class Commands:
             f"The microphone was not recording {START_REPLY_MS / 1000:g} s after the press (it is slow to "
             "open): what is said until it records is missing."
         )
-        for take_id, due in self.takes.start_replies().items():
+        takes = self._app.takes
+        for take_id, due in takes.start_replies().items():
             if due <= now:
-                self._answer_start(take_id, {"warning": warning})
-        if waiting := self.takes.start_replies():
+                self.answer_start(take_id, {"warning": warning})
+        if waiting := takes.start_replies():
             self._reply_timer.start(max(1, round((min(waiting.values()) - now) * 1000)))

@@ -2,11 +2,12 @@
 
 It owns the `AsrEngine`: load (with a CPU fallback and adapter swaps), transcribe (one at a time,
 in request order), unload; and the takes transcribed while they are recorded (streaming, with live
-previews; below). Requests come as queued signals from the controller; a take's saved samples come
-straight from the audio worker (`take_saved`, audio thread -> engine thread), and the controller's
-`transcribe_take` says when to transcribe them (the session asked, and the take's history entry
-exists; `dictation.takes`): whichever of the two comes second starts the transcription. A take
-without speech (a muted microphone, or only silence) is answered with `no_speech`.
+previews; below). Requests come as calls queued onto its thread (`dictation.app.worker_port`:
+from `Takes` and the controller); a take's saved samples come straight from the audio worker
+(`take_saved`, audio thread -> engine thread), and `Takes`' `transcribe_take` says when to
+transcribe them (the session asked, and the take's history entry exists; `dictation.takes`):
+whichever of the two comes second starts the transcription. A take without speech (a muted
+microphone, or only silence) is answered with `no_speech`.
 `transcribe(request, samples, ...)` serves the history's `Retranscription`s; answers carry the
 take id or that request back.
 

@@ -1,13 +1,13 @@
 """`HistoryWorker`: every history write on its own thread, so SQLite never blocks the GUI.
 
-The controller sends it one request per step of a dictation, through queued signals, in order:
+`Takes` sends it one request per step of a dictation, as calls queued onto its thread, in order:
 
 - ``begin_take(take, audio_path)`` when the recording starts: an entry with empty text, outcome
   pending and the path of the recording being written. It answers ``ready(take, durable)``; the
-  controller transcribes a take only after that, so a crash at any later point leaves an entry
+  app transcribes a take only after that, so a crash at any later point leaves an entry
   pointing at the audio, found at the next start (`History.pending_takes`).
 - ``store_text(take, fields)`` with the transcript: answers ``stored(take, durable)``, and only then
-  does the controller type the text. History first, typing second.
+  does the app type the text. History first, typing second.
 - ``finish_take(take, fields, delete_audio, keep)`` with the outcome; ``discard_take`` for a take
   that ends without text (cancelled, too short, no speech). Both prune old recordings, never one
   that a pending entry points at.

@@ -33,6 +33,20 @@ def no_backend_message(description: str) -> str:
     return head if COMMANDS_HINT in head else f"{head} {COMMANDS_HINT}"
 
 
+# The desktop-file id the portal knows the app by: the file `dictation install-desktop` writes
+# (dictation.desktop) and the name main.py gives Qt (setDesktopFileName), so all three agree.
+APP_ID = "dictation"
+
+
+def default_hotkey_chooser(preference: str) -> Any:
+    from dictation.hotkeys import choose_backend
+    from dictation.hotkeys.choose import default_factories
+    from dictation.hotkeys.portal import PortalBackend
+
+    factories = {**default_factories(), "portal": lambda: PortalBackend(app_id=APP_ID)}
+    return choose_backend(preference, factories=factories)
+
+
 class HotkeyInput(QObject):
     event = Signal(str, bool, float)  # binding name, pressed, the clock when the listener saw it
     problem = Signal(str, str)  # level, message: for the user
@@ -48,12 +62,13 @@ class HotkeyInput(QObject):
         self.hold = hold if hold is not None else KeyHold()  # the output worker's: it waits on it
         self._error.connect(self._on_error)  # queued: handled on this object's (the GUI) thread
 
-    def start(self, hotkeys: Any, chooser: Callable[[str], Any], *, recording: bool) -> None:
-        """Start the backend ``chooser`` picks for ``hotkeys`` (the settings' Hotkeys)."""
+    def start(self, hotkeys: Any, chooser: Callable[[str], Any] | None, *, recording: bool) -> None:
+        """Start the backend ``chooser`` (None: `default_hotkey_chooser`) picks for ``hotkeys`` (the
+        settings' Hotkeys)."""
         from dictation.hotkeys import HotkeyError
 
         try:
-            choice = chooser(hotkeys.backend)
+            choice = (chooser or default_hotkey_chooser)(hotkeys.backend)
         except HotkeyError as exc:
             self.problem.emit("error", f"Global hotkeys are off: {exc}")
             return
@@ -95,6 +110,15 @@ class HotkeyInput(QObject):
             return
         for name in backend.bindings:
             backend.set_enabled(name, not self.paused and (name != CANCEL or recording))
+
+    def set_paused(self, paused: bool, *, recording: bool) -> bool:
+        """Pause or resume the hotkeys; False if they already were."""
+        if paused == self.paused:
+            return False
+        self.paused = paused
+        self.update(recording=recording)
+        log.info("global hotkeys %s", "paused" if paused else "resumed")
+        return True
 
     def stop(self) -> None:
         if self.backend is not None:

@@ -159,7 +159,7 @@ def _handed_over(early: Early | None) -> dict:
     settings still ask for the same (the open microphone, the started hotkeys), once."""
     if early is None:
         return {}
-    from dictation.app.controller import APP_ID
+    from dictation.app.hotkey_input import APP_ID
     from dictation.app.workers import AudioWorker, RecorderConfig, _real_recorder
 
     def recorder_factory(config: RecorderConfig):

@@ -27,7 +27,7 @@ def engine_options(settings: Settings, device: str | None = None) -> Any:
         dtype=e.dtype,
         variant=None if e.variant == "auto" else e.variant,
         adapters=adapters,
-        skip_bad_adapters=True,  # a bad adapter is switched off (_on_adapters_skipped), the model still loads
+        skip_bad_adapters=True,  # a bad adapter is switched off (ModelLifecycle.adapters_skipped); the model loads
     )
 
 

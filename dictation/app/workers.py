@@ -1,7 +1,8 @@
 """Worker objects that run the blocking parts off the GUI thread (docs/architecture.md, principle 4).
 
-Each worker is a QObject moved to its own QThread; the controller calls its slots through queued
-signals and hears back through the worker's signals, so nothing here ever blocks the GUI:
+Each worker is a QObject moved to its own QThread; the GUI thread calls its methods as calls queued
+onto that thread (`worker_port.py`) and hears back through the worker's signals, routed onto the
+GUI thread, so nothing here ever blocks the GUI:
 
 - `EngineWorker` (`engine_worker.py`) owns the `AsrEngine`: load, transcribe, unload, and the
   takes transcribed while they are recorded. The audio worker hands it each saved take directly

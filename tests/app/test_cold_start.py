@@ -21,8 +21,8 @@ from dictation import ipc
 from dictation import takes as takes_module
 from dictation.app import commands as commands_module
 from dictation.app import controller as controller_module
+from dictation.app import hotkey_input, model_lifecycle
 from dictation.app import ipc as app_ipc
-from dictation.app import model_lifecycle
 from dictation.app.ipc import IpcServer
 from dictation.config import Settings
 from dictation.hotkeys.errors import HotkeyBackendError
@@ -358,7 +358,7 @@ def app_start(qtbot, runtime, monkeypatch):
 
 def test_the_socket_exists_only_once_the_microphone_and_the_hotkeys_are_ready(app_start, monkeypatch):
     hotkeys = FakeHotkeys()
-    monkeypatch.setattr(controller_module, "_default_hotkey_chooser", hotkey_chooser(hotkeys))
+    monkeypatch.setattr(hotkey_input, "default_hotkey_chooser", hotkey_chooser(hotkeys))
     seen = {}
     real_listen = IpcServer.listen
 

@@ -12,7 +12,8 @@ import threading
 import numpy as np
 import pytest
 
-from dictation.app import controller as controller_module
+from dictation.app import model_lifecycle
+from dictation.app.options import engine_options
 from dictation.audio.trim import find_speech, trim_silence
 from dictation.config import Outcome, Settings
 from dictation.config.store import SettingsStore
@@ -292,7 +293,7 @@ def test_retranscribe_replaces_the_entry_text_with_the_current_context(rig, qtbo
 
 
 def test_idle_unload_frees_the_model_and_the_next_dictation_reloads_it(rig, qtbot, monkeypatch, ckpt_untied):
-    monkeypatch.setattr(controller_module, "MINUTE_MS", 20)
+    monkeypatch.setattr(model_lifecycle, "MINUTE_MS", 20)
     settings = Settings()
     settings = settings.replace(
         engine=settings.engine.replace(model=str(ckpt_untied), device="cpu", idle_unload_minutes=1)
@@ -608,7 +609,7 @@ def test_bad_adapters_at_start_are_switched_off_and_the_model_loads_without_them
     assert warnings[0].endswith("Switch them on again in Settings → Model once fixed.")
 
     # the next start loads exactly the good one; switching the others off needed no second load
-    assert controller_module.engine_options(r.c.settings).adapters == (str(good),)
+    assert engine_options(r.c.settings).adapters == (str(good),)
     assert len(made) == 1
 
     r.dictate(speech())

@@ -89,7 +89,7 @@ def assert_running_with_history_in_memory(qtbot, app) -> None:
     entry = history.add("kept for this session")
     assert history.get(entry).text == "kept for this session"
     # the app's writes (on the history worker's thread) go into that same in-memory history
-    app.controller._history_update.emit(entry, {"text": "changed by the worker"})
+    app.controller.workers.history.update_entry(entry, {"text": "changed by the worker"})
     qtbot.waitUntil(lambda: history.get(entry).text == "changed by the worker", timeout=5000)
     assert not Path("history-unsaved.jsonl").exists()  # never a journal in the working directory
     assert not any(r.exc_info for r in records(app))

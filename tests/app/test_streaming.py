@@ -293,6 +293,7 @@ def test_the_overlay_shows_the_newest_words_of_the_preview_and_never_takes_focus
     qtbot.waitUntil(overlay.isVisible, timeout=5000)
     words = " ".join(f"word{i}" for i in range(60))
     r.c._s.engine_worker.preview_ready.emit(r.c.session.recording_take_id, words)  # as from the engine
+    qtbot.waitUntil(lambda: r.c.preview_text == words, timeout=5000)  # routed onto the GUI thread: queued
     line = overlay.preview_line()
     assert line.startswith("…") and line.endswith("word59") and len(line) < len(words)
     assert overlay.height() > overlay_module.HEIGHT  # a second line for the text
@@ -385,7 +386,7 @@ def test_chunks_that_queue_up_while_the_engine_is_busy_are_fed_together_with_one
     one call and previewed once, not one preview per chunk."""
     from PySide6.QtCore import QObject, QTimer, Signal
 
-    from dictation.app.controller import engine_options
+    from dictation.app.options import engine_options
 
     class Driver(QObject):
         load = Signal(object)

@@ -121,11 +121,11 @@ def test_overlay_never_takes_focus_and_is_off_without_a_screen(rig):
 
 def test_the_portal_app_id_is_the_installed_desktop_file_and_the_qt_desktop_name():
     from dictation import desktop
-    from dictation.app import controller, main
+    from dictation.app import hotkey_input, main
 
-    assert controller.APP_ID == desktop.APP_ID
-    assert desktop.desktop_entry_path().name == f"{controller.APP_ID}.desktop"
-    assert f'setDesktopFileName("{controller.APP_ID}")' in Path(main.__file__).read_text(encoding="utf-8")
+    assert hotkey_input.APP_ID == desktop.APP_ID
+    assert desktop.desktop_entry_path().name == f"{hotkey_input.APP_ID}.desktop"
+    assert f'setDesktopFileName("{hotkey_input.APP_ID}")' in Path(main.__file__).read_text(encoding="utf-8")
 
 
 def test_pausing_the_hotkeys_changes_the_icon_and_the_status(rig, qtbot):
