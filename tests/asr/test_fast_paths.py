@@ -24,7 +24,7 @@ from dictation.asr import AsrEngine, EngineOptions
 from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
 from dictation.asr.decode.greedy import greedy
-from dictation.asr.nn import graphs, quant_rows, quant_swap, quantized
+from dictation.asr.nn import graphs, quant_paths, quant_rows, quant_swap, quantized
 from dictation.asr.nn.graphs import DecodeGraph
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
@@ -327,7 +327,7 @@ def fused_layers_for(kind: str, in_f: int, outs: list[int], device="cpu"):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", list(FUSED_SHAPES))
 def test_packed_kernels_hold_for_the_fused_shapes(monkeypatch, kind, dtype, shape):
-    monkeypatch.setattr(quantized, "_KERNEL_OK", {})
+    monkeypatch.setattr(quant_paths, "_KERNEL_OK", {})
     in_f, outs = FUSED_SHAPES[shape]
     fused, members, reference = fused_layers_for(kind, in_f, outs)
     assert torch.equal(fused.dequantize(), reference)

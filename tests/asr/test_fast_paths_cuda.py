@@ -19,7 +19,7 @@ import torch
 import dictation.asr.decode.greedy as generate_mod
 import dictation.asr.nn.model as model_mod
 from dictation.asr import AsrEngine, EngineOptions
-from dictation.asr.nn import graphs, quant_rows, quantized
+from dictation.asr.nn import graphs, quant_paths, quant_rows, quantized
 from dictation.asr.nn.features import LogMel
 from dictation.asr.nn.graphs import DecodeGraph
 from dictation.asr.tune import writers
@@ -229,7 +229,7 @@ def torch_version() -> tuple[int, int]:
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("shape", list(FUSED_SHAPES))
 def test_packed_kernels_hold_for_the_fused_shapes_on_cuda(monkeypatch, kind, shape):
-    monkeypatch.setattr(quantized, "_KERNEL_OK", {})
+    monkeypatch.setattr(quant_paths, "_KERNEL_OK", {})
     in_f, outs = FUSED_SHAPES[shape]
     fused, members, reference = fused_layers_for(kind, in_f, outs, device="cuda")
     cuda, dtype = torch.device("cuda"), torch.bfloat16
@@ -265,7 +265,7 @@ def test_the_triton_int8_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
     from dictation.asr.nn.kernels.triton_gemv import CONFIGS, MAX_ROWS, int8_matmul
 
     if not triton_gemv.available():  # torch's CUDA wheels bring triton on Linux only
-        monkeypatch.setattr(quantized, "_CUDA_INT8", {})
+        monkeypatch.setattr(quant_paths, "_CUDA_INT8", {})
         assert quantized.cuda_int8_path(torch.device("cuda"), dtype) != "triton"
         return
 
@@ -294,8 +294,8 @@ def test_every_cuda_int8_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckp
 
 
 def test_the_int8_path_is_timed_once_and_logged(monkeypatch, caplog):
-    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
-    monkeypatch.setattr(quantized, "_CUDA_INT8", {})
+    caplog.set_level("INFO", logger="dictation.asr.nn.quant_paths")
+    monkeypatch.setattr(quant_paths, "_CUDA_INT8", {})
     chosen = quantized.cuda_int8_path(torch.device("cuda"), torch.bfloat16)
     assert chosen in quantized.CUDA_INT8_PATHS
     assert quantized.cuda_int8_path(torch.device("cuda"), torch.bfloat16) == chosen
@@ -422,7 +422,7 @@ def test_the_triton_int4_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
     from dictation.asr.nn.kernels.triton_gemv import INT4_CONFIGS, MAX_ROWS, int4_matmul
 
     if not triton_gemv.available():
-        monkeypatch.setattr(quantized, "_CUDA_INT4", {})
+        monkeypatch.setattr(quant_paths, "_CUDA_INT4", {})
         assert quantized.cuda_int4_path(torch.device("cuda"), dtype) != "triton"
         return
 
@@ -460,8 +460,8 @@ def test_every_cuda_int4_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckp
 
 
 def test_the_int4_path_is_timed_once_and_logged(monkeypatch, caplog):
-    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
-    monkeypatch.setattr(quantized, "_CUDA_INT4", {})
+    caplog.set_level("INFO", logger="dictation.asr.nn.quant_paths")
+    monkeypatch.setattr(quant_paths, "_CUDA_INT4", {})
     chosen = quantized.cuda_int4_path(torch.device("cuda"), torch.bfloat16)
     assert chosen in quantized.CUDA_PATHS
     assert quantized.cuda_int4_path(torch.device("cuda"), torch.bfloat16) == chosen

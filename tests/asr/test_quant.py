@@ -19,7 +19,7 @@ from torch import nn
 from dictation.asr import ModelError, WeightsError
 from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
-from dictation.asr.nn import quant_format, quant_rows, quant_swap, quantized
+from dictation.asr.nn import quant_format, quant_paths, quant_rows, quant_swap, quantized
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
 from tests.oracle.checkpoints import active_token_ids, cached_checkpoint
@@ -32,8 +32,8 @@ TINY_SHAPES = [(2048, 64), (1024, 64), (64, 2048), (128, 64), (64, 128)]
 @pytest.fixture(autouse=True)
 def fresh_kernel_state(monkeypatch):
     """Every test starts with unprobed kernels and the default policy, and leaves no trace."""
-    monkeypatch.setattr(quantized, "_KERNEL_OK", {})
-    monkeypatch.setattr(quantized, "_CPU_DECODE_BF16", {})
+    monkeypatch.setattr(quant_paths, "_KERNEL_OK", {})
+    monkeypatch.setattr(quant_paths, "_CPU_DECODE_BF16", {})
     monkeypatch.setattr(quantized, "USE_KERNELS", True)
     monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", None)
 
@@ -334,8 +334,8 @@ def test_decode_rows_use_the_bf16_kernel_where_it_wins_on_a_float32_cpu(monkeypa
     """A CPU without bf16 instructions computes in float32, but torch's float32 int8/int4 kernels are
     scalar loops: decode-sized calls go through the bf16 kernel where it was timed faster; the prefill
     (more rows) stays float32."""
-    monkeypatch.setattr(quantized, "_cpu_has_bf16", lambda: False)
-    monkeypatch.setattr(quantized, "_CPU_DECODE_BF16", {kind: bf16_wins})
+    monkeypatch.setattr(quant_paths, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(quant_paths, "_CPU_DECODE_BF16", {kind: bf16_wins})
     w = rand_weight(256, 512, seed=8)
     m = Int8Linear.from_weight(w) if kind == "int8" else Int4Linear.from_weight(w)
     limit = quantized.KERNEL_MAX_ROWS[("cpu", kind)]
@@ -400,7 +400,7 @@ def test_a_missing_kernel_falls_back(monkeypatch):
     m = Int8Linear.from_weight(rand_weight(64, 256))
     x = torch.randn(1, 256)
     assert torch.allclose(m(x), x @ m.dequantize().T, rtol=1e-2, atol=1e-2)
-    assert not any(quantized._KERNEL_OK.values())
+    assert not any(quant_paths._KERNEL_OK.values())
 
 
 def test_kernel_is_not_used_for_shapes_it_mishandles():

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from dictation.asr.nn import quantized
+from dictation.asr.nn import quant_paths, quantized
 from dictation.asr.nn.kernels import triton_dequant
 from tests.asr.interpreter import run_interpreted
 
@@ -132,8 +132,8 @@ def test_misfit_inputs_are_refused_with_their_shapes():
 
 
 def test_a_kernel_that_fails_or_differs_is_left_out_with_one_log_line(monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="dictation.asr.nn.quantized")
-    monkeypatch.setattr(quantized, "_ONE_PASS_OK", {})
+    caplog.set_level(logging.INFO, logger="dictation.asr.nn.quant_paths")
+    monkeypatch.setattr(quant_paths, "_ONE_PASS_OK", {})
 
     def broken(*args):
         raise RuntimeError("PassManager::run failed")

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 
-from dictation.asr.nn import quant_format, quantized
+from dictation.asr.nn import quant_format, quant_paths, quantized
 from dictation.asr.nn.kernels import triton_gemv
 from tests.asr.interpreter import run_interpreted
 
@@ -207,7 +207,7 @@ def test_a_triton_kernel_that_answers_wrongly_is_left_out_not_fatal(monkeypatch,
 
 
 def test_a_triton_kernel_that_fails_to_run_is_left_out(monkeypatch, caplog):
-    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
+    caplog.set_level("INFO", logger="dictation.asr.nn.quant_paths")
 
     def broken(self, x, dtype):
         raise RuntimeError("PassManager::run failed")  # a compile error on some GPU
@@ -223,19 +223,18 @@ class _Paths:
 
     def __init__(self, monkeypatch, times: dict[str, float], torch_ok=True, triton_ok=True, triton_there=True):
         self.timed: list[str] = []
-        monkeypatch.setattr(quantized, "_CUDA_INT8", {})
-        monkeypatch.setattr(quantized, "_CUDA_INT4", {})
-        monkeypatch.setattr(quantized, "_kernel_available", lambda kind, device, dtype: torch_ok)
+        monkeypatch.setattr(quant_paths, "_CUDA_INT8", {})
+        monkeypatch.setattr(quant_paths, "_CUDA_INT4", {})
+        monkeypatch.setattr(quant_paths, "kernel_available", lambda layer_type, device, dtype: torch_ok)
         monkeypatch.setattr(triton_gemv, "available", lambda: triton_there)
-        monkeypatch.setattr(quantized, "_probe", lambda kind, device, dtype, path="torch": triton_ok)
+        monkeypatch.setattr(quant_paths, "probe", lambda layer_type, device, dtype, path="torch": triton_ok)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
-        def timing(path, device, dtype):
+        def timing(layer_type, path, device, dtype):
             self.timed.append(path)
             return times[path]
 
-        monkeypatch.setattr(quantized, "_time_int8", timing)
-        monkeypatch.setattr(quantized, "_time_int4", timing)
+        monkeypatch.setattr(quant_paths, "time_kernel", timing)
 
 
 CUDA = torch.device("cuda")
@@ -246,7 +245,7 @@ PATH_OF = {"int8": quantized.cuda_int8_path, "int4": quantized.cuda_int4_path}
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_the_fastest_path_that_answers_right_is_chosen_once(monkeypatch, caplog, kind):
-    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
+    caplog.set_level("INFO", logger="dictation.asr.nn.quant_paths")
     path_of = PATH_OF[kind]
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
     assert path_of(CUDA, torch.bfloat16) == "triton"
