@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import weakref
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ from dictation.asr.config import AsrConfig
 from dictation.asr.decode.greedy import greedy
 from dictation.asr.nn import graphs, quant_paths, quant_rows, quant_swap, quantized
 from dictation.asr.nn.graphs import DecodeGraph
+from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
 from dictation.asr.tune.adapters import LoraLinear
@@ -37,9 +39,16 @@ MAX_NEW = 24
 CLIPS = [(2.5, 1), (4.0, 2), (6.5, 3)]  # (seconds, seed)
 
 
+FLOAT32 = ModelOptions(cpu_bf16_compute=False)  # quantized layers compute in float32 on any CPU
+# The model options fresh() builds with unless told otherwise; fixtures set them for a test
+# (static_step: quantized layers in float32).
+FRESH = {"model_options": DEFAULT_OPTIONS}
+
+
 def fresh(folder, **options) -> AsrEngine:
     options.setdefault("device", "cpu")
     options.setdefault("dtype", "fp32")
+    options.setdefault("model_options", FRESH["model_options"])
     engine = AsrEngine(EngineOptions(model=str(folder), **options))
     engine.prepare()
     return engine
@@ -422,7 +431,7 @@ def static_step(monkeypatch):
     where logits are exact to float32 rounding; quantized layers then compute in float32 too (in bf16
     the rounding of their inputs magnifies that difference into near-tie flips)."""
     monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
+    monkeypatch.setitem(FRESH, "model_options", FLOAT32)
 
 
 @pytest.mark.parametrize(
@@ -618,8 +627,7 @@ def fake_capture(monkeypatch, wrong: bool) -> list[FakeGraph]:
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_a_graph_whose_first_replay_agrees_with_the_warm_up_is_kept(ckpt_untied, monkeypatch, variant):
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)  # see the static_step fixture
-    engine = fresh(ckpt_untied, variant=variant)
+    engine = fresh(ckpt_untied, variant=variant, model_options=FLOAT32)  # see the static_step fixture
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
     ref = plain_run(engine, embeds)
     made = fake_capture(monkeypatch, wrong=False)
@@ -827,7 +835,7 @@ def cuda_layout_sdpa(monkeypatch) -> None:
 
 @pytest.mark.parametrize("layout", ["contiguous", "cuda"])
 def test_masked_attention_with_gqa_folded_into_rows_equals_enable_gqa(ckpt_stops, monkeypatch, layout):
-    """What CUDA runs for later prefill chunks, extend and draft checks (decoder.FOLD_MASKED_GQA)."""
+    """What CUDA runs for later prefill chunks, extend and draft checks (ModelOptions.fold_masked_gqa)."""
     import dictation.asr.nn.decoder as decoder_mod
 
     if layout == "cuda":
@@ -837,12 +845,12 @@ def test_masked_attention_with_gqa_folded_into_rows_equals_enable_gqa(ckpt_stops
     model = engine.model
     embeds = prompt_embeds(engine, synth_audio(6.0, seed=3))
     ref = plain_run(engine, embeds)
-    monkeypatch.setattr(model_mod, "PREFILL_CHUNK", 7)  # every chunk after the first is masked
     outputs, used = {}, []
     real = decoder_mod.Attention._folded_attention
     monkeypatch.setattr(decoder_mod.Attention, "_folded_attention", lambda self, *a: used.append(1) or real(self, *a))
     for fold in (False, True):
-        monkeypatch.setattr(decoder_mod, "FOLD_MASKED_GQA", fold)
+        # every prefill chunk after the first is masked
+        model.options = replace(model.options, prefill_chunk=7, fold_masked_gqa=fold)
         used.clear()
         engine.pipeline.cache_owner = None
         logits = model.prefill(embeds, MAX_NEW)

@@ -15,6 +15,7 @@ import torch
 
 from dictation.asr.nn import quant_format, quant_paths, quantized
 from dictation.asr.nn.kernels import triton_gemv
+from dictation.asr.nn.options import ModelOptions
 from tests.asr.interpreter import run_interpreted
 
 SCRIPT = textwrap.dedent(
@@ -268,10 +269,12 @@ def test_the_fastest_path_that_answers_right_is_chosen_once(monkeypatch, caplog,
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_a_path_can_be_forced(monkeypatch, kind):
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
-    monkeypatch.setattr(quantized, f"CUDA_{kind.upper()}_PATH", "torch")
-    assert PATH_OF[kind](CUDA, torch.bfloat16) == "torch" and paths.timed == []
+    forced = ModelOptions(**{f"cuda_{kind}_path": "torch"})
+    assert PATH_OF[kind](CUDA, torch.bfloat16, forced) == "torch" and paths.timed == []
     paths = _Paths(monkeypatch, {}, torch_ok=False)
-    assert PATH_OF[kind](CUDA, torch.bfloat16) == "dequantize"  # forced but unusable
+    assert PATH_OF[kind](CUDA, torch.bfloat16, forced) == "dequantize"  # forced but unusable
+    paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
+    assert PATH_OF[kind](CUDA, torch.bfloat16) == "triton"  # another model's choice, in the same process
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
@@ -283,7 +286,7 @@ def test_a_path_can_be_forced(monkeypatch, kind):
 def test_a_layer_on_cuda_takes_the_chosen_path(monkeypatch, kind, path, rows, kernel):
     from types import SimpleNamespace
 
-    monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype: path)
+    monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype, options: path)
     w = torch.randn(64, 128)
     layer = quantized.Int8Linear.from_weight(w) if kind == "int8" else quantized.Int4Linear.from_weight(w)
     x = SimpleNamespace(device=CUDA, dtype=torch.bfloat16)
@@ -302,7 +305,7 @@ def test_a_layer_calls_the_kernel_of_its_path(monkeypatch, kind):
     monkeypatch.setattr(type(layer), "_triton_kernel", lambda self, x, dtype: called.append("triton"))
     monkeypatch.setattr(type(layer), "_torch_kernel", lambda self, x, dtype: called.append("torch"))
     for path in ("triton", "torch"):
-        monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype, p=path: p)
+        monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype, options, p=path: p)
         layer._kernel(SimpleNamespace(device=CUDA), torch.bfloat16)
     layer._kernel(torch.zeros(1, 128), torch.float32)  # not CUDA: torch's kernel
     assert called == ["triton", "torch", "torch"]

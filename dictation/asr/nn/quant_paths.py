@@ -170,7 +170,7 @@ def probe(layer_type: type, device: torch.device, dtype: torch.dtype, path: str 
         if path == "triton":  # ours, and one of several candidates: leave it out rather than fail
             log.warning("%s; not using it", message)
             return False
-        raise RuntimeError(f"{message}; set dictation.asr.nn.quantized.USE_KERNELS = False to avoid it")
+        raise RuntimeError(f"{message}; run with ModelOptions(quant_kernels=False) to avoid it")
     return True
 
 

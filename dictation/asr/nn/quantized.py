@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dictation.asr.nn import quant_paths
+from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.quant_format import (
     DEFAULT_GROUP_SIZE,
     pick_group_size,
@@ -40,12 +41,10 @@ from dictation.asr.nn.quant_format import (
     unpack_int4,
 )
 
-# Devices where int4 layers dequantize (for many rows) in one Triton kernel (kernels/triton_dequant.py),
-# where it gives torch's bits; () for torch's chain of operations everywhere. The tests add "cpu" in
-# Triton's interpreter.
-ONE_PASS_DEQUANTIZE = ("cuda",)
-# Set to False to always use dequantize + F.linear (a kernel that misbehaves on some machine).
-USE_KERNELS = True
+# Which kernels a layer may use (at all, which CUDA path, bf16 on the CPU, the one-pass int4 dequantize)
+# is its options' choice (options.py: quant_kernels, cuda_int8_path, cuda_int4_path, cpu_bf16_compute,
+# one_pass_dequantize), given by the model it belongs to (AsrModel.spread_options); a layer on its
+# own runs the defaults.
 # Rows (tokens) up to which the kernel beats dequantize + matmul; beyond, the matmul wins (prefill).
 # CPU: measured with torch 2.13 on an AVX512-BF16 CPU (bf16 compute); CUDA: a guess, tinygemm is made for
 # small batches (not measured).
@@ -53,14 +52,6 @@ KERNEL_MAX_ROWS = {("cpu", "int8"): 16, ("cpu", "int4"): 128, ("cuda", "int8"): 
 KERNEL_MAX_ROWS_DEFAULT = 32
 # Output rows per piece when an int8 layer on the CPU multiplies many rows through its widened weight.
 DEQUANTIZE_PIECE_ROWS = 1024
-# CPU compute dtype of the quantized layers: None = bf16 where the CPU has bf16 instructions, else the
-# activation dtype (see cpu_computes_in_bf16); True / False force it.
-CPU_BF16_COMPUTE: bool | None = None
-
-# int8 / int4 on CUDA: None = the fastest correct one of CUDA_PATHS, timed once per (GPU, dtype); a
-# name forces that path ("dequantize" always works; "torch" and "triton" fall back to it if unusable).
-CUDA_INT8_PATH: str | None = None
-CUDA_INT4_PATH: str | None = None
 CUDA_PATHS = quant_paths.CUDA_PATHS
 CUDA_INT8_PATHS = CUDA_PATHS
 _PROBE_TOLERANCE = quant_paths.PROBE_TOLERANCE
@@ -69,27 +60,27 @@ _PROBE_TOLERANCE = quant_paths.PROBE_TOLERANCE
 # --- which kernel (quant_paths.py), with this module's switches ------------------------------------------
 
 
-def cpu_computes_in_bf16() -> bool:
+def cpu_computes_in_bf16(options: ModelOptions = DEFAULT_OPTIONS) -> bool:
     """Whether quantized layers on the CPU compute in bf16 (:func:`quant_paths.cpu_computes_in_bf16`);
-    ``CPU_BF16_COMPUTE`` overrides."""
-    return quant_paths.cpu_computes_in_bf16(CPU_BF16_COMPUTE)
+    ``options.cpu_bf16_compute`` overrides."""
+    return quant_paths.cpu_computes_in_bf16(options.cpu_bf16_compute)
 
 
-def cpu_decodes_in_bf16(kind: str) -> bool:
+def cpu_decodes_in_bf16(kind: str, options: ModelOptions = DEFAULT_OPTIONS) -> bool:
     """Whether ``kind``'s decode-sized calls on a float32 CPU go through the bf16 kernel
-    (:func:`quant_paths.cpu_decodes_in_bf16`); ``CPU_BF16_COMPUTE = False`` turns it off."""
-    return quant_paths.cpu_decodes_in_bf16(_LAYER_TYPES[kind], CPU_BF16_COMPUTE)
+    (:func:`quant_paths.cpu_decodes_in_bf16`); ``options.cpu_bf16_compute = False`` turns it off."""
+    return quant_paths.cpu_decodes_in_bf16(_LAYER_TYPES[kind], options.cpu_bf16_compute)
 
 
-def cuda_int8_path(device: torch.device, dtype: torch.dtype) -> str:
+def cuda_int8_path(device: torch.device, dtype: torch.dtype, options: ModelOptions = DEFAULT_OPTIONS) -> str:
     """How int8 layers on ``device`` (CUDA) multiply one to a few rows in ``dtype``: "triton",
-    "torch" or "dequantize" (:func:`quant_paths.cuda_path`; ``CUDA_INT8_PATH`` forces one)."""
-    return quant_paths.cuda_path(Int8Linear, device, dtype, CUDA_INT8_PATH, USE_KERNELS)
+    "torch" or "dequantize" (:func:`quant_paths.cuda_path`; ``options.cuda_int8_path`` forces one)."""
+    return quant_paths.cuda_path(Int8Linear, device, dtype, options.cuda_int8_path, options.quant_kernels)
 
 
-def cuda_int4_path(device: torch.device, dtype: torch.dtype) -> str:
-    """The same for int4 layers (``CUDA_INT4_PATH`` forces one)."""
-    return quant_paths.cuda_path(Int4Linear, device, dtype, CUDA_INT4_PATH, USE_KERNELS)
+def cuda_int4_path(device: torch.device, dtype: torch.dtype, options: ModelOptions = DEFAULT_OPTIONS) -> str:
+    """The same for int4 layers (``options.cuda_int4_path`` forces one)."""
+    return quant_paths.cuda_path(Int4Linear, device, dtype, options.cuda_int4_path, options.quant_kernels)
 
 
 def one_pass_dequantize_usable(device: torch.device, dtype: torch.dtype) -> bool:
@@ -127,6 +118,7 @@ class _QuantLinear(nn.Module):
             raise ValueError(f"{type(self).__name__} has no bias (the decoder's linear layers have none)")
         self.in_features, self.out_features = in_features, out_features
         self._cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self.options = DEFAULT_OPTIONS  # the model's, once it is in one (AsrModel.spread_options)
         # Bumped whenever the kernel layouts are dropped: a fused projection built from this layer
         # (decoder.py) sees that its copy is out of date.
         self.version = 0
@@ -189,20 +181,21 @@ class _QuantLinear(nn.Module):
         """(compute dtype, use the kernel) for this call."""
         device, dtype = x.device, x.dtype
         limit = KERNEL_MAX_ROWS.get((device.type, self.kind), KERNEL_MAX_ROWS_DEFAULT)
-        if device.type == "cpu" and cpu_computes_in_bf16():
+        options = self.options
+        if device.type == "cpu" and cpu_computes_in_bf16(options):
             dtype = torch.bfloat16
         elif (  # a decode-sized call on a float32 CPU; a prefill stays in the activation dtype
             device.type == "cpu"
             and rows <= limit
-            and USE_KERNELS
-            and cpu_decodes_in_bf16(self.kind)
+            and options.quant_kernels
+            and cpu_decodes_in_bf16(self.kind, options)
             and self._kernel_fits(device, torch.bfloat16)
         ):
             return torch.bfloat16, True
         if device.type == "cpu" and dtype != torch.bfloat16:
             limit = 1  # the float32 kernels only win for a single row
         use = (
-            USE_KERNELS
+            options.quant_kernels
             and rows <= limit
             and self._kernel_fits(device, dtype)
             and self._kernel_ready(device, dtype, rows)
@@ -308,7 +301,7 @@ class Int8Linear(_QuantLinear):
         return self.in_features % 32 == 0 and self.out_features % 16 == 0
 
     def _cuda_path(self, device: torch.device, dtype: torch.dtype) -> str:
-        return cuda_int8_path(device, dtype)
+        return cuda_int8_path(device, dtype, self.options)
 
     def _torch_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return torch._weight_int8pack_mm(x2d, self.weight, self._scales_for(dtype))
@@ -368,7 +361,7 @@ class Int4Linear(_QuantLinear):
         return self._dequantized(torch.float32)
 
     def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
-        if self.qweight.device.type in ONE_PASS_DEQUANTIZE:
+        if self.qweight.device.type in self.options.one_pass_dequantize:
             from dictation.asr.nn.kernels import triton_dequant
 
             if dtype in triton_dequant.DTYPES and one_pass_dequantize_usable(self.qweight.device, dtype):
@@ -399,7 +392,11 @@ class Int4Linear(_QuantLinear):
         """Build torch's kernel layout for ``dtype`` on the module's device (done lazily otherwise); a
         no-op where that kernel does not apply."""
         device = self.qweight.device
-        if USE_KERNELS and self._kernel_fits(device, dtype) and (device.type != "cuda" or dtype == torch.bfloat16):
+        if (
+            self.options.quant_kernels
+            and self._kernel_fits(device, dtype)
+            and (device.type != "cuda" or dtype == torch.bfloat16)
+        ):
             self._packed_for(dtype)
 
     def _inner_k_tiles(self) -> int:
@@ -431,7 +428,7 @@ class Int4Linear(_QuantLinear):
         return self._cache[packed_key][0], self._cache[key][0]
 
     def _cuda_path(self, device: torch.device, dtype: torch.dtype) -> str:
-        return cuda_int4_path(device, dtype)
+        return cuda_int4_path(device, dtype, self.options)
 
     def _torch_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         packed, sz = self._packed_for(dtype)
