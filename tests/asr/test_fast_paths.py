@@ -63,16 +63,14 @@ def decode(engine: AsrEngine, embeds: torch.Tensor, max_new_tokens: int = MAX_NE
 @contextmanager
 def plain_path(engine: AsrEngine):
     """Every lever off: separate projections, the plain step, each id read right after its step."""
-    decoder = engine.model.decoder
-    saved = generate_mod.STATIC_STEP, dict(generate_mod.READ_EVERY), dict(generate_mod.READ_LAG)
-    generate_mod.STATIC_STEP = False
+    model = engine.model
+    saved = model.options, dict(generate_mod.READ_EVERY), dict(generate_mod.READ_LAG)
+    model.options = replace(model.options, static_step=False, fuse_projections=False)
     generate_mod.READ_EVERY["cpu"], generate_mod.READ_LAG["cpu"] = 1, 0
-    decoder.set_fusion(False)
     try:
         yield
     finally:
-        decoder.set_fusion(True)
-        generate_mod.STATIC_STEP = saved[0]
+        model.options = saved[0]
         for table, before in ((generate_mod.READ_EVERY, saved[1]), (generate_mod.READ_LAG, saved[2])):
             table.clear()
             table.update(before)
@@ -430,8 +428,7 @@ def static_step(monkeypatch):
     maths as the plain step's over the filled part, summed in another order, so the ids are identical
     where logits are exact to float32 rounding; quantized layers then compute in float32 too (in bf16
     the rounding of their inputs magnifies that difference into near-tie flips)."""
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
-    monkeypatch.setitem(FRESH, "model_options", FLOAT32)
+    monkeypatch.setitem(FRESH, "model_options", replace(FLOAT32, static_step=True))
 
 
 @pytest.mark.parametrize(
@@ -652,15 +649,18 @@ def test_a_graph_whose_first_replay_disagrees_is_dropped_and_the_step_redone(ckp
 
 
 class _Model:
-    def __init__(self, device: str, failed: bool = False, unmerged: bool = False, compiled: bool = False) -> None:
-        self.device, self.graph_failed, self.unmerged = torch.device(device), failed, unmerged
+    def __init__(self, device: str, failed=False, unmerged=False, compiled=False, **options) -> None:
+        self.device, self.unmerged = torch.device(device), unmerged
+        self.decode_slot = graphs.DecodeSlot()
+        self.decode_slot.failed = failed
         self.compile_step = compiled
+        self.options = ModelOptions(**options)
 
     def step_state(self) -> tuple[tuple, bool]:
         return ("key",), self.unmerged
 
 
-def test_cuda_always_decodes_with_the_static_step_captured_or_not(monkeypatch):
+def test_cuda_always_decodes_with_the_static_step_captured_or_not():
     """So that a graph and its fallbacks are the same kernels: the same ids in bf16 too."""
 
     def mode(model):
@@ -671,12 +671,10 @@ def test_cuda_always_decodes_with_the_static_step_captured_or_not(monkeypatch):
     assert mode(_Model("cuda", unmerged=True)) == "eager"
     assert generate_mod._graph_mode(_Model("cpu")) == (None, None) and mode(_Model("mps")) is None
     assert mode(_Model("cpu", compiled=True)) == "eager"  # the compiled step is a static step (compiled.py)
-    monkeypatch.setattr(generate_mod, "USE_CUDA_GRAPH", False)
-    assert mode(_Model("cuda")) == "eager"
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
-    assert mode(_Model("cpu")) == "eager" and mode(_Model("cpu", unmerged=True)) == "eager"
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", False)
-    assert mode(_Model("cuda")) is None
+    assert mode(_Model("cuda", capture_step=False)) == "eager"
+    assert mode(_Model("cpu", static_step=True)) == "eager"
+    assert mode(_Model("cpu", unmerged=True, static_step=True)) == "eager"
+    assert mode(_Model("cuda", static_step=False)) is None
 
 
 def test_without_pinned_memory_cuda_reads_each_id_in_place(monkeypatch, caplog):

@@ -57,15 +57,14 @@ def cuda_engine(folder, **options) -> AsrEngine:
 
 @contextmanager
 def mode(engine: AsrEngine, how: str):
-    saved = generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP
-    generate_mod.USE_CUDA_GRAPH = how == "graph"
-    generate_mod.STATIC_STEP = False if how == "plain" else None
-    engine.model.decoder.set_fusion(how != "plain")
+    model = engine.model
+    saved = model.options
+    static = False if how == "plain" else None
+    model.options = replace(saved, capture_step=how == "graph", static_step=static, fuse_projections=how != "plain")
     try:
         yield
     finally:
-        engine.model.decoder.set_fusion(True)
-        generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP = saved
+        model.options = saved
 
 
 def run(engine: AsrEngine, embeds: torch.Tensor, how: str, **kw):

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import dictation.asr.decode.greedy as generate_mod
 import dictation.asr.nn.model as model_mod
 from dictation.asr.nn import quantized
 from dictation.asr.nn.kernels import fused, triton_fused
@@ -111,7 +110,6 @@ SCRIPT = textwrap.dedent(
             report["probe"][dname] = [fused.probe(cpu, dtype, dims), fused.probe(cpu, dtype, dims, gemv=True)]
 
     # The tiny model decoding with the kernels (fp32: the plain step's ids exactly).
-    import dictation.asr.decode.greedy as generate_mod
     from dictation.bench import kernel_count
     from dataclasses import replace
     from dictation.asr.tune import writers
@@ -126,9 +124,8 @@ SCRIPT = textwrap.dedent(
         model.decoder.kernels = False
         ref = plain_run(engine, embeds, max_new_tokens=6)
         model.decoder.kernels = True
-        generate_mod.STATIC_STEP = True
-        # later prefill chunks: the fused rope at start > 0, masked attention
-        model.options = replace(model.options, prefill_chunk=16)
+        # the static step; later prefill chunks: the fused rope at start > 0, masked attention
+        model.options = replace(model.options, static_step=True, prefill_chunk=16)
         got = decode(engine, embeds, max_new_tokens=6)
         err = (got.first_logits - ref.first_logits).abs().max() / ref.first_logits.abs().max()
         entry = {"plain": ref.token_ids, "fused": got.token_ids, "first_logits_err": float(err),
@@ -154,8 +151,7 @@ SCRIPT = textwrap.dedent(
             rows = decode(engine, embeds[:, -12:], max_new_tokens=12, start=embeds.shape[1] - 12, draft=draft)
             entry["rows"] = [longer, rows.token_ids, rows.draft_accepted, sorted(model._rows)]
             model.options = replace(model.options, rows_bucketed=None)
-        model.options = replace(model.options, prefill_chunk=1024)
-        generate_mod.STATIC_STEP = None
+        model.options = replace(model.options, prefill_chunk=1024, static_step=None)
         report["e2e"][variant] = entry
     print(json.dumps(report))
     """
@@ -305,8 +301,7 @@ def standins(monkeypatch):
         monkeypatch.setattr(triton_fused, name, reference)
     monkeypatch.setattr(fused, "FUSED_KERNELS", True)
     monkeypatch.setattr(fused, "_USABLE", {})
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
-    monkeypatch.setitem(FRESH, "model_options", FLOAT32)
+    monkeypatch.setitem(FRESH, "model_options", replace(FLOAT32, static_step=True))
 
 
 def both_ways(engine, embeds, **kw):
@@ -398,7 +393,7 @@ def test_the_kernel_count_sees_each_fused_operator_once(standins, ckpt_untied, m
     # The torch ops of today's step: RMSNorm as pow/mean/rsqrt/mul, RoPE as mul/neg/cat/add, ...
     assert unfused.path == "static" and unfused.per_layer >= 40
     assert unfused.first_layer["rsqrt.default"] == 4 and unfused.first_layer["index_copy_.default"] == 2
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", None)  # the CPU's own plain step
+    model.options = replace(model.options, static_step=None)  # the CPU's own plain step
     plain = kernel_count.decode_step(model, 30)
     assert plain.path == "plain" and plain.per_layer == unfused.per_layer
     assert "per layer" in count.describe() and "fused" in count.describe()
@@ -453,7 +448,7 @@ def test_where_the_kernels_cannot_run_the_torch_path_decodes_with_one_log_line(c
     caplog.set_level(logging.INFO, logger="dictation.asr.nn.kernels.fused")
     monkeypatch.setattr(fused, "FUSED_KERNELS", True)
     monkeypatch.setattr(fused, "_USABLE", {})
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
+    monkeypatch.setitem(FRESH, "model_options", replace(FRESH["model_options"], static_step=True))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     if how == "no triton":
 

@@ -13,6 +13,7 @@ from dictation.asr.nn import compiled
 from dictation.asr.nn.compact import HalfTable
 from dictation.asr.nn.decoder import TextDecoder, stamp
 from dictation.asr.nn.encoder import AudioEncoder
+from dictation.asr.nn.graphs import DecodeSlot
 from dictation.asr.nn.kv_cache import StaticKVCache
 from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.rope import rope_tables
@@ -41,7 +42,11 @@ ROW_BUCKETS = (16, 32, 64, 128, 192, 256, 384, 512)
 
 # Options that only choose which of the same computations a call takes (padded to a bucket or not, in
 # pieces of which size): changing them leaves every captured graph valid.
-_ROUTING = {"prefill_bucketed", "rows_bucketed", "encoder_bucketed", "prefill_chunk", "conv_batch", "conv_batch_cpu"}
+_ROUTING = {
+    *("prefill_bucketed", "rows_bucketed", "encoder_bucketed", "prefill_chunk", "conv_batch", "conv_batch_cpu"),
+    *("static_step", "capture_step"),  # the decode graph is checked at each decode (graphs.DecodeSlot)
+    "fuse_projections",  # re-planned fusions change weights_key(): graphs keyed on it are captured again
+}
 
 
 def _changed(old: ModelOptions, new: ModelOptions) -> set[str]:
@@ -61,9 +66,9 @@ class AsrModel(nn.Module):
         )
         self.cache: StaticKVCache | None = None
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
-        # The captured CUDA-graph decode step (graphs.DecodeGraph) for this cache; released with it.
-        self.decode_graph = None
-        self.graph_failed = False  # capturing failed once: decode without a graph from then on
+        # The captured CUDA-graph decode step (graphs.DecodeGraph) for this cache, released with it, and
+        # whether capturing failed once: filled by decoding (decode/greedy.py).
+        self.decode_slot = DecodeSlot()
         # Bucketed prefills and rows (graphs.StaticCall) by length, for ``_prefills_for``: this cache and
         # these weights.
         self._prefills: dict[int, object] = {}
@@ -97,6 +102,16 @@ class AsrModel(nn.Module):
         for module in self.modules():
             if "options" in module.__dict__ and module.__dict__["options"] is not options:
                 module.options = options
+
+    @property
+    def decode_graph(self):
+        """The decode step's graph for this cache (graphs.DecodeGraph), or None."""
+        return self.decode_slot.graph
+
+    @property
+    def graph_failed(self) -> bool:
+        """Whether capturing the decode step failed once (it then runs uncaptured)."""
+        return self.decode_slot.failed
 
     @property
     def output_weight(self) -> torch.Tensor:
@@ -134,9 +149,7 @@ class AsrModel(nn.Module):
         self._rope = None
 
     def _drop_graph(self) -> None:
-        if self.decode_graph is not None:
-            self.decode_graph.close()
-            self.decode_graph = None
+        self.decode_slot.close()
         self._drop_prefills()
 
     def _apply(self, fn, recurse: bool = True):

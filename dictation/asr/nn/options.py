@@ -54,6 +54,12 @@ class ModelOptions:
     cuda_int4_path: str | None = None
     # Devices where int4 layers dequantize for many rows in one Triton kernel.
     one_pass_dequantize: tuple[str, ...] = ("cuda",)
+    # --- decoding (decode/greedy.py) ---
+    # Which one-token step decodes: None = the static-shape step on CUDA (and where the model compiles
+    # its step), the plain step elsewhere; True: the static step everywhere; False: the plain step.
+    static_step: bool | None = None
+    # Capture the static step as a CUDA graph (False: it runs eagerly on CUDA).
+    capture_step: bool = True
 
 
 DEFAULT_OPTIONS = ModelOptions()
