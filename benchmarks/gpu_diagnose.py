@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +36,6 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-import dictation.asr.decode.greedy as generate_mod  # noqa: E402
 from dictation.asr import AsrEngine, EngineOptions  # noqa: E402
 from tests.asr.test_fast_paths import BF16_PICK_TOLERANCE, decode, pick_gaps, prompt_embeds  # noqa: E402
 from tests.oracle import synth_audio  # noqa: E402
@@ -54,15 +54,14 @@ def say(text: str = "") -> None:
 
 @contextmanager
 def mode(engine: AsrEngine, how: str, cuda: bool):
-    saved = generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP
-    generate_mod.USE_CUDA_GRAPH = how == "graph"
-    generate_mod.STATIC_STEP = False if how == "plain" else (None if cuda else True)
-    engine.model.decoder.set_fusion(how != "plain")
+    model = engine.model
+    saved = model.options
+    static = False if how == "plain" else (None if cuda else True)
+    model.options = replace(saved, capture_step=how == "graph", static_step=static, fuse_projections=how != "plain")
     try:
         yield
     finally:
-        engine.model.decoder.set_fusion(True)
-        generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP = saved
+        model.options = saved
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

@@ -29,6 +29,7 @@ import contextlib
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +76,13 @@ def numpy_int8(w: np.ndarray) -> np.ndarray:
 
 class Experiment:
     def __init__(self, size: str, workdir: Path, seconds: float, tokens: int) -> None:
-        quantized.CPU_BF16_COMPUTE = False  # float32 everywhere: the comparison is about the weights
         self.workdir = workdir
         self.folder = build_checkpoint(size, workdir, log=print)
         self.bench = OursBench(self.folder, torch.device("cpu"), "fp32", "fp32", quant_format.DEFAULT_GROUP_SIZE)
         self.bench.load()
         self.model = self.bench.engine.model
+        # float32 everywhere (the quantized layers too): the comparison is about the weights
+        self.model.options = replace(self.model.options, cpu_bf16_compute=False)
         self.names = quant_swap.quantizable_names(self.model.cfg.text.num_hidden_layers)
         self.layout = self.model.cfg.layout
         from safetensors import safe_open
@@ -156,6 +158,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             exp.set_weights(lambda name, w: w)
             with _method(method):
                 quantize.quantize_model(exp.model, "int4", group_size=int(group))
+            exp.model.spread_options()  # the new int4 layers compute in float32 too
         else:
             raise SystemExit(f"unknown experiment {spec!r}")
         cosine, top1, first = exp.measure()

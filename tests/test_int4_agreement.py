@@ -14,10 +14,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import int4_agreement  # noqa: E402
 
 
-def test_the_experiments_relate_as_they_must(tmp_path, monkeypatch):
-    from dictation.asr.nn import quantized as quant
-
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", None)  # the script sets it; leave no trace
+def test_the_experiments_relate_as_they_must(tmp_path):
     out = tmp_path / "agreement.json"
     experiments = ["folder:minmax:64", "modules:minmax:64", "minmax:64", "mse:64", "noise:0.0896", "int8"]
     options = ["--size", "tiny", "--workdir", str(tmp_path), "--seconds", "1", "--tokens", "2", "--json", str(out)]
@@ -33,4 +30,6 @@ def test_the_experiments_relate_as_they_must(tmp_path, monkeypatch):
     # the real int4 layers compute what their weights in a float model compute
     assert rows["modules:minmax:64"]["cosine_to_float_twin"] > 0.99999
     assert rows["modules:minmax:64"]["cosine"] == pytest.approx(rows["minmax:64"]["cosine"], abs=1e-4)
-    assert quant.CPU_BF16_COMPUTE is False
+    from dictation.asr.nn.options import DEFAULT_OPTIONS
+
+    assert DEFAULT_OPTIONS.cpu_bf16_compute is None  # the script chose float32 for its model alone

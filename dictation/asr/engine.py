@@ -35,6 +35,7 @@ from dictation.asr.limits import check_context, check_max_new_tokens
 from dictation.asr.nn.compact import expand
 from dictation.asr.nn.features import MIN_SAMPLES, LogMel
 from dictation.asr.nn.model import AsrModel
+from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE, QUANTIZED, VARIANTS
 from dictation.asr.nn.quant_swap import quantizable_linears
 from dictation.asr.nn.quantized import QUANT_MODULES, cpu_computes_in_bf16
@@ -62,6 +63,9 @@ class EngineOptions:
     # An adapter that cannot be used (missing, for another model, unreadable) is left out of the load
     # and listed in AsrEngine.skipped_adapters, instead of failing the load (the app; the CLI fails).
     skip_bad_adapters: bool = False
+    # The code paths the model runs (buckets, graphs, fused projections, kernels: nn/options.py); two
+    # engines in one process may differ.
+    model_options: ModelOptions = DEFAULT_OPTIONS
 
 
 # The pass AsrEngine.warm_up runs after loading: this much quiet noise and this many generated
@@ -112,6 +116,8 @@ class AsrEngine:
         # Without adapters a float folder is quantized while it is read (no float copy of the decoder);
         # adapters are merged into float weights first, so they take the float model (_quantize).
         model, prompt, folder, variant = self._load_base(quantize_while_reading=not read)
+        if model.options != self.options.model_options:
+            model.options = self.options.model_options  # this engine's code paths (nn/options.py)
         state, kept = self._apply_adapters(model, variant, read, skipped)
         if skipped:
             order = list(self.options.adapters)
@@ -202,7 +208,7 @@ class AsrEngine:
         if path.exists() and not (path / "config.json").is_file() and is_gguf_path(path):
             from dictation.asr.checkpoints.gguf.build import read_gguf
 
-            dtype = _compute_dtype(dtype_opt, device, quantized=requested in QUANTIZED)
+            dtype = _compute_dtype(dtype_opt, device, self.options.model_options, quantized=requested in QUANTIZED)
             gguf = read_gguf(path, device, dtype)  # dequantized on the device, then run as the variant
             variant = requested if requested in QUANTIZED else _DTYPE_NAMES[dtype]
             return gguf.build_model(), gguf.prompt_builder(), path.absolute(), variant
@@ -215,7 +221,8 @@ class AsrEngine:
         prompt = PromptBuilder.from_folder(
             folder, audio_token_id=cfg.special.audio_token_id, vocab_size=cfg.text.vocab_size
         )
-        dtype = _compute_dtype(dtype_opt, device, quantized=requested in QUANTIZED or bool(cfg.quantization))
+        quantized = requested in QUANTIZED or bool(cfg.quantization)
+        dtype = _compute_dtype(dtype_opt, device, self.options.model_options, quantized=quantized)
         at_load = requested if quantize_while_reading and requested in QUANTIZED and not cfg.quantization else None
         # Without adapters, float weights that float16 holds exactly are held so on the CPU (nn/compact.py).
         model = load_model(
@@ -505,11 +512,11 @@ def is_silent(samples: np.ndarray, threshold_db: float = -70.0) -> bool:
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
-def _compute_dtype(dtype_opt: str, device: torch.device, *, quantized: bool) -> torch.dtype:
+def _compute_dtype(dtype_opt: str, device: torch.device, options: ModelOptions, *, quantized: bool) -> torch.dtype:
     """The dtype of activations and floating weights. With ``auto`` a quantized model on a CPU that has
     bf16 instructions computes in bf16: its integer layers do anyway (nn.quantized.cpu_computes_in_bf16), and
     the floating output head would otherwise cost more per token than all the quantized layers."""
-    if dtype_opt == "auto" and quantized and device.type == "cpu" and cpu_computes_in_bf16():
+    if dtype_opt == "auto" and quantized and device.type == "cpu" and cpu_computes_in_bf16(options):
         return torch.bfloat16
     return resolve_dtype(dtype_opt, device)
 

@@ -6,6 +6,8 @@ blocks its work by the sequence length) with the same ids. (Captured on a GPU: t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,6 +17,7 @@ import dictation.asr.nn.model as model_mod
 from dictation.asr import AsrEngine, EngineOptions
 from dictation.asr.nn.features import n_audio_tokens
 from dictation.asr.nn.graphs import StaticCall
+from dictation.asr.nn.options import ModelOptions
 from tests.asr.test_fast_paths import prompt_embeds
 from tests.asr.test_variants import write_adapter
 from tests.oracle import synth_audio
@@ -27,6 +30,11 @@ def engine(ckpt_untied):
     engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
     engine.prepare()
     return engine
+
+
+def use(monkeypatch, model, **changes) -> None:
+    """Run ``model`` with these options for the test (the shared engine's model gets its own back)."""
+    monkeypatch.setattr(model, "options", replace(model.options, **changes))
 
 
 def padded(features: torch.Tensor, windows: int) -> torch.Tensor:
@@ -58,7 +66,7 @@ def test_a_part_from_a_window_boundary_is_bucketed_like_the_clip(engine, monkeyp
         features = engine.pipeline.mel(synth_audio(19.5, seed=4))
         total = features.shape[-1]
         want = [encoder(features[:, :800], clip_frames=total), encoder(features[:, 1600:], clip_frames=total)]
-        monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+        use(monkeypatch, engine.model, encoder_bucketed=True)
         assert encoder.bucket(total - 1600, total) == 1
         got = [encoder(features[:, :800], clip_frames=total), encoder(features[:, 1600:], clip_frames=total)]
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
@@ -66,7 +74,7 @@ def test_a_part_from_a_window_boundary_is_bucketed_like_the_clip(engine, monkeyp
 
 def test_one_static_call_per_bucket_reused_and_dropped_with_a_move(engine, monkeypatch):
     encoder = engine.model.audio_tower
-    monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+    use(monkeypatch, engine.model, encoder_bucketed=True)
     encoder.release_graphs()
     made = []
     real = StaticCall.__init__
@@ -75,9 +83,9 @@ def test_one_static_call_per_bucket_reused_and_dropped_with_a_move(engine, monke
         for seconds in (2.5, 4.3, 9.7, 12.0, 0.5, 40.0):  # buckets 1, 1, 2, 2; under a chunk: unpadded; past them
             features = engine.pipeline.mel(synth_audio(seconds, seed=5))
             out = encoder(features)
-            monkeypatch.setattr(encoder_mod, "BUCKETED", False)
+            use(monkeypatch, engine.model, encoder_bucketed=False)
             assert torch.equal(out, encoder(features))
-            monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+            use(monkeypatch, engine.model, encoder_bucketed=True)
     assert made == [(128, 800), (128, 1600)] and sorted(encoder._graphs) == [1, 2]
     calls = list(encoder._graphs.values())
     assert all(isinstance(c, StaticCall) and not c.captured for c in calls)  # no capture on the CPU
@@ -88,7 +96,7 @@ def test_one_static_call_per_bucket_reused_and_dropped_with_a_move(engine, monke
 def test_bucketing_leaves_the_transcript_as_it_was(engine, monkeypatch):
     audio = synth_audio(9.7, seed=6)
     want = engine.pipeline.run(audio, None, "", 8, keep_first_logits=True)
-    monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+    use(monkeypatch, engine.model, encoder_bucketed=True)
     got = engine.pipeline.run(audio, None, "", 8, keep_first_logits=True)
     assert got.ids == want.ids and torch.equal(got.first_logits, want.first_logits)
 
@@ -120,7 +128,7 @@ def test_the_bucketed_prefill_gives_the_unpadded_logits_and_cache(engine, monkey
         want = model.prefill(embeds, 8)
         keys, values = model.cache.keys[..., :total, :].clone(), model.cache.values[..., :total, :].clone()
         model.cache.keys.fill_(float("nan"))  # nothing of the first run may be read
-        monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
+        use(monkeypatch, model, prefill_bucketed=True)
         bucket = model.prefill_bucket(0, total)
         assert bucket == min(b for b in model_mod.PREFILL_BUCKETS if b >= total) and model.prefill_bucket(5, 9) is None
         got = model.prefill(embeds, 8)
@@ -137,15 +145,16 @@ def test_the_bucketed_prefill_gives_the_unpadded_logits_and_cache(engine, monkey
 def test_bucketed_prefills_leave_the_transcripts_as_they_were(engine, monkeypatch):
     audio = [synth_audio(s, seed=r) for s, r in ((2.5, 1), (4.3, 12), (6.5, 3))]
     want = [engine.pipeline.run(a, None, "", 12) for a in audio]
-    monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
-    monkeypatch.setattr(encoder_mod, "BUCKETED", True)
+    use(monkeypatch, engine.model, prefill_bucketed=True, encoder_bucketed=True)
     got = [engine.pipeline.run(a, None, "", 12) for a in audio]
     assert [g.ids for g in got] == [w.ids for w in want]
 
 
 def test_one_prefill_per_bucket_dropped_when_the_cache_or_the_weights_change(ckpt_untied, monkeypatch, tmp_path):
-    monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
-    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32", variant="int8"))
+    options = ModelOptions(prefill_bucketed=True)
+    engine = AsrEngine(
+        EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32", variant="int8", model_options=options)
+    )
     model = engine.model
     made = []
     real = StaticCall.__init__
@@ -166,10 +175,8 @@ def test_one_prefill_per_bucket_dropped_when_the_cache_or_the_weights_change(ckp
 
 
 def test_the_warm_up_builds_every_bucket_so_that_no_dictation_builds_one(ckpt_untied, monkeypatch):
-    monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", True)
-    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", True)
-    monkeypatch.setattr(encoder_mod, "BUCKETED", True)
-    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
+    options = ModelOptions(prefill_bucketed=True, rows_bucketed=True, encoder_bucketed=True)
+    engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32", model_options=options))
     engine.warm_up()
     model = engine.model
     assert sorted(model.audio_tower._graphs) == list(encoder_mod.ENCODER_BUCKETS)
@@ -220,11 +227,15 @@ def test_cpu_conv_weights_are_channels_last_and_a_chunk_gives_the_same_rows_in_a
             assert torch.equal(part.view(count, 13, -1), whole[start : start + count]), (start, count)
 
 
-def test_the_default_layout_is_kept_where_channels_last_is_off(monkeypatch):
+def test_the_default_layout_is_kept_where_channels_last_is_off():
     from dictation.asr.config import AudioEncoderConfig
 
-    monkeypatch.setattr(encoder_mod, "CHANNELS_LAST_ON_CPU", False)
-    encoder = encoder_mod.AudioEncoder(AudioEncoderConfig(d_model=64, encoder_layers=0, encoder_attention_heads=4))
+    cfg = AudioEncoderConfig(d_model=64, encoder_layers=0, encoder_attention_heads=4)
+    encoder = encoder_mod.AudioEncoder(cfg, ModelOptions(channels_last_on_cpu=False))
+    assert encoder.conv2d2.weight.is_contiguous() and not encoder._channels_last
+    encoder.use_options(ModelOptions())  # the default: laid out channels-last again, and back
+    assert encoder._channels_last and not encoder.conv2d2.weight.is_contiguous()
+    encoder.use_options(ModelOptions(channels_last_on_cpu=False))
     assert encoder.conv2d2.weight.is_contiguous() and not encoder._channels_last
 
 
@@ -242,7 +253,7 @@ def test_bucketed_rows_continue_the_cache_as_the_unpadded_rows_do(engine, monkey
     runs = {}
     with torch.inference_mode():
         for bucketed in (False, True):
-            monkeypatch.setattr(model_mod, "ROWS_BUCKETED", bucketed)
+            use(monkeypatch, model, rows_bucketed=bucketed)
             model.release_cache()
             model.prefill(embeds[:, :cut], 8)  # from position 0: unbucketed on the CPU either way
             model.cache.keys[..., cut:, :].fill_(1e4)  # stale entries after the prompt: never seen
@@ -264,7 +275,7 @@ def test_bucketed_rows_continue_the_cache_as_the_unpadded_rows_do(engine, monkey
 
 def test_a_row_bucket_is_only_used_where_it_fits_the_cache(engine, monkeypatch):
     model = engine.model
-    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", True)
+    use(monkeypatch, model, rows_bucketed=True)
     with torch.inference_mode():
         model.release_cache()
         assert model.row_bucket(0, 5) is None  # no cache yet
@@ -273,7 +284,7 @@ def test_a_row_bucket_is_only_used_where_it_fits_the_cache(engine, monkeypatch):
     assert model.row_bucket(3, 5) == 16 and model.row_bucket(3, 200) == 256 and model.row_bucket(0, 512) == 512
     assert model.row_bucket(0, 513) is None  # longer than every bucket: unpadded
     assert model.row_bucket(size - 16, 16) == 16 and model.row_bucket(size - 15, 16) is None  # past the end
-    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", None)
+    use(monkeypatch, model, rows_bucketed=None)
     assert model.row_bucket(3, 5) is None  # the CPU's default: unpadded
 
 
@@ -281,8 +292,8 @@ def test_a_row_bucket_is_only_used_where_it_fits_the_cache(engine, monkeypatch):
 def test_streaming_and_drafts_with_bucketed_rows_give_the_whole_clip_ids(engine, monkeypatch, seconds):
     audio = synth_audio(seconds, seed=int(seconds))
     want = engine.transcribe(audio, max_new_tokens=12).token_ids
-    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", True)
     model = engine.model
+    use(monkeypatch, model, rows_bucketed=True)
     model._drop_prefills()
     made = []
     real = StaticCall.__init__
@@ -323,8 +334,8 @@ def test_on_the_cpu_the_conv_stack_runs_a_few_chunks_at_a_time_with_the_same_row
     monkeypatch.setattr(encoder_mod, "release_freed_memory", lambda: released.append(1))
     with torch.inference_mode():
         default = encoder.conv_tokens(features)
-        assert calls == [encoder_mod.CONV_BATCH_CPU] * (10 // encoder_mod.CONV_BATCH_CPU)
-        assert torch.equal(default, encoder.conv_tokens(features, batch=encoder_mod.CONV_BATCH))
+        assert calls == [encoder.options.conv_batch_cpu] * (10 // encoder.options.conv_batch_cpu)
+        assert torch.equal(default, encoder.conv_tokens(features, batch=encoder.options.conv_batch))
         assert released == []
         encoder(features)
     assert released == [1]

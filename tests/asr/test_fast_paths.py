@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import weakref
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 import torch
@@ -24,8 +25,9 @@ from dictation.asr import AsrEngine, EngineOptions
 from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
 from dictation.asr.decode.greedy import greedy
-from dictation.asr.nn import graphs, quant_rows, quant_swap, quantized
+from dictation.asr.nn import graphs, quant_paths, quant_rows, quant_swap, quantized
 from dictation.asr.nn.graphs import DecodeGraph
+from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
 from dictation.asr.tune.adapters import LoraLinear
@@ -37,9 +39,16 @@ MAX_NEW = 24
 CLIPS = [(2.5, 1), (4.0, 2), (6.5, 3)]  # (seconds, seed)
 
 
+FLOAT32 = ModelOptions(cpu_bf16_compute=False)  # quantized layers compute in float32 on any CPU
+# The model options fresh() builds with unless told otherwise; fixtures set them for a test
+# (static_step: quantized layers in float32).
+FRESH = {"model_options": DEFAULT_OPTIONS}
+
+
 def fresh(folder, **options) -> AsrEngine:
     options.setdefault("device", "cpu")
     options.setdefault("dtype", "fp32")
+    options.setdefault("model_options", FRESH["model_options"])
     engine = AsrEngine(EngineOptions(model=str(folder), **options))
     engine.prepare()
     return engine
@@ -54,16 +63,14 @@ def decode(engine: AsrEngine, embeds: torch.Tensor, max_new_tokens: int = MAX_NE
 @contextmanager
 def plain_path(engine: AsrEngine):
     """Every lever off: separate projections, the plain step, each id read right after its step."""
-    decoder = engine.model.decoder
-    saved = generate_mod.STATIC_STEP, dict(generate_mod.READ_EVERY), dict(generate_mod.READ_LAG)
-    generate_mod.STATIC_STEP = False
+    model = engine.model
+    saved = model.options, dict(generate_mod.READ_EVERY), dict(generate_mod.READ_LAG)
+    model.options = replace(model.options, static_step=False, fuse_projections=False)
     generate_mod.READ_EVERY["cpu"], generate_mod.READ_LAG["cpu"] = 1, 0
-    decoder.set_fusion(False)
     try:
         yield
     finally:
-        decoder.set_fusion(True)
-        generate_mod.STATIC_STEP = saved[0]
+        model.options = saved[0]
         for table, before in ((generate_mod.READ_EVERY, saved[1]), (generate_mod.READ_LAG, saved[2])):
             table.clear()
             table.update(before)
@@ -327,7 +334,7 @@ def fused_layers_for(kind: str, in_f: int, outs: list[int], device="cpu"):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", list(FUSED_SHAPES))
 def test_packed_kernels_hold_for_the_fused_shapes(monkeypatch, kind, dtype, shape):
-    monkeypatch.setattr(quantized, "_KERNEL_OK", {})
+    monkeypatch.setattr(quant_paths, "_KERNEL_OK", {})
     in_f, outs = FUSED_SHAPES[shape]
     fused, members, reference = fused_layers_for(kind, in_f, outs)
     assert torch.equal(fused.dequantize(), reference)
@@ -421,8 +428,7 @@ def static_step(monkeypatch):
     maths as the plain step's over the filled part, summed in another order, so the ids are identical
     where logits are exact to float32 rounding; quantized layers then compute in float32 too (in bf16
     the rounding of their inputs magnifies that difference into near-tie flips)."""
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
+    monkeypatch.setitem(FRESH, "model_options", replace(FLOAT32, static_step=True))
 
 
 @pytest.mark.parametrize(
@@ -618,8 +624,7 @@ def fake_capture(monkeypatch, wrong: bool) -> list[FakeGraph]:
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_a_graph_whose_first_replay_agrees_with_the_warm_up_is_kept(ckpt_untied, monkeypatch, variant):
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)  # see the static_step fixture
-    engine = fresh(ckpt_untied, variant=variant)
+    engine = fresh(ckpt_untied, variant=variant, model_options=FLOAT32)  # see the static_step fixture
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
     ref = plain_run(engine, embeds)
     made = fake_capture(monkeypatch, wrong=False)
@@ -644,15 +649,18 @@ def test_a_graph_whose_first_replay_disagrees_is_dropped_and_the_step_redone(ckp
 
 
 class _Model:
-    def __init__(self, device: str, failed: bool = False, unmerged: bool = False, compiled: bool = False) -> None:
-        self.device, self.graph_failed, self.unmerged = torch.device(device), failed, unmerged
+    def __init__(self, device: str, failed=False, unmerged=False, compiled=False, **options) -> None:
+        self.device, self.unmerged = torch.device(device), unmerged
+        self.decode_slot = graphs.DecodeSlot()
+        self.decode_slot.failed = failed
         self.compile_step = compiled
+        self.options = ModelOptions(**options)
 
     def step_state(self) -> tuple[tuple, bool]:
         return ("key",), self.unmerged
 
 
-def test_cuda_always_decodes_with_the_static_step_captured_or_not(monkeypatch):
+def test_cuda_always_decodes_with_the_static_step_captured_or_not():
     """So that a graph and its fallbacks are the same kernels: the same ids in bf16 too."""
 
     def mode(model):
@@ -663,12 +671,10 @@ def test_cuda_always_decodes_with_the_static_step_captured_or_not(monkeypatch):
     assert mode(_Model("cuda", unmerged=True)) == "eager"
     assert generate_mod._graph_mode(_Model("cpu")) == (None, None) and mode(_Model("mps")) is None
     assert mode(_Model("cpu", compiled=True)) == "eager"  # the compiled step is a static step (compiled.py)
-    monkeypatch.setattr(generate_mod, "USE_CUDA_GRAPH", False)
-    assert mode(_Model("cuda")) == "eager"
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
-    assert mode(_Model("cpu")) == "eager" and mode(_Model("cpu", unmerged=True)) == "eager"
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", False)
-    assert mode(_Model("cuda")) is None
+    assert mode(_Model("cuda", capture_step=False)) == "eager"
+    assert mode(_Model("cpu", static_step=True)) == "eager"
+    assert mode(_Model("cpu", unmerged=True, static_step=True)) == "eager"
+    assert mode(_Model("cuda", static_step=False)) is None
 
 
 def test_without_pinned_memory_cuda_reads_each_id_in_place(monkeypatch, caplog):
@@ -827,7 +833,7 @@ def cuda_layout_sdpa(monkeypatch) -> None:
 
 @pytest.mark.parametrize("layout", ["contiguous", "cuda"])
 def test_masked_attention_with_gqa_folded_into_rows_equals_enable_gqa(ckpt_stops, monkeypatch, layout):
-    """What CUDA runs for later prefill chunks, extend and draft checks (decoder.FOLD_MASKED_GQA)."""
+    """What CUDA runs for later prefill chunks, extend and draft checks (ModelOptions.fold_masked_gqa)."""
     import dictation.asr.nn.decoder as decoder_mod
 
     if layout == "cuda":
@@ -837,12 +843,12 @@ def test_masked_attention_with_gqa_folded_into_rows_equals_enable_gqa(ckpt_stops
     model = engine.model
     embeds = prompt_embeds(engine, synth_audio(6.0, seed=3))
     ref = plain_run(engine, embeds)
-    monkeypatch.setattr(model_mod, "PREFILL_CHUNK", 7)  # every chunk after the first is masked
     outputs, used = {}, []
     real = decoder_mod.Attention._folded_attention
     monkeypatch.setattr(decoder_mod.Attention, "_folded_attention", lambda self, *a: used.append(1) or real(self, *a))
     for fold in (False, True):
-        monkeypatch.setattr(decoder_mod, "FOLD_MASKED_GQA", fold)
+        # every prefill chunk after the first is masked
+        model.options = replace(model.options, prefill_chunk=7, fold_masked_gqa=fold)
         used.clear()
         engine.pipeline.cache_owner = None
         logits = model.prefill(embeds, MAX_NEW)

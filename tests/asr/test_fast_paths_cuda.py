@@ -12,6 +12,7 @@ plain step's argmax up to bf16 rounding (``pick_gaps``).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,9 +20,10 @@ import torch
 import dictation.asr.decode.greedy as generate_mod
 import dictation.asr.nn.model as model_mod
 from dictation.asr import AsrEngine, EngineOptions
-from dictation.asr.nn import graphs, quant_rows, quantized
+from dictation.asr.nn import graphs, quant_paths, quant_rows, quantized
 from dictation.asr.nn.features import LogMel
 from dictation.asr.nn.graphs import DecodeGraph
+from dictation.asr.nn.options import ModelOptions
 from dictation.asr.tune import writers
 from tests.asr.test_cuda import (
     exact_fp32,  # noqa: F401 (autouse: TF32 off, as fp32 identity needs)
@@ -55,15 +57,14 @@ def cuda_engine(folder, **options) -> AsrEngine:
 
 @contextmanager
 def mode(engine: AsrEngine, how: str):
-    saved = generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP
-    generate_mod.USE_CUDA_GRAPH = how == "graph"
-    generate_mod.STATIC_STEP = False if how == "plain" else None
-    engine.model.decoder.set_fusion(how != "plain")
+    model = engine.model
+    saved = model.options
+    static = False if how == "plain" else None
+    model.options = replace(saved, capture_step=how == "graph", static_step=static, fuse_projections=how != "plain")
     try:
         yield
     finally:
-        engine.model.decoder.set_fusion(True)
-        generate_mod.USE_CUDA_GRAPH, generate_mod.STATIC_STEP = saved
+        model.options = saved
 
 
 def run(engine: AsrEngine, embeds: torch.Tensor, how: str, **kw):
@@ -136,8 +137,7 @@ def test_the_graph_is_captured_again_when_the_cache_grows(ckpt_untied, monkeypat
     monkeypatch.setattr(model_mod, "DECODE_RESERVE", 3)
     monkeypatch.setattr(model_mod, "CACHE_ROUND", 4)
     # A bucketed prefill makes the cache at least its bucket (64 positions here): room for all 30 tokens
-    monkeypatch.setattr(model_mod, "PREFILL_BUCKETED", False)
-    engine = cuda_engine(ckpt_untied)
+    engine = cuda_engine(ckpt_untied, model_options=ModelOptions(prefill_bucketed=False))
     model = engine.model
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
     static = run(engine, embeds, "static", max_new_tokens=30)
@@ -229,7 +229,7 @@ def torch_version() -> tuple[int, int]:
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("shape", list(FUSED_SHAPES))
 def test_packed_kernels_hold_for_the_fused_shapes_on_cuda(monkeypatch, kind, shape):
-    monkeypatch.setattr(quantized, "_KERNEL_OK", {})
+    monkeypatch.setattr(quant_paths, "_KERNEL_OK", {})
     in_f, outs = FUSED_SHAPES[shape]
     fused, members, reference = fused_layers_for(kind, in_f, outs, device="cuda")
     cuda, dtype = torch.device("cuda"), torch.bfloat16
@@ -265,7 +265,7 @@ def test_the_triton_int8_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
     from dictation.asr.nn.kernels.triton_gemv import CONFIGS, MAX_ROWS, int8_matmul
 
     if not triton_gemv.available():  # torch's CUDA wheels bring triton on Linux only
-        monkeypatch.setattr(quantized, "_CUDA_INT8", {})
+        monkeypatch.setattr(quant_paths, "_CUDA_INT8", {})
         assert quantized.cuda_int8_path(torch.device("cuda"), dtype) != "triton"
         return
 
@@ -282,20 +282,20 @@ def test_the_triton_int8_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
 
 @pytest.mark.parametrize("path", ["triton", "torch", "dequantize"])
 def test_every_cuda_int8_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckpt_untied, monkeypatch, path):
-    monkeypatch.setattr(quantized, "CUDA_INT8_PATH", path)
     from dictation.asr.nn.kernels import triton_gemv
 
-    chosen = quantized.cuda_int8_path(torch.device("cuda"), torch.bfloat16)
+    options = ModelOptions(cuda_int8_path=path)
+    chosen = quantized.cuda_int8_path(torch.device("cuda"), torch.bfloat16, options)
     # A forced path that cannot run here falls back to dequantize + matmul, which is then what's checked.
     usable = {"triton": triton_gemv.available(), "torch": torch_version() >= (2, 9), "dequantize": True}[path]
     assert chosen == (path if usable else "dequantize")
-    engine = cuda_engine(ckpt_untied, variant="int8")
+    engine = cuda_engine(ckpt_untied, variant="int8", model_options=options)
     check_clips(engine, exact_plain=False)
 
 
 def test_the_int8_path_is_timed_once_and_logged(monkeypatch, caplog):
-    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
-    monkeypatch.setattr(quantized, "_CUDA_INT8", {})
+    caplog.set_level("INFO", logger="dictation.asr.nn.quant_paths")
+    monkeypatch.setattr(quant_paths, "_CUDA_INT8", {})
     chosen = quantized.cuda_int8_path(torch.device("cuda"), torch.bfloat16)
     assert chosen in quantized.CUDA_INT8_PATHS
     assert quantized.cuda_int8_path(torch.device("cuda"), torch.bfloat16) == chosen
@@ -304,15 +304,13 @@ def test_the_int8_path_is_timed_once_and_logged(monkeypatch, caplog):
 
 
 def test_folded_masked_attention_on_cuda_equals_enable_gqa(ckpt_untied, monkeypatch):
-    import dictation.asr.nn.decoder as decoder_mod
 
     engine = cuda_engine(ckpt_untied, dtype="fp32")
     model = engine.model
     embeds = prompt_embeds(engine, synth_audio(6.0, seed=3))
-    monkeypatch.setattr(model_mod, "PREFILL_CHUNK", 7)  # every chunk after the first is masked
     got = {}
-    for fold in (False, True):
-        monkeypatch.setattr(decoder_mod, "FOLD_MASKED_GQA", fold)
+    for fold in (False, True):  # every prefill chunk after the first is masked
+        model.options = replace(model.options, prefill_chunk=7, fold_masked_gqa=fold)
         engine.pipeline.cache_owner = None
         got[fold] = model.prefill(embeds, 8).float().cpu(), run(engine, embeds, "static").token_ids
     torch.testing.assert_close(got[True][0], got[False][0], atol=1e-4 * float(got[False][0].abs().max()), rtol=0)
@@ -321,7 +319,6 @@ def test_folded_masked_attention_on_cuda_equals_enable_gqa(ckpt_untied, monkeypa
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_the_encoder_is_captured_per_bucket_and_gives_the_uncaptured_rows(ckpt_untied, monkeypatch, dtype):
-    import dictation.asr.nn.encoder as encoder_mod
     from dictation.asr.nn.graphs import StaticCall
 
     engine = cuda_engine(ckpt_untied, dtype=dtype)
@@ -329,14 +326,12 @@ def test_the_encoder_is_captured_per_bucket_and_gives_the_uncaptured_rows(ckpt_u
     clips = [(2.5, 1), (4.3, 2), (9.7, 3), (30.0, 4), (40.0, 5)]  # buckets 1, 1, 2, 4; 5 windows uncaptured
     with torch.inference_mode():
         features = [engine.pipeline.mel(synth_audio(seconds, seed=seed)) for seconds, seed in clips]
-        monkeypatch.setattr(encoder_mod, "USE_ENCODER_GRAPH", False)
-        encoder.release_graphs()
+        model = engine.model
+        model.options = replace(model.options, encoder_graph=False)  # drops the captured buckets
         uncaptured = [encoder(f) for f in features]
-        monkeypatch.setattr(encoder_mod, "BUCKETED", False)
+        model.options = replace(model.options, encoder_bucketed=False)
         unpadded = [encoder(f) for f in features]
-        monkeypatch.setattr(encoder_mod, "BUCKETED", None)
-        monkeypatch.setattr(encoder_mod, "USE_ENCODER_GRAPH", True)
-        encoder.release_graphs()
+        model.options = replace(model.options, encoder_bucketed=None, encoder_graph=True)
         captured = [encoder(f) for f in features]
         again = encoder(features[0])
     assert sorted(encoder._graphs) == [1, 2, 4]
@@ -357,7 +352,7 @@ def test_the_prefill_is_captured_per_bucket_and_gives_the_uncaptured_logits_and_
     runs = {}
     with torch.inference_mode():
         for capture in (False, True):
-            monkeypatch.setattr(model_mod, "USE_PREFILL_GRAPH", capture)
+            model.options = replace(model.options, prefill_graph=capture)
             model._drop_prefills()
             runs[capture] = []
             for e in embeds:
@@ -380,7 +375,7 @@ def test_bucketed_rows_are_captured_and_give_the_uncaptured_logits_and_cache(ckp
     runs = {}
     with torch.inference_mode():
         for capture in (False, True):
-            monkeypatch.setattr(model_mod, "USE_PREFILL_GRAPH", capture)
+            model.options = replace(model.options, prefill_graph=capture)
             model._drop_prefills()
             model.prefill(embeds[:, : total - 30], 8)
             tail = model.prefill(embeds[:, total - 30 :], 8, start=total - 30).clone()
@@ -422,7 +417,7 @@ def test_the_triton_int4_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
     from dictation.asr.nn.kernels.triton_gemv import INT4_CONFIGS, MAX_ROWS, int4_matmul
 
     if not triton_gemv.available():
-        monkeypatch.setattr(quantized, "_CUDA_INT4", {})
+        monkeypatch.setattr(quant_paths, "_CUDA_INT4", {})
         assert quantized.cuda_int4_path(torch.device("cuda"), dtype) != "triton"
         return
 
@@ -444,13 +439,13 @@ def test_the_triton_int4_kernel_holds_for_the_fused_shapes_on_cuda(monkeypatch, 
 
 @pytest.mark.parametrize("path", ["triton", "torch", "dequantize"])
 def test_every_cuda_int4_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckpt_untied, monkeypatch, path):
-    monkeypatch.setattr(quantized, "CUDA_INT4_PATH", path)
     from dictation.asr.nn.kernels import triton_gemv
 
-    chosen = quantized.cuda_int4_path(torch.device("cuda"), torch.bfloat16)
+    options = ModelOptions(cuda_int4_path=path)
+    chosen = quantized.cuda_int4_path(torch.device("cuda"), torch.bfloat16, options)
     usable = {"triton": triton_gemv.available(), "torch": True, "dequantize": True}[path]
     assert chosen == (path if usable else "dequantize")
-    engine = cuda_engine(ckpt_untied, variant="int4")
+    engine = cuda_engine(ckpt_untied, variant="int4", model_options=options)
     check_clips(engine, exact_plain=False)
     if chosen == "triton":  # decoding never needed tinygemm's packed copy of the weights
         layers = [m for m in engine.model.modules() if isinstance(m, quantized.Int4Linear)]
@@ -460,8 +455,8 @@ def test_every_cuda_int4_path_gives_the_graph_the_ids_of_the_uncaptured_step(ckp
 
 
 def test_the_int4_path_is_timed_once_and_logged(monkeypatch, caplog):
-    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
-    monkeypatch.setattr(quantized, "_CUDA_INT4", {})
+    caplog.set_level("INFO", logger="dictation.asr.nn.quant_paths")
+    monkeypatch.setattr(quant_paths, "_CUDA_INT4", {})
     chosen = quantized.cuda_int4_path(torch.device("cuda"), torch.bfloat16)
     assert chosen in quantized.CUDA_PATHS
     assert quantized.cuda_int4_path(torch.device("cuda"), torch.bfloat16) == chosen
@@ -500,7 +495,7 @@ def test_an_int4_prefill_gives_the_same_logits_with_the_one_pass_dequantize(ckpt
     runs = []
     with torch.inference_mode():
         for devices in ((), ("cuda",)):
-            monkeypatch.setattr(quantized, "ONE_PASS_DEQUANTIZE", devices)
+            engine.model.options = replace(engine.model.options, one_pass_dequantize=devices)
             engine.model._drop_prefills()
             runs.append(engine.model.prefill(embeds, 8).clone())
     assert torch.equal(runs[0], runs[1])

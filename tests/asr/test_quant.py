@@ -19,7 +19,8 @@ from torch import nn
 from dictation.asr import ModelError, WeightsError
 from dictation.asr.checkpoints.safetensors import load_model
 from dictation.asr.config import AsrConfig
-from dictation.asr.nn import quant_format, quant_rows, quant_swap, quantized
+from dictation.asr.nn import quant_format, quant_paths, quant_rows, quant_swap, quantized
+from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.quantized import Int4Linear, Int8Linear
 from dictation.asr.tune import quantize, writers
 from tests.oracle.checkpoints import active_token_ids, cached_checkpoint
@@ -31,11 +32,9 @@ TINY_SHAPES = [(2048, 64), (1024, 64), (64, 2048), (128, 64), (64, 128)]
 
 @pytest.fixture(autouse=True)
 def fresh_kernel_state(monkeypatch):
-    """Every test starts with unprobed kernels and the default policy, and leaves no trace."""
-    monkeypatch.setattr(quantized, "_KERNEL_OK", {})
-    monkeypatch.setattr(quantized, "_CPU_DECODE_BF16", {})
-    monkeypatch.setattr(quantized, "USE_KERNELS", True)
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", None)
+    """Every test starts with unprobed kernels, and leaves no trace (the policy is each layer's options)."""
+    monkeypatch.setattr(quant_paths, "_KERNEL_OK", {})
+    monkeypatch.setattr(quant_paths, "_CPU_DECODE_BF16", {})
 
 
 def rand_weight(out_f, in_f, seed=0, dtype=torch.float32):
@@ -43,8 +42,13 @@ def rand_weight(out_f, in_f, seed=0, dtype=torch.float32):
     return (torch.randn(out_f, in_f, generator=g) / in_f**0.5).to(dtype)
 
 
-def load(folder, dtype=torch.float32):
-    return load_model(folder, AsrConfig.from_file(folder / "config.json"), CPU, dtype)
+FLOAT32 = ModelOptions(cpu_bf16_compute=False)  # quantized layers compute in float32 on any CPU
+
+
+def load(folder, dtype=torch.float32, options=DEFAULT_OPTIONS):
+    model = load_model(folder, AsrConfig.from_file(folder / "config.json"), CPU, dtype)
+    model.options = options
+    return model
 
 
 # --- quantizers -------------------------------------------------------------------------------------------
@@ -196,9 +200,9 @@ def test_int4_layers_at_the_real_widths_dequantize_independently_to_what_they_co
     method's error; and the CPU kernel's product for one row (fp32) is x times that numpy matrix.
     A packing or layout error at these widths (what the 1.7B model's int4 agreement could hide) fails."""
     monkeypatch.setattr(quant_format, "INT4_METHOD", method)
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
     w = torch.randn(out_f, in_f, generator=torch.Generator().manual_seed(in_f)) * 0.02
     layer = Int4Linear.from_weight(w)
+    layer.options = FLOAT32
     deq = numpy_dequantize(layer.qweight.numpy(), layer.scales.numpy(), layer.zeros.numpy())
     assert rel_error(deq, w.double().numpy()) <= RTN_INT4_GAUSSIAN[128] * 1.01
     assert np.allclose(layer.dequantize().double().numpy(), deq, rtol=0, atol=1e-7)
@@ -211,10 +215,10 @@ def test_int4_layers_at_the_real_widths_dequantize_independently_to_what_they_co
 
 def test_fused_int4_rows_at_the_real_width_dequantize_independently_to_what_they_compute(monkeypatch):
     """The 1.7B model's fused q/k/v (2048 -> 2048 + 1024 + 1024 rows; fewer here) through one kernel."""
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
     gen = torch.Generator().manual_seed(8)
     weights = [torch.randn(rows, 2048, generator=gen) * 0.02 for rows in (64, 32, 32)]
     fused = quant_rows.fuse_rows([Int4Linear.from_weight(w) for w in weights])
+    fused.options = FLOAT32
     deq = numpy_dequantize(fused.qweight.numpy(), fused.scales.numpy(), fused.zeros.numpy())
     assert rel_error(deq, torch.cat(weights).double().numpy()) <= RTN_INT4_GAUSSIAN[128]
     x = torch.randn(1, 2048, generator=gen)
@@ -312,11 +316,10 @@ def test_cpu_kernel_equals_dequantize_matmul(kind, dtype, shape):
 @pytest.mark.parametrize("bf16_compute", [False, True])
 @pytest.mark.parametrize("use_kernels", [False, True])
 @pytest.mark.parametrize("rows", [1, 7, 200])
-def test_forward_equals_reference_on_every_path(monkeypatch, kind, bf16_compute, use_kernels, rows):
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", bf16_compute)
-    monkeypatch.setattr(quantized, "USE_KERNELS", use_kernels)
+def test_forward_equals_reference_on_every_path(kind, bf16_compute, use_kernels, rows):
     w = rand_weight(256, 512, seed=6)
     m = Int8Linear.from_weight(w) if kind == "int8" else Int4Linear.from_weight(w)
+    m.options = ModelOptions(cpu_bf16_compute=bf16_compute, quant_kernels=use_kernels)
     x = torch.randn(1, rows, 512, generator=torch.Generator().manual_seed(7))
     dtype, kernel = m._plan(x, rows)
     assert dtype == (torch.bfloat16 if bf16_compute else torch.float32)
@@ -334,8 +337,8 @@ def test_decode_rows_use_the_bf16_kernel_where_it_wins_on_a_float32_cpu(monkeypa
     """A CPU without bf16 instructions computes in float32, but torch's float32 int8/int4 kernels are
     scalar loops: decode-sized calls go through the bf16 kernel where it was timed faster; the prefill
     (more rows) stays float32."""
-    monkeypatch.setattr(quantized, "_cpu_has_bf16", lambda: False)
-    monkeypatch.setattr(quantized, "_CPU_DECODE_BF16", {kind: bf16_wins})
+    monkeypatch.setattr(quant_paths, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(quant_paths, "_CPU_DECODE_BF16", {kind: bf16_wins})
     w = rand_weight(256, 512, seed=8)
     m = Int8Linear.from_weight(w) if kind == "int8" else Int4Linear.from_weight(w)
     limit = quantized.KERNEL_MAX_ROWS[("cpu", kind)]
@@ -351,7 +354,7 @@ def test_decode_rows_use_the_bf16_kernel_where_it_wins_on_a_float32_cpu(monkeypa
         ref = x @ m.dequantize().T
         tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
         assert (y - ref).abs().max() <= tol * ref.abs().max(), rows
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)  # off: float32 for every row
+    m.options = FLOAT32  # off: float32 for every row
     assert m._plan(torch.zeros(1, 1, 512), 1) == (torch.float32, True)
 
 
@@ -400,7 +403,7 @@ def test_a_missing_kernel_falls_back(monkeypatch):
     m = Int8Linear.from_weight(rand_weight(64, 256))
     x = torch.randn(1, 256)
     assert torch.allclose(m(x), x @ m.dequantize().T, rtol=1e-2, atol=1e-2)
-    assert not any(quantized._KERNEL_OK.values())
+    assert not any(quant_paths._KERNEL_OK.values())
 
 
 def test_kernel_is_not_used_for_shapes_it_mishandles():
@@ -423,9 +426,10 @@ def decoder_linear_names(n_layers):
     return {f"decoder.layers.{i}.{m}" for i in range(n_layers) for m in quant_format.LAYER_MODULES}
 
 
-def quantized_copy(folder, variant, **kwargs):
+def quantized_copy(folder, variant, options=DEFAULT_OPTIONS, **kwargs):
     model = load(folder)
     names = quantize.quantize_model(model, variant, **kwargs)
+    model.options = options  # handed to the new layers too
     return model, names
 
 
@@ -483,10 +487,9 @@ def test_quantized_logits_stay_close_to_fp32(monkeypatch, ckpt_untied, fp32_mode
     # model is far more sensitive than a real one (random weights, sharp attention); a broken int4
     # quantizer (swapped nibbles, zeros off by half a step) scores 0.17-0.47 at the prefill and
     # 0.09-0.31 on average.
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
     ref_ids = greedy_ids(fp32_model)
     ref = teacher_forced_logits(fp32_model, ref_ids[:-1])
-    model, _ = quantized_copy(ckpt_untied, variant)
+    model, _ = quantized_copy(ckpt_untied, variant, FLOAT32)
     got = teacher_forced_logits(model, ref_ids[:-1])
     cosines = [cos(a, b) for a, b in zip(ref, got, strict=True)]
     assert cosines[0] > min_cos and sum(cosines) / len(cosines) > min_cos, cosines
@@ -503,8 +506,7 @@ def test_quantized_logits_stay_close_to_fp32(monkeypatch, ckpt_untied, fp32_mode
 def test_quantized_model_equals_its_dequantized_float_twin(monkeypatch, ckpt_untied, variant, bf16_compute):
     """The quantized layers compute what a float model holding dequantize() computes: this isolates
     the kernels and the module plumbing from the (expected) quantization error."""
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", bf16_compute)
-    model, names = quantized_copy(ckpt_untied, variant)
+    model, names = quantized_copy(ckpt_untied, variant, ModelOptions(cpu_bf16_compute=bf16_compute))
     twin = load(ckpt_untied)
     for name, linear in quant_swap.quantizable_linears(twin).items():
         linear.weight.copy_(model.get_submodule(name).dequantize())
@@ -590,7 +592,6 @@ def quantized_buffers(model):
 @pytest.mark.parametrize("layout", ["thinker", "hf"])
 @pytest.mark.parametrize("variant", ["int8", "int4"])
 def test_prequantized_folder_loads_to_the_same_model(monkeypatch, written, layout, variant):
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
     src, out = written(layout, variant)
     src_files = {p.name for p in src.iterdir()} - {"model.safetensors"}
     assert {p.name for p in out.iterdir()} == src_files | {"model.safetensors"}
@@ -604,8 +605,8 @@ def test_prequantized_folder_loads_to_the_same_model(monkeypatch, written, layou
     cfg = AsrConfig.from_file(out / "config.json")
     assert cfg.quantization == qc and cfg.layout == layout
 
-    loaded = load(out)
-    expected, _ = quantized_copy(src, variant)
+    loaded = load(out, options=FLOAT32)
+    expected, _ = quantized_copy(src, variant, FLOAT32)
     cls = Int8Linear if variant == "int8" else Int4Linear
     assert {n for n, m in loaded.named_modules() if type(m) is cls} == decoder_linear_names(2)
     want = expected.state_dict()

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from dictation.asr.nn import quantized
+from dictation.asr.nn import quant_paths, quantized
 from dictation.asr.nn.kernels import triton_dequant
 from tests.asr.interpreter import run_interpreted
 
@@ -21,6 +21,7 @@ SCRIPT = textwrap.dedent(
     from dictation.asr.nn import quantized
     from dictation.asr.nn.kernels import triton_dequant
     from dictation.asr.nn.quant_format import unpack_int4
+    from dictation.asr.nn.options import ModelOptions
     from dictation.asr.nn.quantized import Int4Linear
 
     def truncated(x):  # float32 -> bfloat16 by dropping the low bits: what the interpreter's cast does
@@ -45,9 +46,9 @@ SCRIPT = textwrap.dedent(
     for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         report["usable"][name] = quantized.one_pass_dequantize_usable(torch.device("cpu"), dtype)
     # A layer's product of many rows through the kernel (fp16: the CPU's int4 kernels take one row).
-    quantized.ONE_PASS_DEQUANTIZE = ("cpu",)
-    quantized.CPU_BF16_COMPUTE = False  # compute in the activations' fp16
     layer = Int4Linear.from_weight(torch.randn(64, 256, generator=gen) / 16, group_size=128)
+    # compute in the activations' fp16, and dequantize in one pass on the CPU too
+    layer.options = ModelOptions(one_pass_dequantize=("cpu",), cpu_bf16_compute=False)
     x = torch.randn(40, 256, generator=gen).to(torch.float16)
     calls = []
     real = triton_dequant.int4_dequantize
@@ -132,8 +133,8 @@ def test_misfit_inputs_are_refused_with_their_shapes():
 
 
 def test_a_kernel_that_fails_or_differs_is_left_out_with_one_log_line(monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="dictation.asr.nn.quantized")
-    monkeypatch.setattr(quantized, "_ONE_PASS_OK", {})
+    caplog.set_level(logging.INFO, logger="dictation.asr.nn.quant_paths")
+    monkeypatch.setattr(quant_paths, "_ONE_PASS_OK", {})
 
     def broken(*args):
         raise RuntimeError("PassManager::run failed")
@@ -157,8 +158,8 @@ def test_the_cpu_keeps_torchs_formula(monkeypatch):
 
     monkeypatch.setattr(triton_dequant, "int4_dequantize", refuse)
     monkeypatch.setattr(quantized, "one_pass_dequantize_usable", refuse)
-    assert quantized.ONE_PASS_DEQUANTIZE == ("cuda",)
     layer = quantized.Int4Linear.from_weight(torch.randn(64, 256) / 16)
+    assert layer.options.one_pass_dequantize == ("cuda",)
     x = torch.randn(40, 256, dtype=torch.bfloat16)
     assert torch.equal(layer._dequantized(torch.bfloat16), layer.torch_dequantized(torch.bfloat16))
     assert layer(x).shape == (40, 64)

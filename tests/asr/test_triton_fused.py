@@ -19,12 +19,12 @@ from __future__ import annotations
 import logging
 import re
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-import dictation.asr.decode.greedy as generate_mod
 import dictation.asr.nn.model as model_mod
 from dictation.asr.nn import quantized
 from dictation.asr.nn.kernels import fused, triton_fused
@@ -32,7 +32,7 @@ from dictation.asr.tune import writers
 from dictation.asr.tune.adapters import LoraLinear
 from dictation.bench import kernel_count
 from tests.asr.interpreter import run_interpreted
-from tests.asr.test_fast_paths import CLIPS, decode, fresh, plain_run, prompt_embeds
+from tests.asr.test_fast_paths import CLIPS, FLOAT32, FRESH, decode, fresh, plain_run, prompt_embeds
 from tests.asr.test_variants import write_adapter
 from tests.oracle import synth_audio
 
@@ -110,25 +110,22 @@ SCRIPT = textwrap.dedent(
             report["probe"][dname] = [fused.probe(cpu, dtype, dims), fused.probe(cpu, dtype, dims, gemv=True)]
 
     # The tiny model decoding with the kernels (fp32: the plain step's ids exactly).
-    import dictation.asr.decode.greedy as generate_mod
-    import dictation.asr.nn.model as model_mod
     from dictation.bench import kernel_count
-    from dictation.asr.nn import quantized
+    from dataclasses import replace
     from dictation.asr.tune import writers
-    from tests.asr.test_fast_paths import fresh, prompt_embeds, decode, plain_run
+    from tests.asr.test_fast_paths import FLOAT32, fresh, prompt_embeds, decode, plain_run
     from tests.oracle import synth_audio
 
-    quantized.CPU_BF16_COMPUTE = False
     report["e2e"] = {}
     for variant in ("fp32",):  # int8/int4 and adapters: below, with the torch references standing in
-        engine = fresh(sys.argv[1], variant=variant)
+        engine = fresh(sys.argv[1], variant=variant, model_options=FLOAT32)
         model = engine.model
         embeds = prompt_embeds(engine, synth_audio(2.5, seed=1))
         model.decoder.kernels = False
         ref = plain_run(engine, embeds, max_new_tokens=6)
         model.decoder.kernels = True
-        generate_mod.STATIC_STEP = True
-        model_mod.PREFILL_CHUNK = 16  # later prefill chunks: the fused rope at start > 0, masked attention
+        # the static step; later prefill chunks: the fused rope at start > 0, masked attention
+        model.options = replace(model.options, static_step=True, prefill_chunk=16)
         got = decode(engine, embeds, max_new_tokens=6)
         err = (got.first_logits - ref.first_logits).abs().max() / ref.first_logits.abs().max()
         entry = {"plain": ref.token_ids, "fused": got.token_ids, "first_logits_err": float(err),
@@ -146,17 +143,15 @@ SCRIPT = textwrap.dedent(
             model.decoder.gemv = None
             # Bucketed rows (model.ROW_BUCKETS) after a cached prompt: the fused rope into scratch
             # rows, copied into the cache by index; the tail as one piece, then a draft check.
-            model_mod.PREFILL_CHUNK = 1024
-            model_mod.ROWS_BUCKETED = True
+            model.options = replace(model.options, prefill_chunk=1024, rows_bucketed=True)
             longer = plain_run(engine, embeds, max_new_tokens=12).token_ids  # the plain path's
             draft = longer[:8] + [(t + 1) % 1000 for t in longer[8:]]
             engine.pipeline.cache_owner = None
             model.extend(embeds[:, :-12], 0)
             rows = decode(engine, embeds[:, -12:], max_new_tokens=12, start=embeds.shape[1] - 12, draft=draft)
             entry["rows"] = [longer, rows.token_ids, rows.draft_accepted, sorted(model._rows)]
-            model_mod.ROWS_BUCKETED = None
-        model_mod.PREFILL_CHUNK = 1024
-        generate_mod.STATIC_STEP = None
+            model.options = replace(model.options, rows_bucketed=None)
+        model.options = replace(model.options, prefill_chunk=1024, static_step=None)
         report["e2e"][variant] = entry
     print(json.dumps(report))
     """
@@ -306,8 +301,7 @@ def standins(monkeypatch):
         monkeypatch.setattr(triton_fused, name, reference)
     monkeypatch.setattr(fused, "FUSED_KERNELS", True)
     monkeypatch.setattr(fused, "_USABLE", {})
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
-    monkeypatch.setattr(quantized, "CPU_BF16_COMPUTE", False)
+    monkeypatch.setitem(FRESH, "model_options", replace(FLOAT32, static_step=True))
 
 
 def both_ways(engine, embeds, **kw):
@@ -337,8 +331,7 @@ def test_the_fused_layers_give_the_plain_ids(request, standins, ckpt, variant):
 def test_the_fused_step_follows_cache_growth_chunked_prefill_and_drafts(standins, ckpt_untied, monkeypatch):
     monkeypatch.setattr(model_mod, "DECODE_RESERVE", 3)
     monkeypatch.setattr(model_mod, "CACHE_ROUND", 4)
-    monkeypatch.setattr(model_mod, "PREFILL_CHUNK", 16)
-    engine = fresh(ckpt_untied)
+    engine = fresh(ckpt_untied, model_options=replace(FLOAT32, prefill_chunk=16))
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
     ref, got = both_ways(engine, embeds, max_new_tokens=30)
     assert got.token_ids == ref.token_ids and len(got.token_ids) == 30
@@ -350,8 +343,7 @@ def test_the_fused_step_follows_cache_growth_chunked_prefill_and_drafts(standins
 def test_bucketed_rows_with_the_fused_layers_give_the_plain_ids(standins, ckpt_untied, monkeypatch):
     """The prompt tail after a cached prompt and the draft checks as bucketed rows (model.ROW_BUCKETS)
     through the fused norm and SiLU kernels."""
-    monkeypatch.setattr(model_mod, "ROWS_BUCKETED", True)
-    engine = fresh(ckpt_untied)
+    engine = fresh(ckpt_untied, model_options=replace(FLOAT32, rows_bucketed=True))
     model = engine.model
     embeds = prompt_embeds(engine, synth_audio(4.0, seed=2))
     ref = plain_run(engine, embeds, max_new_tokens=30)
@@ -401,7 +393,7 @@ def test_the_kernel_count_sees_each_fused_operator_once(standins, ckpt_untied, m
     # The torch ops of today's step: RMSNorm as pow/mean/rsqrt/mul, RoPE as mul/neg/cat/add, ...
     assert unfused.path == "static" and unfused.per_layer >= 40
     assert unfused.first_layer["rsqrt.default"] == 4 and unfused.first_layer["index_copy_.default"] == 2
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", None)  # the CPU's own plain step
+    model.options = replace(model.options, static_step=None)  # the CPU's own plain step
     plain = kernel_count.decode_step(model, 30)
     assert plain.path == "plain" and plain.per_layer == unfused.per_layer
     assert "per layer" in count.describe() and "fused" in count.describe()
@@ -456,7 +448,7 @@ def test_where_the_kernels_cannot_run_the_torch_path_decodes_with_one_log_line(c
     caplog.set_level(logging.INFO, logger="dictation.asr.nn.kernels.fused")
     monkeypatch.setattr(fused, "FUSED_KERNELS", True)
     monkeypatch.setattr(fused, "_USABLE", {})
-    monkeypatch.setattr(generate_mod, "STATIC_STEP", True)
+    monkeypatch.setitem(FRESH, "model_options", replace(FRESH["model_options"], static_step=True))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     if how == "no triton":
 

@@ -13,8 +13,9 @@ import textwrap
 import pytest
 import torch
 
-from dictation.asr.nn import quant_format, quantized
+from dictation.asr.nn import quant_format, quant_paths, quantized
 from dictation.asr.nn.kernels import triton_gemv
+from dictation.asr.nn.options import ModelOptions
 from tests.asr.interpreter import run_interpreted
 
 SCRIPT = textwrap.dedent(
@@ -207,7 +208,7 @@ def test_a_triton_kernel_that_answers_wrongly_is_left_out_not_fatal(monkeypatch,
 
 
 def test_a_triton_kernel_that_fails_to_run_is_left_out(monkeypatch, caplog):
-    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
+    caplog.set_level("INFO", logger="dictation.asr.nn.quant_paths")
 
     def broken(self, x, dtype):
         raise RuntimeError("PassManager::run failed")  # a compile error on some GPU
@@ -223,19 +224,18 @@ class _Paths:
 
     def __init__(self, monkeypatch, times: dict[str, float], torch_ok=True, triton_ok=True, triton_there=True):
         self.timed: list[str] = []
-        monkeypatch.setattr(quantized, "_CUDA_INT8", {})
-        monkeypatch.setattr(quantized, "_CUDA_INT4", {})
-        monkeypatch.setattr(quantized, "_kernel_available", lambda kind, device, dtype: torch_ok)
+        monkeypatch.setattr(quant_paths, "_CUDA_INT8", {})
+        monkeypatch.setattr(quant_paths, "_CUDA_INT4", {})
+        monkeypatch.setattr(quant_paths, "kernel_available", lambda layer_type, device, dtype: torch_ok)
         monkeypatch.setattr(triton_gemv, "available", lambda: triton_there)
-        monkeypatch.setattr(quantized, "_probe", lambda kind, device, dtype, path="torch": triton_ok)
+        monkeypatch.setattr(quant_paths, "probe", lambda layer_type, device, dtype, path="torch": triton_ok)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
-        def timing(path, device, dtype):
+        def timing(layer_type, path, device, dtype):
             self.timed.append(path)
             return times[path]
 
-        monkeypatch.setattr(quantized, "_time_int8", timing)
-        monkeypatch.setattr(quantized, "_time_int4", timing)
+        monkeypatch.setattr(quant_paths, "time_kernel", timing)
 
 
 CUDA = torch.device("cuda")
@@ -246,7 +246,7 @@ PATH_OF = {"int8": quantized.cuda_int8_path, "int4": quantized.cuda_int4_path}
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_the_fastest_path_that_answers_right_is_chosen_once(monkeypatch, caplog, kind):
-    caplog.set_level("INFO", logger="dictation.asr.nn.quantized")
+    caplog.set_level("INFO", logger="dictation.asr.nn.quant_paths")
     path_of = PATH_OF[kind]
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
     assert path_of(CUDA, torch.bfloat16) == "triton"
@@ -269,10 +269,12 @@ def test_the_fastest_path_that_answers_right_is_chosen_once(monkeypatch, caplog,
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_a_path_can_be_forced(monkeypatch, kind):
     paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
-    monkeypatch.setattr(quantized, f"CUDA_{kind.upper()}_PATH", "torch")
-    assert PATH_OF[kind](CUDA, torch.bfloat16) == "torch" and paths.timed == []
+    forced = ModelOptions(**{f"cuda_{kind}_path": "torch"})
+    assert PATH_OF[kind](CUDA, torch.bfloat16, forced) == "torch" and paths.timed == []
     paths = _Paths(monkeypatch, {}, torch_ok=False)
-    assert PATH_OF[kind](CUDA, torch.bfloat16) == "dequantize"  # forced but unusable
+    assert PATH_OF[kind](CUDA, torch.bfloat16, forced) == "dequantize"  # forced but unusable
+    paths = _Paths(monkeypatch, {"triton": 0.011, "torch": 0.052, "dequantize": 0.020})
+    assert PATH_OF[kind](CUDA, torch.bfloat16) == "triton"  # another model's choice, in the same process
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
@@ -284,7 +286,7 @@ def test_a_path_can_be_forced(monkeypatch, kind):
 def test_a_layer_on_cuda_takes_the_chosen_path(monkeypatch, kind, path, rows, kernel):
     from types import SimpleNamespace
 
-    monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype: path)
+    monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype, options: path)
     w = torch.randn(64, 128)
     layer = quantized.Int8Linear.from_weight(w) if kind == "int8" else quantized.Int4Linear.from_weight(w)
     x = SimpleNamespace(device=CUDA, dtype=torch.bfloat16)
@@ -303,7 +305,7 @@ def test_a_layer_calls_the_kernel_of_its_path(monkeypatch, kind):
     monkeypatch.setattr(type(layer), "_triton_kernel", lambda self, x, dtype: called.append("triton"))
     monkeypatch.setattr(type(layer), "_torch_kernel", lambda self, x, dtype: called.append("torch"))
     for path in ("triton", "torch"):
-        monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype, p=path: p)
+        monkeypatch.setattr(quantized, f"cuda_{kind}_path", lambda device, dtype, options, p=path: p)
         layer._kernel(SimpleNamespace(device=CUDA), torch.bfloat16)
     layer._kernel(torch.zeros(1, 128), torch.float32)  # not CUDA: torch's kernel
     assert called == ["triton", "torch", "torch"]

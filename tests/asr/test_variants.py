@@ -347,10 +347,10 @@ def test_the_settings_check_accepts_adapters_for_prequantized_and_gguf_models(pr
 
 @pytest.mark.parametrize("bf16_cpu", [True, False])
 def test_auto_dtype_of_a_quantized_model_on_cpu_follows_the_bf16_instructions(ckpt_untied, monkeypatch, bf16_cpu):
-    from dictation.asr.nn import quantized as quant
+    from dictation.asr.nn.options import ModelOptions
 
-    monkeypatch.setattr(quant, "CPU_BF16_COMPUTE", bf16_cpu)
-    quantized = engine(ckpt_untied, variant="int8", dtype="auto")
+    options = ModelOptions(cpu_bf16_compute=bf16_cpu)
+    quantized = engine(ckpt_untied, variant="int8", dtype="auto", model_options=options)
     assert quantized.model.dtype == (torch.bfloat16 if bf16_cpu else torch.float32)
     assert engine(ckpt_untied, dtype="auto").model.dtype == torch.float32  # a float model stays fp32 on CPU
     assert engine(ckpt_untied, variant="int8", dtype="fp32").model.dtype == torch.float32  # as asked

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dictation.asr.nn.graphs import DecodeGraph
 from dictation.asr.nn.model import AsrModel
 
 log = logging.getLogger(__name__)
@@ -49,12 +48,9 @@ READ_EVERY_DEFAULT = 8
 # Steps the device runs ahead of the host's read of an id, by device type (others: 0). CUDA reads
 # through pinned memory and events; elsewhere a lag only delays the reads (how the CPU tests check it).
 READ_LAG = {"cuda": 1}
-# False: never capture the decode step (the static step then runs eagerly on CUDA).
-USE_CUDA_GRAPH = True
-# Which one-token step decodes. None: the static-shape step on CUDA (and where the model compiles its
-# step, AsrModel.compile_step), the plain step elsewhere. True: the static step everywhere (the CPU
-# tests); False: the plain step everywhere.
-STATIC_STEP: bool | None = None
+# Which one-token step decodes and whether it is captured: the model's options (nn/options.py:
+# static_step, None = the static-shape step on CUDA and where the model compiles its step,
+# AsrModel.compile_step, the plain step elsewhere; capture_step).
 # Set once the warning that pinned memory is unavailable has been logged.
 _PIN_WARNED = False
 
@@ -211,7 +207,7 @@ def _decode(
         if model.make_room(position):
             graph = None  # the grown cache gets its own capture
         if graph is None and use_graph:
-            graph = _graph_for(model, out[n - 1 : n], position, key, capture=use_graph == "capture")
+            graph = model.decode_slot.graph_for(model, out[n - 1 : n], position, key, capture=use_graph == "capture")
         if graph is not None:
             graph.replay(out[n : n + 1])
         else:
@@ -279,34 +275,11 @@ def _graph_mode(model: AsrModel) -> tuple[str | None, tuple | None]:
     """How this decode steps: "capture" (a CUDA graph), "eager" (the static step uncaptured) or None
     (the plain step); with the static step, also ``AsrModel.weights_key()`` (one scan gives both)."""
     cuda = model.device.type == "cuda"
-    if not (cuda or model.compile_step if STATIC_STEP is None else STATIC_STEP):
+    options = model.options
+    static = options.static_step
+    if not (cuda or model.compile_step if static is None else static):
         return None, None  # before the scan: it costs about half a millisecond
     key, unmerged = model.step_state()
-    if USE_CUDA_GRAPH and cuda and not model.graph_failed and not unmerged:
+    if options.capture_step and cuda and not model.decode_slot.failed and not unmerged:
         return "capture", key
     return "eager", key
-
-
-def _graph_for(model: AsrModel, token: torch.Tensor, position: int, key: tuple, *, capture: bool) -> DecodeGraph:
-    """The model's static step for its current cache and weights (``key``: ``model.weights_key()``),
-    captured now if ``capture`` and there is none. If capturing fails (logged once), the same step
-    runs uncaptured from then on."""
-    capture = capture and not model.graph_failed
-    graph = model.decode_graph
-    if graph is None or graph.captured != capture or graph.cache is not model.cache or graph.weights != key:
-        model.decode_graph = None
-        if graph is not None:
-            graph.close()
-        try:
-            graph = DecodeGraph(model, token, position, capture=capture)
-        except RuntimeError as exc:
-            if not capture:
-                raise
-            # The warm-up computed this very step, so the cache holds nothing wrong.
-            log.warning("capturing the decode step as a CUDA graph failed (%s); decoding without it", exc)
-            model.graph_failed = True
-            graph = DecodeGraph(model, token, position, capture=False)
-        model.decode_graph = graph
-    else:
-        graph.load(token, position)
-    return graph

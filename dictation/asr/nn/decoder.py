@@ -34,13 +34,13 @@ from dictation.asr.config import TextDecoderConfig
 from dictation.asr.nn import quant_rows, quantized
 from dictation.asr.nn.kernels import fused
 from dictation.asr.nn.kv_cache import StaticKVCache
+from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.rope import apply_rope
 
-# False: every projection runs on its own (the plain path the fused one is tested against).
-FUSE_PROJECTIONS = True
-# Masked attention (later prefill chunks, extend, draft checks) with GQA folded into rows instead of
-# enable_gqa: None = on CUDA only (see Attention._folded_attention); True / False force it.
-FOLD_MASKED_GQA: bool | None = None
+# The model's options (options.py) choose whether projections are fused (``fuse_projections``; False:
+# every projection on its own, the plain path the fused one is tested against) and whether masked
+# attention (later prefill chunks, extend, draft checks) folds GQA into rows instead of enable_gqa
+# (``fold_masked_gqa``: None = on CUDA only, see Attention._folded_attention).
 
 
 class RMSNorm(nn.Module):
@@ -187,10 +187,11 @@ class _Projections(nn.Module):
 
     GROUP: tuple[str, ...] = ()
 
-    def __init__(self) -> None:
+    def __init__(self, options: ModelOptions) -> None:
         super().__init__()
+        self.options = options
         self.fusion: Fusion | None = None
-        self.fuse = FUSE_PROJECTIONS
+        self.fuse = options.fuse_projections
 
     def _members(self) -> list[nn.Module]:
         return [self._modules[name] for name in self.GROUP]
@@ -218,8 +219,8 @@ class _Projections(nn.Module):
 class Attention(_Projections):
     GROUP = ("q_proj", "k_proj", "v_proj")
 
-    def __init__(self, cfg: TextDecoderConfig) -> None:
-        super().__init__()
+    def __init__(self, cfg: TextDecoderConfig, options: ModelOptions = DEFAULT_OPTIONS) -> None:
+        super().__init__(options)
         hd = cfg.head_dim
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, hd
         self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * hd, bias=False)
@@ -263,7 +264,8 @@ class Attention(_Projections):
             # A later prefill chunk: causal within the chunk, everything before it visible.
             q_pos = torch.arange(start, start + s, device=x.device)[:, None]
             mask = torch.arange(start + s, device=x.device)[None, :] <= q_pos
-            if FOLD_MASKED_GQA if FOLD_MASKED_GQA is not None else x.is_cuda:
+            fold = self.options.fold_masked_gqa
+            if fold if fold is not None else x.is_cuda:
                 return self.o_proj(self._folded_attention(q, keys, values, mask))
         o = F.scaled_dot_product_attention(
             q, keys, values, attn_mask=mask, is_causal=(s > 1 and start == 0), enable_gqa=True
@@ -348,8 +350,8 @@ class Attention(_Projections):
 class MLP(_Projections):
     GROUP = ("gate_proj", "up_proj")
 
-    def __init__(self, cfg: TextDecoderConfig) -> None:
-        super().__init__()
+    def __init__(self, cfg: TextDecoderConfig, options: ModelOptions = DEFAULT_OPTIONS) -> None:
+        super().__init__(options)
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
@@ -360,12 +362,12 @@ class MLP(_Projections):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: TextDecoderConfig) -> None:
+    def __init__(self, cfg: TextDecoderConfig, options: ModelOptions = DEFAULT_OPTIONS) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg)
+        self.self_attn = Attention(cfg, options)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg, options)
 
     def forward(
         self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: StaticKVCache, layer: int, start: int
@@ -433,16 +435,17 @@ class DecoderLayer(nn.Module):
 class TextDecoder(nn.Module):
     """Embeddings → layers → final norm. The output head lives in :class:`AsrModel`."""
 
-    def __init__(self, cfg: TextDecoderConfig) -> None:
+    def __init__(self, cfg: TextDecoderConfig, options: ModelOptions = DEFAULT_OPTIONS) -> None:
         super().__init__()
         self.cfg = cfg
+        self.options = options
         # Given its table, nn.Embedding skips its own init: on the meta device (loading) normal_ runs
         # a Python reference kernel whose first use imports torch._dynamo (about 1 s of every load).
         table = torch.empty(cfg.vocab_size, cfg.hidden_size)
         if table.device.type != "meta":
             nn.init.normal_(table)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=table)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, options) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         # Bumped whenever a fusion is planned again: what a captured decode step read may be gone.
         self.weights_epoch = 0
@@ -533,6 +536,15 @@ class TextDecoder(nn.Module):
 
     def _groups(self) -> list[_Projections]:
         return [g for layer in self.layers for g in (layer.self_attn, layer.mlp)]
+
+    def use_options(self, options: ModelOptions) -> None:
+        """Run with ``options`` from now on (AsrModel.options): fused or not as they say, and the fused
+        quantized layers (not submodules) told too."""
+        self.options = options
+        if any(group.fuse != options.fuse_projections for group in self._groups()):
+            self.set_fusion(options.fuse_projections)
+        for layer in self.fused_layers():
+            layer.options = options
 
     def set_fusion(self, enabled: bool) -> None:
         """Fuse the q/k/v and gate/up projections (the default) or run each on its own."""

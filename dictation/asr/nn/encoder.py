@@ -15,14 +15,15 @@ from torch import nn
 from dictation.asr.config import AudioEncoderConfig
 from dictation.asr.heap import release_freed_memory
 from dictation.asr.nn.features import conv_out_len, n_audio_tokens
+from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 
-# Chunks per conv batch: a memory bound (no numeric effect). 100 one-second chunks of the first
-# conv's output are 600 MB in fp32; the checkpoint's 500 would be 3 GB for long clips.
-CONV_BATCH = 100
-# On the CPU, where nothing is captured and the conv stack runs at the same speed a chunk pair at a
-# time: 2 chunks per call. A 10-s clip's conv stack then adds 57 MiB at its peak rather than 126 MiB
-# (0.6B, fp32, 2 threads; 477 against 508 ms), and the encoder's peak is what the transcription's is.
-CONV_BATCH_CPU = 2
+# Chunks per conv batch (options.conv_batch): a memory bound (no numeric effect). 100 one-second chunks
+# of the first conv's output are 600 MB in fp32; the checkpoint's 500 would be 3 GB for long clips.
+# On the CPU (options.conv_batch_cpu), where nothing is captured and the conv stack runs at the same
+# speed a chunk pair at a time: 2 chunks per call. A 10-s clip's conv stack then adds 57 MiB at its
+# peak rather than 126 MiB (0.6B, fp32, 2 threads; 477 against 508 ms), and the encoder's peak is what
+# the transcription's is.
+#
 # Buckets: on CUDA a clip of at least one chunk is encoded padded to the smallest of these
 # numbers of 8-s attention windows that holds it, as one CUDA graph per bucket (graphs.StaticCall), so
 # that what is left of the encoder at release is a few launches. Longer clips run uncaptured, padded
@@ -30,18 +31,15 @@ CONV_BATCH_CPU = 2
 # CPU tests check bucketed == unpadded bit for bit in fp32) and padded keys are masked.
 # Up to 32 s: dictation's usual lengths; each bucket's graph keeps its activations (one pool shared by
 # all buckets, the largest bucket's size: ~0.1 GB for 1.7B in bf16 with the conv run a window at a time).
+# Whether a clip is bucketed (options.encoder_bucketed; None: on CUDA, unpadded elsewhere: fewer rows,
+# faster on a CPU) and captured (options.encoder_graph): the model's options (options.py).
 ENCODER_BUCKETS = (1, 2, 3, 4)
-# None: bucketed on CUDA, unpadded elsewhere (fewer rows: faster on a CPU); True / False force it.
-BUCKETED: bool | None = None
-# False: never capture (the bucketed computation then runs eagerly on CUDA).
-USE_ENCODER_GRAPH = True
-# On the CPU the three conv weights are kept channels-last: oneDNN then runs the 480-channel stride-2
-# convs, a third of the 0.6B encoder's time, about 20 % faster (measured: the convs of a 10-s clip,
-# 2 cores, 380 -> 300 ms; the official encoder keeps PyTorch's default layout). The results differ from
-# the default layout's only by float rounding (3e-7 on that clip), and a chunk's rows stay the same
-# whatever batch of chunks it runs in (AudioEncoder._first_conv). CUDA keeps the default layout
-# (unmeasured there).
-CHANNELS_LAST_ON_CPU = True
+# On the CPU the three conv weights are kept channels-last (options.channels_last_on_cpu): oneDNN then
+# runs the 480-channel stride-2 convs, a third of the 0.6B encoder's time, about 20 % faster (measured:
+# the convs of a 10-s clip, 2 cores, 380 -> 300 ms; the official encoder keeps PyTorch's default
+# layout). The results differ from the default layout's only by float rounding (3e-7 on that clip),
+# and a chunk's rows stay the same whatever batch of chunks it runs in (AudioEncoder._first_conv).
+# CUDA keeps the default layout (unmeasured there).
 
 
 def sinusoid_table(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
@@ -115,9 +113,10 @@ def window_key_mask(n_valid: int | torch.Tensor, rows: int, window: int, device:
 class AudioEncoder(nn.Module):
     """Log-mel ``[n_mels, T]`` → audio embeddings ``[n_audio_tokens(T), output_dim]``."""
 
-    def __init__(self, cfg: AudioEncoderConfig) -> None:
+    def __init__(self, cfg: AudioEncoderConfig, options: ModelOptions = DEFAULT_OPTIONS) -> None:
         super().__init__()
         self.cfg = cfg
+        self.options = options
         ch = cfg.downsample_hidden_size
         self.conv2d1 = nn.Conv2d(1, ch, 3, 2, padding=1)
         self.conv2d2 = nn.Conv2d(ch, ch, 3, 2, padding=1)
@@ -150,10 +149,22 @@ class AudioEncoder(nn.Module):
         """Recompute the position table and lay the conv weights out for their device (after
         construction on the meta device and loading the weights)."""
         self.positions = self._position_table(self.conv2d1.weight.device)
-        self._channels_last = CHANNELS_LAST_ON_CPU and self.conv2d1.weight.device.type == "cpu"
-        if self._channels_last:
-            for conv in (self.conv2d1, self.conv2d2, self.conv2d3):
-                conv.to(memory_format=torch.channels_last)
+        self._lay_out_convs()
+
+    def _lay_out_convs(self) -> None:
+        self._channels_last = self.options.channels_last_on_cpu and self.conv2d1.weight.device.type == "cpu"
+        layout = torch.channels_last if self._channels_last else torch.contiguous_format
+        for conv in (self.conv2d1, self.conv2d2, self.conv2d3):
+            conv.to(memory_format=layout)
+
+    def use_options(self, options: ModelOptions) -> None:
+        """Run with ``options`` from now on (AsrModel.options): where the capture or the conv layout
+        changes, the conv weights laid out again and the captured buckets dropped."""
+        old, self.options = self.options, options
+        if (old.encoder_graph, old.channels_last_on_cpu) != (options.encoder_graph, options.channels_last_on_cpu):
+            self.release_graphs()
+            if self.conv2d1.weight.device.type != "meta":
+                self._lay_out_convs()
 
     def _first_conv(self, part: torch.Tensor) -> torch.Tensor:
         """``conv2d1`` on a batch of chunks. With channels-last weights oneDNN computes a batch of one
@@ -171,11 +182,11 @@ class AudioEncoder(nn.Module):
 
         ``clip_frames``: the length of the whole clip when ``features`` is a part of it that starts at
         a chunk boundary (the padding width depends on the clip, not on the part). ``batch``: chunks
-        per conv call (memory only: each chunk's result is the same); by default ``CONV_BATCH`` on a GPU,
-        ``CONV_BATCH_CPU`` on the CPU.
+        per conv call (memory only: each chunk's result is the same); by default ``options.conv_batch`` on a
+        GPU, ``options.conv_batch_cpu`` on the CPU.
         """
         if batch is None:
-            batch = CONV_BATCH_CPU if features.device.type == "cpu" else CONV_BATCH
+            batch = self.options.conv_batch_cpu if features.device.type == "cpu" else self.options.conv_batch
         n_mels, frames = features.shape
         c = self.cfg.chunk_frames
         clip = frames if clip_frames is None else clip_frames
@@ -242,9 +253,9 @@ class AudioEncoder(nn.Module):
 
     def bucket(self, frames: int, clip: int) -> int | None:
         """Windows to pad ``frames`` (from a window boundary of a clip of ``clip`` frames) to, or None
-        where the encoder runs unpadded: off CUDA (``BUCKETED``), and for clips under one chunk, whose
+        where the encoder runs unpadded: off CUDA (``options.encoder_bucketed``), and for clips under one chunk, whose
         chunks are narrower. Past the largest bucket: whole windows, uncaptured."""
-        on = self.conv2d1.weight.is_cuda if BUCKETED is None else BUCKETED
+        on = self.conv2d1.weight.is_cuda if self.options.encoder_bucketed is None else self.options.encoder_bucketed
         if not on or clip < self.cfg.chunk_frames:
             return None
         needed = -(-frames // self.window_frames)
@@ -276,7 +287,7 @@ class AudioEncoder(nn.Module):
         n_valid = torch.tensor(n, device=features.device)
         call = self._graphs.get(windows)
         if call is None:
-            capture = USE_ENCODER_GRAPH and features.is_cuda
+            capture = self.options.encoder_graph and features.is_cuda
             if capture and self._graph_pool is None:
                 self._graph_pool = torch.cuda.graph_pool_handle()
             call = StaticCall(

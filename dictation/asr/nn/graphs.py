@@ -136,7 +136,6 @@ class SteppedModel(Protocol):
     """What a :class:`DecodeGraph` needs of the model whose step it captures (``model.AsrModel``)."""
 
     cache: StaticKVCache | None
-    graph_failed: bool  # set when the first replay disagrees with the eager step
 
     @property
     def device(self) -> torch.device: ...
@@ -158,13 +157,22 @@ class DecodeGraph:
     ``AsrModel.weights_key()`` is what it was at capture.
 
     The first replay computes the warm-up's step again; its logits must equal the warm-up's bit for
-    bit. If they do not, the graph is dropped (logged; ``AsrModel.graph_failed``), the step is run
+    bit. If they do not, the graph is dropped (logged; ``DecodeSlot.failed``), the step is run
     again eagerly (rewriting its k/v) and every later one runs eagerly too.
 
     ``capture=False``: the same buffers and bookkeeping, the step run eagerly at each replay (any
     device; the fallback on CUDA, and how the CPU tests check everything but the capture itself)."""
 
-    def __init__(self, model: SteppedModel, token: torch.Tensor, position: int, *, capture: bool = True) -> None:
+    def __init__(
+        self,
+        model: SteppedModel,
+        token: torch.Tensor,
+        position: int,
+        *,
+        capture: bool = True,
+        slot: DecodeSlot | None = None,
+    ) -> None:
+        self.slot = slot  # told when the first replay disagrees (DecodeSlot.failed)
         device = model.device
         self.cache = model.cache
         self.captured = capture
@@ -236,7 +244,8 @@ class DecodeGraph:
         if torch.equal(self.logits, expected):  # one host sync per capture
             return
         log.warning("the captured decode step disagreed with the same step run eagerly; decoding without it")
-        model.graph_failed = True
+        if self.slot is not None:
+            self.slot.failed = True
         self.graph.reset()
         self.graph, self.captured = None, False
         self.token.copy_(fed)
@@ -301,3 +310,43 @@ def gpu_time_ms(calls: Sequence[Callable[[], object]], device: torch.device, rep
             end.synchronize()
             best = min(best, start.elapsed_time(end) / len(sequence))
     return best
+
+
+class DecodeSlot:
+    """Where one model's decode step graph lives: the :class:`DecodeGraph` for its current cache and
+    weights (or none), and whether capturing failed once (then the model decodes with the same step
+    uncaptured from then on). The model owns one and closes its graph with the cache
+    (``AsrModel.release_cache``); decoding (decode/greedy.py) asks it for the graph of each decode."""
+
+    def __init__(self) -> None:
+        self.graph: DecodeGraph | None = None
+        self.failed = False
+
+    def close(self) -> None:
+        if self.graph is not None:
+            self.graph.close()
+            self.graph = None
+
+    def graph_for(
+        self, model: SteppedModel, token: torch.Tensor, position: int, key: tuple, *, capture: bool
+    ) -> DecodeGraph:
+        """The model's static step for its current cache and weights (``key``: ``model.weights_key()``),
+        captured now if ``capture`` and there is none. If capturing fails (logged once), the same step
+        runs uncaptured from then on."""
+        capture = capture and not self.failed
+        graph = self.graph
+        if graph is None or graph.captured != capture or graph.cache is not model.cache or graph.weights != key:
+            self.close()
+            try:
+                graph = DecodeGraph(model, token, position, capture=capture, slot=self)
+            except RuntimeError as exc:
+                if not capture:
+                    raise
+                # The warm-up computed this very step, so the cache holds nothing wrong.
+                log.warning("capturing the decode step as a CUDA graph failed (%s); decoding without it", exc)
+                self.failed = True
+                graph = DecodeGraph(model, token, position, capture=False, slot=self)
+            self.graph = graph
+        else:
+            graph.load(token, position)
+        return graph

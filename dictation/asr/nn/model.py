@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -11,12 +13,11 @@ from dictation.asr.nn import compiled
 from dictation.asr.nn.compact import HalfTable
 from dictation.asr.nn.decoder import TextDecoder, stamp
 from dictation.asr.nn.encoder import AudioEncoder
+from dictation.asr.nn.graphs import DecodeSlot
 from dictation.asr.nn.kv_cache import StaticKVCache
+from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.rope import rope_tables
 
-# Prompts longer than this are prefilled in pieces, so attention memory stays bounded for
-# 20-minute clips (15,600 audio tokens) on any device.
-PREFILL_CHUNK = 1024
 # Positions reserved for generated tokens at prefill; the cache grows in steps of this size.
 DECODE_RESERVE = 512
 CACHE_ROUND = 512
@@ -26,10 +27,6 @@ CACHE_ROUND = 512
 # keeps it from every prompt position; the cache positions it writes are overwritten before any step
 # reads them (as with a rejected draft). Longer prompts and later pieces (extend) run as before.
 PREFILL_BUCKETS = (64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024)
-# None: bucketed on CUDA only; True / False force it (the CPU tests).
-PREFILL_BUCKETED: bool | None = None
-# False: never capture (the bucketed prefill and rows then run eagerly on CUDA).
-USE_PREFILL_GRAPH = True
 # Row buckets: on CUDA, decoder work that continues a prompt already in the cache (the
 # prompt tail at a streaming finish or preview, an 8-s window extended while the user speaks, a draft
 # check) runs padded to the smallest of these lengths that holds it, as one CUDA graph per bucket
@@ -38,25 +35,40 @@ USE_PREFILL_GRAPH = True
 # overwritten before any later query sees them (as with a rejected draft). Longer pieces, and pieces
 # that would reach past the cache's end, run as before.
 ROW_BUCKETS = (16, 32, 64, 128, 192, 256, 384, 512)
-# None: bucketed on CUDA only; True / False force it (the CPU tests).
-ROWS_BUCKETED: bool | None = None
+# Which of these run, and how (prefill pieces, buckets, capture): the model's options (options.py;
+# prompts longer than ``prefill_chunk`` are prefilled in pieces, so attention memory stays bounded for
+# 20-minute clips, 15,600 audio tokens, on any device).
+
+
+# Options that only choose which of the same computations a call takes (padded to a bucket or not, in
+# pieces of which size): changing them leaves every captured graph valid.
+_ROUTING = {
+    *("prefill_bucketed", "rows_bucketed", "encoder_bucketed", "prefill_chunk", "conv_batch", "conv_batch_cpu"),
+    *("static_step", "capture_step"),  # the decode graph is checked at each decode (graphs.DecodeSlot)
+    "fuse_projections",  # re-planned fusions change weights_key(): graphs keyed on it are captured again
+}
+
+
+def _changed(old: ModelOptions, new: ModelOptions) -> set[str]:
+    return {f.name for f in fields(ModelOptions) if getattr(old, f.name) != getattr(new, f.name)}
 
 
 class AsrModel(nn.Module):
-    def __init__(self, cfg: AsrConfig) -> None:
+    def __init__(self, cfg: AsrConfig, options: ModelOptions = DEFAULT_OPTIONS) -> None:
         super().__init__()
         self.cfg = cfg
-        self.audio_tower = AudioEncoder(cfg.audio)
-        self.decoder = TextDecoder(cfg.text)
+        self._options = options
+        self.audio_tower = AudioEncoder(cfg.audio, options)
+        self.decoder = TextDecoder(cfg.text, options)
         # Tie rule (docs/model.md §1): text_config.tie_word_embeddings decides; a stored lm_head is then ignored.
         self.lm_head = (
             None if cfg.text.tie_word_embeddings else nn.Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
         )
         self.cache: StaticKVCache | None = None
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
-        # The captured CUDA-graph decode step (graphs.DecodeGraph) for this cache; released with it.
-        self.decode_graph = None
-        self.graph_failed = False  # capturing failed once: decode without a graph from then on
+        # The captured CUDA-graph decode step (graphs.DecodeGraph) for this cache, released with it, and
+        # whether capturing failed once: filled by decoding (decode/greedy.py).
+        self.decode_slot = DecodeSlot()
         # Bucketed prefills and rows (graphs.StaticCall) by length, for ``_prefills_for``: this cache and
         # these weights.
         self._prefills: dict[int, object] = {}
@@ -67,6 +79,39 @@ class AsrModel(nn.Module):
         # CompiledStep once compiled, False where it does not apply or failed (logged once).
         self.compile_step = compiled.COMPILE_STEP
         self.compiled_step = None
+
+    @property
+    def options(self) -> ModelOptions:
+        """The code paths this model runs (options.py): set one to change them, as
+        ``model.options = replace(model.options, rows_bucketed=True)``."""
+        return self._options
+
+    @options.setter
+    def options(self, options: ModelOptions) -> None:
+        old, self._options = self._options, options
+        if _changed(old, options) - _ROUTING:  # captured graphs ran the old code: capture again
+            self._drop_graph()
+        self.audio_tower.use_options(options)
+        self.decoder.use_options(options)
+        self.spread_options()
+
+    def spread_options(self) -> None:
+        """Hand the options to every layer that reads them and has others (quantized layers swapped in
+        after the model was built: quantization, loading, adapters)."""
+        options = self._options
+        for module in self.modules():
+            if "options" in module.__dict__ and module.__dict__["options"] is not options:
+                module.options = options
+
+    @property
+    def decode_graph(self):
+        """The decode step's graph for this cache (graphs.DecodeGraph), or None."""
+        return self.decode_slot.graph
+
+    @property
+    def graph_failed(self) -> bool:
+        """Whether capturing the decode step failed once (it then runs uncaptured)."""
+        return self.decode_slot.failed
 
     @property
     def output_weight(self) -> torch.Tensor:
@@ -104,9 +149,7 @@ class AsrModel(nn.Module):
         self._rope = None
 
     def _drop_graph(self) -> None:
-        if self.decode_graph is not None:
-            self.decode_graph.close()
-            self.decode_graph = None
+        self.decode_slot.close()
         self._drop_prefills()
 
     def _apply(self, fn, recurse: bool = True):
@@ -119,6 +162,7 @@ class AsrModel(nn.Module):
         """Bring the fused projections up to date with the weights (cheap when nothing changed): called
         at the start of every pass, so weights may change between passes (adapters, quantization).
         True if anything was planned again."""
+        self.spread_options()
         return self.decoder.refresh_fusion()
 
     def embed_prompt(self, prompt_ids: torch.Tensor, audio_embeds: torch.Tensor) -> torch.Tensor:
@@ -192,7 +236,7 @@ class AsrModel(nn.Module):
 
     def prefill_bucket(self, start: int, total: int) -> int | None:
         """The padded length a prefill of ``total`` positions from ``start`` runs at, or None (unpadded)."""
-        on = self.device.type == "cuda" if PREFILL_BUCKETED is None else PREFILL_BUCKETED
+        on = self.device.type == "cuda" if self._options.prefill_bucketed is None else self._options.prefill_bucketed
         if not on or start != 0:
             return None
         return next((b for b in PREFILL_BUCKETS if b >= total), None)
@@ -218,7 +262,7 @@ class AsrModel(nn.Module):
     def row_bucket(self, start: int, total: int) -> int | None:
         """The padded length ``total`` rows continuing the cache at ``start`` run at (ROW_BUCKETS), or
         None (unpadded): bucketing off, no bucket holds them, or the padding would pass the cache's end."""
-        on = self.device.type == "cuda" if ROWS_BUCKETED is None else ROWS_BUCKETED
+        on = self.device.type == "cuda" if self._options.rows_bucketed is None else self._options.rows_bucketed
         if not on or self.cache is None:
             return None
         bucket = next((b for b in ROW_BUCKETS if b >= total), None)
@@ -269,7 +313,7 @@ class AsrModel(nn.Module):
         call = calls.get(bucket)
         if call is not None:
             return call(inputs)
-        capture = USE_PREFILL_GRAPH and self.device.type == "cuda"
+        capture = self._options.prefill_graph and self.device.type == "cuda"
         if capture and self._prefill_pool is None:
             self._prefill_pool = torch.cuda.graph_pool_handle()
         call = StaticCall(fn, inputs, capture=capture, name=name, pool=self._prefill_pool)
@@ -325,8 +369,9 @@ class AsrModel(nn.Module):
 
     def _fill(self, embeds: torch.Tensor, start: int) -> torch.Tensor:
         h_last = None
-        for offset in range(0, embeds.shape[1], PREFILL_CHUNK):
-            piece, at = embeds[:, offset : offset + PREFILL_CHUNK], start + offset
+        chunk = self._options.prefill_chunk
+        for offset in range(0, embeds.shape[1], chunk):
+            piece, at = embeds[:, offset : offset + chunk], start + offset
             bucket = self.row_bucket(at, piece.shape[1])
             h_last = self._run(piece, at) if bucket is None else self._bucketed_rows(piece, at, bucket)[:, -1:]
         return h_last

@@ -40,6 +40,7 @@ def fuse_rows(layers: Sequence[_QuantLinear]) -> _QuantLinear:
                 start += layer.out_features
     for layer in layers:
         layer.clear_cache()  # their kernel layouts are not needed while the fused layer serves them
+    fused.options = first.options  # the model's choices, as its members have them
     return fused
 
 

@@ -16,12 +16,9 @@ Each kernel is checked once per (device, dtype) against dequantize + matmul on a
 that is missing falls back to dequantize + ``F.linear``, one that gives wrong numbers raises.
 
 int8 and int4 on CUDA have three candidates each (:func:`cuda_int8_path`, :func:`cuda_int4_path`):
-torch's kernel (int8: ``_weight_int8pack_mm``, torch 2.9 and later; int4: tinygemm, bf16 only, on a
-packed copy of the weights), our Triton kernel (triton_gemv.py; int4's reads the stored layout, so
-no packed copy) and dequantize + matmul. Each that runs and answers right is timed once per process
-and GPU on a decoder-sized layer, as GPU time in a CUDA graph over copies that spill the L2 cache
-(:func:`gpu_time_ms`, what a decode step sees), and the fastest decodes: the choice is made on the
-GPU that runs it. ``benchmarks/bench_gemv.py`` times every candidate on every layer shape.
+torch's kernel, our Triton kernel (triton_gemv.py) and dequantize + matmul, probed and timed once per
+process and GPU. Those probes and timings, and the CPU's, live in ``quant_paths.py`` (facts about the
+machine, kept per process); the switches here choose among what they found.
 
 More rows than the kernels take (the prefill) go to dequantize + matmul; on CUDA an int4 layer then
 dequantizes in one Triton kernel (kernels/triton_dequant.py: 2.5 bytes of traffic per weight instead
@@ -30,14 +27,12 @@ of torch's ~19) where it gives torch's bits (:func:`one_pass_dequantize_usable`)
 
 from __future__ import annotations
 
-import functools
-import logging
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dictation.asr.nn.graphs import gpu_time_ms, l2_copies
+from dictation.asr.nn import quant_paths
+from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.quant_format import (
     DEFAULT_GROUP_SIZE,
     pick_group_size,
@@ -46,15 +41,10 @@ from dictation.asr.nn.quant_format import (
     unpack_int4,
 )
 
-log = logging.getLogger(__name__)
-
-
-# Devices where int4 layers dequantize (for many rows) in one Triton kernel (kernels/triton_dequant.py),
-# where it gives torch's bits; () for torch's chain of operations everywhere. The tests add "cpu" in
-# Triton's interpreter.
-ONE_PASS_DEQUANTIZE = ("cuda",)
-# Set to False to always use dequantize + F.linear (a kernel that misbehaves on some machine).
-USE_KERNELS = True
+# Which kernels a layer may use (at all, which CUDA path, bf16 on the CPU, the one-pass int4 dequantize)
+# is its options' choice (options.py: quant_kernels, cuda_int8_path, cuda_int4_path, cpu_bf16_compute,
+# one_pass_dequantize), given by the model it belongs to (AsrModel.spread_options); a layer on its
+# own runs the defaults.
 # Rows (tokens) up to which the kernel beats dequantize + matmul; beyond, the matmul wins (prefill).
 # CPU: measured with torch 2.13 on an AVX512-BF16 CPU (bf16 compute); CUDA: a guess, tinygemm is made for
 # small batches (not measured).
@@ -62,264 +52,53 @@ KERNEL_MAX_ROWS = {("cpu", "int8"): 16, ("cpu", "int4"): 128, ("cuda", "int8"): 
 KERNEL_MAX_ROWS_DEFAULT = 32
 # Output rows per piece when an int8 layer on the CPU multiplies many rows through its widened weight.
 DEQUANTIZE_PIECE_ROWS = 1024
-# CPU compute dtype of the quantized layers: None = bf16 where the CPU has bf16 instructions, else the
-# activation dtype (see cpu_computes_in_bf16); True / False force it.
-CPU_BF16_COMPUTE: bool | None = None
-
-_PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 2e-2}  # x max |reference|
-# int8 / int4 on CUDA: None = the fastest correct one of CUDA_PATHS, timed once per (GPU, dtype); a
-# name forces that path ("dequantize" always works; "torch" and "triton" fall back to it if unusable).
-CUDA_INT8_PATH: str | None = None
-CUDA_INT4_PATH: str | None = None
-CUDA_PATHS = ("triton", "torch", "dequantize")
+CUDA_PATHS = quant_paths.CUDA_PATHS
 CUDA_INT8_PATHS = CUDA_PATHS
-# The layer the candidates are timed on: one row through a [4096, 2048] weight (1.7B's q/k/v).
-CUDA_INT8_TIMING_SHAPE = (4096, 2048)
+_PROBE_TOLERANCE = quant_paths.PROBE_TOLERANCE
 
 
-# --- helpers ----------------------------------------------------------------------------------------------
+# --- which kernel (quant_paths.py), with this module's switches ------------------------------------------
 
 
-@functools.cache
-def _cpu_has_bf16() -> bool:
-    try:
-        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    except AttributeError:
-        return False
+def cpu_computes_in_bf16(options: ModelOptions = DEFAULT_OPTIONS) -> bool:
+    """Whether quantized layers on the CPU compute in bf16 (:func:`quant_paths.cpu_computes_in_bf16`);
+    ``options.cpu_bf16_compute`` overrides."""
+    return quant_paths.cpu_computes_in_bf16(options.cpu_bf16_compute)
 
 
-def cpu_computes_in_bf16() -> bool:
-    """Whether quantized layers on the CPU compute in bf16 whatever the activation dtype (the result is
-    cast back). By default where the CPU has bf16 dot-product instructions (AVX512-BF16, AMX): there
-    torch's bf16 kernels beat every float32 path by 5-25x, and bf16 rounding of the activations is
-    ~10x smaller than the weights' quantization error. ``CPU_BF16_COMPUTE`` overrides."""
-    return _cpu_has_bf16() if CPU_BF16_COMPUTE is None else CPU_BF16_COMPUTE
+def cpu_decodes_in_bf16(kind: str, options: ModelOptions = DEFAULT_OPTIONS) -> bool:
+    """Whether ``kind``'s decode-sized calls on a float32 CPU go through the bf16 kernel
+    (:func:`quant_paths.cpu_decodes_in_bf16`); ``options.cpu_bf16_compute = False`` turns it off."""
+    return quant_paths.cpu_decodes_in_bf16(_LAYER_TYPES[kind], options.cpu_bf16_compute)
 
 
-def cpu_decodes_in_bf16(kind: str) -> bool:
-    """Whether ``kind``'s layers on a CPU that computes in float32 (:func:`cpu_computes_in_bf16` False)
-    still run decode-sized calls (up to ``KERNEL_MAX_ROWS`` rows) through torch's bf16 kernel, the
-    activations rounded to bf16 and the result widened back. torch's float32 int8/int4 kernels are
-    scalar loops: on an AVX2 CPU without bf16 instructions (torch 2.13, 2 threads, a [3072, 1024]
-    layer, one row) int8's float32 kernel took 3.1 ms, dequantize + matmul 2.1 ms and the bf16 kernel
-    0.29 ms; int4's 3.0 against 0.26 ms. bf16 rounding moved the int8 layer's output by 0.28 % (its
-    weights' rounding: 0.74 %). Decided by timing, once per process and kind, on that layer;
-    ``CPU_BF16_COMPUTE = False`` turns it off (float32 everywhere), as it does the rest."""
-    if CPU_BF16_COMPUTE is not None:
-        return CPU_BF16_COMPUTE
-    if _cpu_has_bf16():
-        return True
-    return _bf16_decode_wins(kind)
+def cuda_int8_path(device: torch.device, dtype: torch.dtype, options: ModelOptions = DEFAULT_OPTIONS) -> str:
+    """How int8 layers on ``device`` (CUDA) multiply one to a few rows in ``dtype``: "triton",
+    "torch" or "dequantize" (:func:`quant_paths.cuda_path`; ``options.cuda_int8_path`` forces one)."""
+    return quant_paths.cuda_path(Int8Linear, device, dtype, options.cuda_int8_path, options.quant_kernels)
 
 
-CPU_DECODE_TIMING_SHAPE = (3072, 1024)  # [out, in]: the 0.6B's gate/up rows, one row through it
-_CPU_DECODE_BF16: dict[str, bool] = {}  # kind -> whether the bf16 kernel won (timed once per process)
-
-
-def _bf16_decode_wins(kind: str) -> bool:
-    if kind not in _CPU_DECODE_BF16:
-        _CPU_DECODE_BF16[kind] = _time_bf16_decode(kind)
-    return _CPU_DECODE_BF16[kind]
-
-
-def _time_bf16_decode(kind: str) -> bool:
-    import time
-
-    cpu = torch.device("cpu")
-    if not _kernel_available(kind, cpu, torch.bfloat16):
-        return False
-    gen = torch.Generator().manual_seed(5)
-    with torch.inference_mode(False), torch.no_grad():
-        # Random stored values rather than a quantized float weight: no float-sized temporaries at the
-        # first decode step, whose memory would count in the transcription's peak.
-        out_f, in_f = CPU_DECODE_TIMING_SHAPE
-        layer = Int8Linear(in_f, out_f) if kind == "int8" else Int4Linear(in_f, out_f)
-        stored = layer.weight if kind == "int8" else layer.qweight
-        stored.copy_(torch.randint(-127 if kind == "int8" else 0, 128, stored.shape, generator=gen, dtype=stored.dtype))
-        (layer.weight_scale if kind == "int8" else layer.scales).uniform_(1e-3, 2e-3, generator=gen)
-        x = torch.randn(1, in_f, generator=gen)
-        fits32 = layer._kernel_fits(cpu, torch.float32) and _kernel_available(kind, cpu, torch.float32)
-        candidates = {
-            "bf16 kernel": lambda: layer._torch_kernel(x.bfloat16(), torch.bfloat16).float(),
-            "float32": (
-                (lambda: layer._torch_kernel(x, torch.float32)) if fits32 else (lambda: layer._dequantize_matmul(x))
-            ),
-        }
-        best = {}
-        for name, run in candidates.items():
-            run()  # the first call builds the kernel layout
-            times = []
-            for _ in range(5):
-                start = time.perf_counter()
-                run()
-                times.append(time.perf_counter() - start)
-            best[name] = min(times)
-    wins = best["bf16 kernel"] < best["float32"]
-    log.info(
-        "%s decode on this CPU: bf16 kernel %.3f ms, float32 %.3f ms per row; decoding in %s",
-        kind,
-        best["bf16 kernel"] * 1e3,
-        best["float32"] * 1e3,
-        "bf16" if wins else "float32",
-    )
-    return wins
-
-
-_KERNEL_OK: dict[tuple, bool] = {}
-
-
-def _kernel_available(kind: str, device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether ``kind``'s kernel runs on (device, dtype) and agrees with dequantize + matmul, checked
-    once on a small problem. A kernel that raises is reported missing; one that answers wrongly raises."""
-    key = (kind, device.type, device.index, dtype)
-    if key not in _KERNEL_OK:
-        _KERNEL_OK[key] = _probe(kind, device, dtype)
-    return _KERNEL_OK[key]
-
-
-def _probe(kind: str, device: torch.device, dtype: torch.dtype, path: str = "torch") -> bool:
-    """``path``: which kernel ("torch": torch's; "triton": ours, rows <= its MAX_ROWS)."""
-    gen = torch.Generator().manual_seed(1234)
-    weight = torch.randn(64, 256, generator=gen) / 16
-    x = torch.randn(5 if path == "torch" else 3, 256, generator=gen)
-    module = Int8Linear.from_weight(weight) if kind == "int8" else Int4Linear.from_weight(weight, group_size=128)
-    module = module.to(device)
-    run = module._triton_kernel if path == "triton" else module._torch_kernel
-    with torch.inference_mode(False), torch.no_grad():
-        xs = x.to(device=device, dtype=dtype)
-        reference = xs.float() @ module.dequantize().T
-        try:
-            got = torch.cat([run(xs[:1], dtype), run(xs, dtype)])
-        except Exception as exc:  # missing op, unsupported dtype or GPU, a Triton that cannot compile
-            what = f"Triton {kind}" if path == "triton" else kind
-            log.info("%s kernel unavailable on %s for %s (%s); using dequantize + matmul", what, device, dtype, exc)
-            return False
-        expected = torch.cat([reference[:1], reference])
-        err = float((got.float() - expected).abs().max())
-        bound = _PROBE_TOLERANCE.get(dtype, 2e-2) * float(expected.abs().max())
-    if not err <= bound:  # also catches NaN
-        message = (
-            f"the {kind} weight-only kernel{' (Triton)' if path == 'triton' else ''} on {device} ({dtype}) gives "
-            f"wrong results (max error {err:.3g}, allowed {bound:.3g})"
-        )
-        if path == "triton":  # ours, and one of several candidates: leave it out rather than fail
-            log.warning("%s; not using it", message)
-            return False
-        raise RuntimeError(f"{message}; set dictation.asr.nn.quantized.USE_KERNELS = False to avoid it")
-    return True
-
-
-_ONE_PASS_OK: dict[tuple, bool] = {}
+def cuda_int4_path(device: torch.device, dtype: torch.dtype, options: ModelOptions = DEFAULT_OPTIONS) -> str:
+    """The same for int4 layers (``options.cuda_int4_path`` forces one)."""
+    return quant_paths.cuda_path(Int4Linear, device, dtype, options.cuda_int4_path, options.quant_kernels)
 
 
 def one_pass_dequantize_usable(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the one-pass int4 dequantize (kernels/triton_dequant.py) runs on (device, dtype) and gives
-    ``Int4Linear.torch_dequantized``'s bits: checked once, on a layer with sizes off the kernel's block
-    multiples; False (one log line) where it does not."""
-    key = (device.type, device.index, dtype)
-    if key not in _ONE_PASS_OK:
-        _ONE_PASS_OK[key] = _check_one_pass(device, dtype)
-    return _ONE_PASS_OK[key]
+    """Whether the one-pass int4 dequantize runs on (device, dtype) and gives torch's bits
+    (:func:`quant_paths.one_pass_dequantize_usable`)."""
+    return quant_paths.one_pass_dequantize_usable(Int4Linear, device, dtype)
 
 
-def _check_one_pass(device: torch.device, dtype: torch.dtype) -> bool:
-    from dictation.asr.nn.kernels import triton_dequant
-
-    gen = torch.Generator().manual_seed(4)
-    with torch.inference_mode(False), torch.no_grad():
-        layer = Int4Linear.from_weight(torch.randn(24, 2304, generator=gen) / 16, group_size=64).to(device)
-        want = layer.torch_dequantized(dtype)
-        try:
-            scale, mid = layer._half_scales(dtype)
-            got = triton_dequant.int4_dequantize(layer.qweight, scale, mid, layer.group_size)
-        except Exception as exc:  # no Triton, a Triton too old for this code, a GPU it cannot compile for
-            log.info("no one-pass int4 dequantize on %s for %s (%s); using torch's", device, dtype, exc)
-            return False
-        if not torch.equal(got, want):
-            log.warning("the one-pass int4 dequantize on %s (%s) differs from torch's; not using it", device, dtype)
-            return False
-    return True
+def _kernel_available(kind: str, device: torch.device, dtype: torch.dtype) -> bool:
+    return quant_paths.kernel_available(_LAYER_TYPES[kind], device, dtype)
 
 
-_CUDA_INT8: dict[tuple, str] = {}
-_CUDA_INT4: dict[tuple, str] = {}
+def _probe(kind: str, device: torch.device, dtype: torch.dtype, path: str = "torch") -> bool:
+    return quant_paths.probe(_LAYER_TYPES[kind], device, dtype, path)
 
 
-def cuda_int8_path(device: torch.device, dtype: torch.dtype) -> str:
-    """How int8 layers on ``device`` (CUDA) multiply one to a few rows in ``dtype``: "triton",
-    "torch" or "dequantize" (see the module docstring). Decided at the first call per (GPU, dtype),
-    which the warm-up makes (it syncs the GPU, so it must not happen inside a graph capture)."""
-    return _cuda_path("int8", device, dtype)
-
-
-def cuda_int4_path(device: torch.device, dtype: torch.dtype) -> str:
-    """The same for int4 layers: "triton" (ours, on the stored layout), "torch" (tinygemm, bf16 only,
-    on a kernel layout built beside the weights) or "dequantize"."""
-    return _cuda_path("int4", device, dtype)
-
-
-def _cuda_path(kind: str, device: torch.device, dtype: torch.dtype) -> str:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    forced = CUDA_INT8_PATH if kind == "int8" else CUDA_INT4_PATH
-    chosen = _CUDA_INT8 if kind == "int8" else _CUDA_INT4
-    key = (index, dtype, forced)
-    if key not in chosen:
-        chosen[key] = _choose_cuda(kind, torch.device("cuda", index), dtype, forced)
-    return chosen[key]
-
-
-def _choose_cuda(kind: str, device: torch.device, dtype: torch.dtype, forced: str | None) -> str:
-    from dictation.asr.nn.kernels import triton_gemv
-
-    usable = ["dequantize"]
-    if USE_KERNELS and _kernel_available(kind, device, dtype):
-        usable.append("torch")
-    if USE_KERNELS and triton_gemv.available() and _probe(kind, device, dtype, path="triton"):
-        usable.append("triton")
-    if forced is not None:
-        chosen = forced if forced in usable else "dequantize"
-        log.info("%s on %s (%s): %s (CUDA_%s_PATH=%s)", kind, device, dtype, chosen, kind.upper(), forced)
-        return chosen
-    if len(usable) == 1:
-        return usable[0]
-    timer = _time_int8 if kind == "int8" else _time_int4
-    times = {path: timer(path, device, dtype) for path in usable}
-    chosen = min(times, key=times.get)
-    log.info(
-        "%s on %s (%s), one row through %s: %s; using %s",
-        kind,
-        device,
-        dtype,
-        "x".join(map(str, CUDA_INT8_TIMING_SHAPE)),
-        ", ".join(f"{p} {t * 1e3:.1f} us" for p, t in times.items()),
-        chosen,
-    )
-    return chosen
-
-
-def _time_int8(path: str, device: torch.device, dtype: torch.dtype, repeats: int = 50) -> float:
-    """Milliseconds per call of one int8 path on a decoder-sized layer (CUDA events, after warm-up
-    calls that also let triton.autotune pick its blocks for this shape)."""
-    return _time_kernel("int8", path, device, dtype, repeats)
-
-
-def _time_int4(path: str, device: torch.device, dtype: torch.dtype, repeats: int = 50) -> float:
-    """The same for one int4 path (group size ``DEFAULT_GROUP_SIZE``)."""
-    return _time_kernel("int4", path, device, dtype, repeats)
-
-
-def _time_kernel(kind: str, path: str, device: torch.device, dtype: torch.dtype, repeats: int) -> float:
-    out_f, in_f = CUDA_INT8_TIMING_SHAPE
-    gen = torch.Generator().manual_seed(0)
-    weight = torch.randn(out_f, in_f, generator=gen) / 32
-    layer = Int8Linear.from_weight(weight) if kind == "int8" else Int4Linear.from_weight(weight)
-    layers = l2_copies(layer.to(device), device)
-    x = torch.randn(1, in_f, generator=gen).to(device, dtype)
-    if path == "dequantize":
-        calls = [functools.partial(m._dequantize_matmul, x) for m in layers]
-    else:
-        calls = [functools.partial(m._triton_kernel if path == "triton" else m._torch_kernel, x, dtype) for m in layers]
-    return gpu_time_ms(calls, device, repeats)
+def _bf16_decode_wins(kind: str) -> bool:
+    return quant_paths.bf16_decode_wins(_LAYER_TYPES[kind])
 
 
 # --- modules ----------------------------------------------------------------------------------------------
@@ -339,6 +118,7 @@ class _QuantLinear(nn.Module):
             raise ValueError(f"{type(self).__name__} has no bias (the decoder's linear layers have none)")
         self.in_features, self.out_features = in_features, out_features
         self._cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self.options = DEFAULT_OPTIONS  # the model's, once it is in one (AsrModel.spread_options)
         # Bumped whenever the kernel layouts are dropped: a fused projection built from this layer
         # (decoder.py) sees that its copy is out of date.
         self.version = 0
@@ -401,20 +181,21 @@ class _QuantLinear(nn.Module):
         """(compute dtype, use the kernel) for this call."""
         device, dtype = x.device, x.dtype
         limit = KERNEL_MAX_ROWS.get((device.type, self.kind), KERNEL_MAX_ROWS_DEFAULT)
-        if device.type == "cpu" and cpu_computes_in_bf16():
+        options = self.options
+        if device.type == "cpu" and cpu_computes_in_bf16(options):
             dtype = torch.bfloat16
         elif (  # a decode-sized call on a float32 CPU; a prefill stays in the activation dtype
             device.type == "cpu"
             and rows <= limit
-            and USE_KERNELS
-            and cpu_decodes_in_bf16(self.kind)
+            and options.quant_kernels
+            and cpu_decodes_in_bf16(self.kind, options)
             and self._kernel_fits(device, torch.bfloat16)
         ):
             return torch.bfloat16, True
         if device.type == "cpu" and dtype != torch.bfloat16:
             limit = 1  # the float32 kernels only win for a single row
         use = (
-            USE_KERNELS
+            options.quant_kernels
             and rows <= limit
             and self._kernel_fits(device, dtype)
             and self._kernel_ready(device, dtype, rows)
@@ -520,7 +301,7 @@ class Int8Linear(_QuantLinear):
         return self.in_features % 32 == 0 and self.out_features % 16 == 0
 
     def _cuda_path(self, device: torch.device, dtype: torch.dtype) -> str:
-        return cuda_int8_path(device, dtype)
+        return cuda_int8_path(device, dtype, self.options)
 
     def _torch_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return torch._weight_int8pack_mm(x2d, self.weight, self._scales_for(dtype))
@@ -580,7 +361,7 @@ class Int4Linear(_QuantLinear):
         return self._dequantized(torch.float32)
 
     def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
-        if self.qweight.device.type in ONE_PASS_DEQUANTIZE:
+        if self.qweight.device.type in self.options.one_pass_dequantize:
             from dictation.asr.nn.kernels import triton_dequant
 
             if dtype in triton_dequant.DTYPES and one_pass_dequantize_usable(self.qweight.device, dtype):
@@ -611,7 +392,11 @@ class Int4Linear(_QuantLinear):
         """Build torch's kernel layout for ``dtype`` on the module's device (done lazily otherwise); a
         no-op where that kernel does not apply."""
         device = self.qweight.device
-        if USE_KERNELS and self._kernel_fits(device, dtype) and (device.type != "cuda" or dtype == torch.bfloat16):
+        if (
+            self.options.quant_kernels
+            and self._kernel_fits(device, dtype)
+            and (device.type != "cuda" or dtype == torch.bfloat16)
+        ):
             self._packed_for(dtype)
 
     def _inner_k_tiles(self) -> int:
@@ -643,7 +428,7 @@ class Int4Linear(_QuantLinear):
         return self._cache[packed_key][0], self._cache[key][0]
 
     def _cuda_path(self, device: torch.device, dtype: torch.dtype) -> str:
-        return cuda_int4_path(device, dtype)
+        return cuda_int4_path(device, dtype, self.options)
 
     def _torch_kernel(self, x2d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         packed, sz = self._packed_for(dtype)
@@ -664,3 +449,4 @@ class Int4Linear(_QuantLinear):
 
 
 QUANT_MODULES = (Int8Linear, Int4Linear)
+_LAYER_TYPES = {m.kind: m for m in QUANT_MODULES}
