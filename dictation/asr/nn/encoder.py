@@ -200,7 +200,16 @@ class AudioEncoder(nn.Module):
             y = F.gelu(self.conv2d2(y))
             y = F.gelu(self.conv2d3(y))  # [n, ch, 16, t]
             n, ch, f, t = y.shape
-            outs.append(self.conv_out(y.permute(0, 3, 1, 2).contiguous().view(n, t, ch * f)))
+            y = y.permute(0, 3, 1, 2).contiguous().view(n, t, ch * f)
+            if y.device.type == "cpu":
+                # One product per chunk: a CPU's GEMM picks its kernel (and order of summation) by the
+                # number of rows, which at this width (ch * f = 7680) changes the last bits of a chunk's
+                # rows with the chunks beside it. Per chunk, a chunk's rows are the same whether it runs
+                # alone, with its window or with the whole clip (streaming and transcribe agree), at
+                # about the cost of products of two chunks.
+                outs.extend(self.conv_out(y[i : i + 1]) for i in range(n))
+            else:
+                outs.append(self.conv_out(y))
         y = torch.cat(outs) if len(outs) > 1 else outs[0]  # [n_chunks, t, d]
         y = y + self.positions[: y.shape[1]].to(y.dtype)
         # Only the last chunk is padded and its valid rows come first, so a flat prefix is exact.
