@@ -32,7 +32,8 @@ def app_context(own: str = OWN_TEXT, learned: tuple[LearnedWord, ...] = LEARNED)
     """The context the app hands the engine for a take with these settings (through the real `Takes`)."""
     settings = Settings()
     settings = settings.replace(transcription=settings.transcription.replace(context=own, learned_words=learned))
-    language, context = Takes(FakePort(settings=settings)).language_context()
+    port = FakePort(settings=settings)
+    language, context = Takes(port, port.workers).language_context()
     assert language is None
     return context
 
