@@ -66,7 +66,15 @@ class EngineOptions:
     # The code paths the model runs (buckets, graphs, fused projections, kernels: nn/options.py); two
     # engines in one process may differ.
     model_options: ModelOptions = DEFAULT_OPTIONS
+    # Which tensors held exactly as stored are the file's own (mapped) pages instead of a copy
+    # (docs/engine.md, "CPU memory"): "encoder" (read once per clip; the default: a decode step
+    # streamed mapped pages 9 % slower than copied ones on a VM), "all" (a one-shot process, where the
+    # load weighs more than the decode: `dictation transcribe`), "none".
+    map_weights: str = "encoder"
 
+
+# EngineOptions.map_weights -> the names of the model's tensors that may be mapped (a prefix each).
+MAPPED_PREFIXES = {"encoder": ("audio_tower.",), "all": ("",), "none": ()}
 
 # The pass AsrEngine.warm_up runs after loading: this much quiet noise and this many generated
 # tokens, with a KV cache of this many positions (the prompt and token budget of ~40 s of audio).
@@ -77,6 +85,8 @@ WARM_UP_CACHE = 1024
 
 class AsrEngine:
     def __init__(self, options: EngineOptions) -> None:
+        if options.map_weights not in MAPPED_PREFIXES:
+            raise AsrError(f"unknown map_weights {options.map_weights!r}; choose one of {', '.join(MAPPED_PREFIXES)}")
         _check_request("", options.max_new_tokens)
         self.options = options
         self._lock = threading.RLock()
@@ -233,6 +243,7 @@ class AsrEngine:
             quantize=at_load,
             group_size=self.options.group_size,
             compact=quantize_while_reading,
+            mapped=MAPPED_PREFIXES[self.options.map_weights],
         )
         variant = _DTYPE_NAMES[dtype]
         if cfg.quantization:

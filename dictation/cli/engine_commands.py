@@ -59,6 +59,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             variant=args.variant,
             adapters=tuple(args.adapter or ()),
+            map_weights="all",  # one process per run: the load weighs more than a decode step
         )
     )
     import torch

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dictation.asr import AsrEngine, EngineOptions, ModelError, WeightsError
+from dictation.asr import AsrEngine, AsrError, EngineOptions, ModelError, WeightsError
 from dictation.asr.config import AsrConfig
 from tests.oracle import synth_audio
 from tests.oracle.checkpoints import cached_checkpoint
@@ -398,7 +398,9 @@ def test_tensors_held_as_stored_are_the_files_pages_and_writing_them_leaves_the_
     tensor changes this process's copy, never the file."""
     folder = copy_ckpt(ckpt_untied, tmp_path / "m")
     path = rewrite(folder, lambda t: t.update({k: v.to(torch.bfloat16) for k, v in t.items() if v.is_floating_point()}))
-    model = load(folder, "bf16").model
+    engine = AsrEngine(EngineOptions(model=str(folder), device="cpu", dtype="bf16", map_weights="all"))
+    engine.prepare()
+    model = engine.model
     layer = model.decoder.layers[1]
     down = layer.mlp.down_proj.weight
     assert _mapped_files(down.data_ptr()) == {str(path)}
@@ -424,7 +426,7 @@ def test_a_prepared_variant_is_mapped_whole_fused_groups_included(ckpt_untied, t
 
     out = write_quantized_folder(ckpt_untied, tmp_path / variant, variant)
     path = out / "model.safetensors"
-    engine = AsrEngine(EngineOptions(model=str(out), device="cpu"))
+    engine = AsrEngine(EngineOptions(model=str(out), device="cpu", map_weights="all"))
     engine.prepare()
     model = engine.model
     integer = [
@@ -438,3 +440,22 @@ def test_a_prepared_variant_is_mapped_whole_fused_groups_included(ckpt_untied, t
     attn = model.decoder.layers[0].self_attn
     fused = attn.fusion.layer
     assert fused is not None and _mapped_files(next(iter(fused.buffers())).data_ptr()) == {str(path)}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
+def test_by_default_only_the_encoder_is_mapped_and_none_maps_nothing(ckpt_untied, tmp_path):
+    """The app's default (map_weights="encoder"): the encoder, read once per clip, is the file's pages;
+    what every decode step reads (the decoder, the table) is a copy in the process's own memory.
+    "none" copies everything; an unknown choice is one error."""
+    folder = copy_ckpt(ckpt_untied, tmp_path / "m")
+    path = rewrite(folder, lambda t: t.update({k: v.to(torch.bfloat16) for k, v in t.items() if v.is_floating_point()}))
+    for choice, encoder_mapped in (("encoder", True), ("none", False)):
+        engine = AsrEngine(EngineOptions(model=str(folder), device="cpu", dtype="bf16", map_weights=choice))
+        engine.prepare()
+        model = engine.model
+        fc1 = model.audio_tower.layers[0].fc1.weight
+        assert (str(path) in _mapped_files(fc1.data_ptr())) is encoder_mapped, choice
+        for t in (model.decoder.layers[1].mlp.down_proj.weight, model.decoder.embed_tokens.weight):
+            assert str(path) not in _mapped_files(t.data_ptr()), choice
+    with pytest.raises(AsrError, match="unknown map_weights 'some'"):
+        AsrEngine(EngineOptions(model=str(folder), map_weights="some"))

@@ -43,6 +43,7 @@ def load_model(
     quantize: str | None = None,
     group_size: int | None = None,
     compact: bool = False,
+    mapped: tuple[str, ...] = ("",),
 ) -> AsrModel:
     """Build the model without initialising it, then fill every parameter from the checkpoint.
 
@@ -59,6 +60,9 @@ def load_model(
     ``compact`` (float32 on the CPU): each audio-encoder linear layer and the embedding table / output
     head is held in float16 (nn/compact.py) as soon as its last tensor is read, where float16 holds it
     exactly; their float32 copies never coexist.
+
+    ``mapped``: prefixes of the model's tensor names that may be the file's own pages where held as
+    stored (TensorReader.map; "" any, none for a copy of every tensor).
 
     Nothing is allocated before config.json's sizes are checked against the files' headers (layer
     counts, then every tensor's shape), and every floating tensor is checked for NaN and infinity on
@@ -109,7 +113,7 @@ def load_model(
                 shape = f.shape(ckpt_name)
                 if shape != shapes[ours]:
                     raise WeightsError(f"{path}: tensor {ckpt_name} has shape {shape}, expected {shapes[ours]}")
-                held = [] if ours in at_load else _fill_as_stored(model, f, ours, stored_as, expected, runs)
+                held = [] if ours in at_load else _fill_as_stored(model, f, ours, stored_as, expected, runs, mapped)
                 for name in held:  # stored as held: mapped (no copy at all), or read into the model's tensor
                     if expected[name].is_floating_point():
                         finite.append((path, stored_as[name], _finite(expected[name], name, pending)))
@@ -164,7 +168,13 @@ def load_model(
 
 
 def _fill_as_stored(
-    model: AsrModel, f: TensorReader, name: str, stored_as: dict[str, str], expected: dict, runs: dict
+    model: AsrModel,
+    f: TensorReader,
+    name: str,
+    stored_as: dict[str, str],
+    expected: dict,
+    runs: dict,
+    mapped: tuple[str, ...] = ("",),
 ) -> list[str]:
     """Fill the model's tensor ``name`` from the file where the model holds it exactly as stored (dtype,
     shape, contiguous on the CPU) and return the names filled, or [] for the caller's other ways:
@@ -179,6 +189,8 @@ def _fill_as_stored(
     if tuple(target.shape) != f.shape(stored_as[name]):
         return []
     members = runs.get(name)  # None: it shares its storage in a way a mapping cannot (read into it)
+    if members is not None and not all(m.startswith(mapped) for m in members):
+        members = None  # to be a copy (EngineOptions.map_weights)
     if members is not None and all(m in stored_as and f.has(stored_as[m]) for m in members):
         flat = f.map_run([stored_as[m] for m in members])
         if flat is not None:
