@@ -62,7 +62,7 @@ def load_model(
     exactly; their float32 copies never coexist.
 
     ``mapped``: prefixes of the model's tensor names that may be the file's own pages where held as
-    stored (TensorReader.map; "" any, none for a copy of every tensor).
+    stored (TensorReader.map_run; "" any, none for a copy of every tensor).
 
     Nothing is allocated before config.json's sizes are checked against the files' headers (layer
     counts, then every tensor's shape), and every floating tensor is checked for NaN and infinity on
@@ -181,7 +181,7 @@ def _fill_as_stored(
     - a tensor that shares its storage with others (the rows of a fused q/k/v or gate/up tensor,
       TextDecoder.allocate_fused) is mapped with all of them at once when they are stored one after
       the other in the storage's order (what write_model_folder writes);
-    - a tensor of its own is mapped (TensorReader.map);
+    - a tensor of its own is mapped (TensorReader.map_run);
     - otherwise it is read straight into the model's tensor (one copy, no intermediate)."""
     target = expected[name]
     if target.device.type != "cpu" or target.dtype != f.dtype(stored_as[name]) or not target.is_contiguous():

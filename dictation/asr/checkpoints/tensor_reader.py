@@ -78,22 +78,14 @@ class TensorReader:
         if end - begin != buffer.nbytes or self._file.readinto(buffer) != buffer.nbytes:
             raise WeightsError(f"{self.path}: tensor {name} is truncated (an interrupted download?)")
 
-    def map(self, name: str) -> torch.Tensor | None:
-        """``name`` as a CPU tensor whose memory is the file's own pages: a private copy-on-write mapping
-        of just its bytes, so nothing is copied or zeroed at the load, its pages are the page cache's
-        (read from disk only where not cached), and it is unmapped when the tensor goes. Writing to it
-        changes only this process's copy. None where the platform has no private mappings or the bytes
-        are not aligned to the element size (then :meth:`read_into`). docs/engine.md, "CPU memory"."""
-        stored = self.dtype(name)
-        begin, end = self._entries[name]["data_offsets"]
-        if end - begin != stored.itemsize * _numel(self.shape(name)):
-            raise WeightsError(f"{self.path}: tensor {name} is truncated (an interrupted download?)")
-        flat = self._map(begin, end, stored)
-        return None if flat is None else flat.view(self.shape(name))
-
     def map_run(self, names: list[str]) -> torch.Tensor | None:
-        """The tensors ``names``, of one dtype and stored one after the other in this order, as one flat
-        mapped tensor (:meth:`map`); None if they are not stored so."""
+        """The tensors ``names`` (one, or several of one dtype stored one after the other in this order)
+        as one flat CPU tensor whose memory is the file's own pages: a private copy-on-write mapping of
+        just their bytes, so nothing is copied or zeroed, the pages are the page cache's (read from disk
+        only where not cached), and it is unmapped when the tensor and its views go. Writing to it
+        changes only this process's copy. None where they are not stored so, the platform has no
+        private mappings or the bytes are not aligned to the element size (the caller then reads).
+        docs/engine.md, "CPU memory"."""
         stored = self.dtype(names[0])
         spans = [self._entries[n]["data_offsets"] for n in names]
         for n, (begin, end) in zip(names, spans, strict=True):
