@@ -46,22 +46,23 @@ PREPARED_LOAD_S = 1.0
 # --- children: one engine, one process ---------------------------------------------------------------
 
 
-def _rss() -> int:
+def _status_bytes(field: str) -> int:
+    """A size from this process's /proc/self/status ("VmRSS", "VmHWM"), in bytes."""
     with open("/proc/self/status", encoding="ascii") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _rss() -> int:
+    return _status_bytes("VmRSS")
 
 
 def _peak() -> int:
     """This process's resident high-water mark (VmHWM). Not ``ru_maxrss``: Linux carries that over
     from the forked parent through exec, so a child of a large parent reported the parent's peak."""
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return _status_bytes("VmHWM")
 
 
 def child_ours(a: argparse.Namespace) -> dict:

@@ -99,18 +99,22 @@ def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
 
 
-# The decoder's projections that run fused (asr/nn/decoder.py), each group in its fused row order.
-_FUSED_MEMBERS = {"q_proj": 0, "k_proj": 1, "v_proj": 2, "gate_proj": 0, "up_proj": 1}
+def _fused_members() -> dict[str, int]:
+    """The decoder's projections that run fused, each with its place in its group's fused row order."""
+    from dictation.asr.nn.decoder import MLP, Attention
+
+    return {name: i for group in (Attention.GROUP, MLP.GROUP) for i, name in enumerate(group)}
 
 
 def fused_order_key(name: str) -> str:
     """A sort key that puts each fused group's members next to each other, in the fused order, per stored
     tensor: ``...self_attn.{q,k,v}_proj.weight`` become consecutive, and so do their scales. A file written
     in this order lets the loader map each group's rows as one tensor (safetensors._map_run)."""
+    members = _fused_members()
     parts = name.split(".")
     for i, part in enumerate(parts):
-        if part in _FUSED_MEMBERS:
-            return ".".join([*parts[:i], "\x00fused", *parts[i + 1 :], str(_FUSED_MEMBERS[part])])
+        if part in members:
+            return ".".join([*parts[:i], "\x00fused", *parts[i + 1 :], str(members[part])])
     return name
 
 
@@ -126,7 +130,7 @@ def write_safetensors(
     one at a time, in the file's order; it must have the announced dtype and shape. ``fused_adjacent``:
     within a dtype, names are ordered by :func:`fused_order_key` instead of as the ``safetensors``
     package orders them (any order of the data is valid safetensors; the header gives the offsets)."""
-    named = fused_order_key if fused_adjacent else (lambda name: name)
+    named = fused_order_key if fused_adjacent else str
     order = sorted(specs, key=lambda s: (_DTYPE_ORDER.index(s[1]), named(s[0])))
     header: dict[str, object] = {}
     if metadata:

@@ -43,7 +43,7 @@ def load_model(
     quantize: str | None = None,
     group_size: int | None = None,
     compact: bool = False,
-    mapped: tuple[str, ...] = ("",),
+    mapped: tuple[str, ...] = (),
 ) -> AsrModel:
     """Build the model without initialising it, then fill every parameter from the checkpoint.
 
@@ -62,7 +62,7 @@ def load_model(
     exactly; their float32 copies never coexist.
 
     ``mapped``: prefixes of the model's tensor names that may be the file's own pages where held as
-    stored (TensorReader.map_run; "" any, none for a copy of every tensor).
+    stored (TensorReader.map_run; "" any; by default none: every tensor is a copy).
 
     Nothing is allocated before config.json's sizes are checked against the files' headers (layer
     counts, then every tensor's shape), and every floating tensor is checked for NaN and infinity on
@@ -174,7 +174,7 @@ def _fill_as_stored(
     stored_as: dict[str, str],
     expected: dict,
     runs: dict,
-    mapped: tuple[str, ...] = ("",),
+    mapped: tuple[str, ...],
 ) -> list[str]:
     """Fill the model's tensor ``name`` from the file where the model holds it exactly as stored (dtype,
     shape, contiguous on the CPU) and return the names filled, or [] for the caller's other ways:

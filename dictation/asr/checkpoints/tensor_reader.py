@@ -18,11 +18,6 @@ import torch
 
 from dictation.asr.errors import WeightsError
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)
-
-
 _DTYPES = {
     "BF16": torch.bfloat16,
     "F16": torch.float16,
@@ -89,7 +84,7 @@ class TensorReader:
         stored = self.dtype(names[0])
         spans = [self._entries[n]["data_offsets"] for n in names]
         for n, (begin, end) in zip(names, spans, strict=True):
-            if self.dtype(n) != stored or end - begin != stored.itemsize * _numel(self.shape(n)):
+            if self.dtype(n) != stored or end - begin != stored.itemsize * math.prod(self.shape(n)):
                 return None
         if any(spans[i][1] != spans[i + 1][0] for i in range(len(spans) - 1)):
             return None
