@@ -34,6 +34,7 @@ from dictation.asr.heap import release_freed_memory
 from dictation.asr.limits import check_context, check_max_new_tokens
 from dictation.asr.nn.compact import expand
 from dictation.asr.nn.features import MIN_SAMPLES, LogMel
+from dictation.asr.nn.int8_table import use_int8_head
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE, QUANTIZED, VARIANTS
@@ -234,7 +235,19 @@ class AsrEngine:
         quantized = requested in QUANTIZED or bool(cfg.quantization)
         dtype = _compute_dtype(dtype_opt, device, self.options.model_options, quantized=quantized)
         at_load = requested if quantize_while_reading and requested in QUANTIZED and not cfg.quantization else None
-        # Without adapters, float weights that float16 holds exactly are held so on the CPU (nn/compact.py).
+        # Without adapters, float weights that float16 holds exactly are held so on the CPU (nn/compact.py),
+        # and a quantized model computing in bf16 there reads its head from an int8 copy (nn/int8_table.py):
+        # a decode step then reads only a few rows of the table itself, so it may stay mapped.
+        int8_head = (
+            quantize_while_reading
+            and quantized
+            and device.type == "cpu"
+            and dtype == torch.bfloat16
+            and self.options.model_options.int8_head
+        )
+        mapped = MAPPED_PREFIXES[self.options.map_weights]
+        if int8_head and mapped:
+            mapped = (*mapped, "decoder.embed_tokens.", "lm_head.")
         model = load_model(
             folder,
             cfg,
@@ -243,8 +256,10 @@ class AsrEngine:
             quantize=at_load,
             group_size=self.options.group_size,
             compact=quantize_while_reading,
-            mapped=MAPPED_PREFIXES[self.options.map_weights],
+            mapped=mapped,
         )
+        if int8_head:
+            use_int8_head(model)
         variant = _DTYPE_NAMES[dtype]
         if cfg.quantization:
             variant = cfg.quantization["variant"]  # the folder's metadata decides, never its name

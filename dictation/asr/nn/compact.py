@@ -265,9 +265,14 @@ def compact_module(
 
 def expand(model: nn.Module) -> int:
     """Give every compacted module of ``model`` back as its float32 module; returns how many."""
-    found = [(n, m) for n, m in model.named_modules() if isinstance(m, HalfLinear | HalfTable)]
+    from dictation.asr.nn.int8_table import Int8Table
+
+    found = [(n, m) for n, m in model.named_modules() if isinstance(m, HalfLinear | HalfTable | Int8Table)]
     for name, module in found:
-        if isinstance(module, HalfLinear):
+        if isinstance(module, Int8Table):  # the table as read, in the model's dtype; no int8 copy
+            dtype = model.decoder.norm.weight.dtype
+            new = module.to_linear(dtype) if name == "lm_head" else module.to_embedding(dtype)
+        elif isinstance(module, HalfLinear):
             new: nn.Module = module.to_linear()
         elif name == "lm_head":
             new = module.to_linear()

@@ -14,6 +14,7 @@ from dictation.asr.nn.compact import HalfTable
 from dictation.asr.nn.decoder import TextDecoder, stamp
 from dictation.asr.nn.encoder import AudioEncoder
 from dictation.asr.nn.graphs import DecodeSlot
+from dictation.asr.nn.int8_table import Int8Table
 from dictation.asr.nn.kv_cache import StaticKVCache
 from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.rope import rope_tables
@@ -181,9 +182,10 @@ class AsrModel(nn.Module):
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """``h [..., hidden]`` → logits ``[..., vocab]``: the output head (tied to the embedding table
-        or not; a float16-held table computes the float32 head's argmax, nn/compact.py)."""
+        or not; a float16-held table and an int8 head compute the float32 head's argmax, in float32:
+        nn/compact.py, nn/int8_table.py)."""
         table = self.decoder.embed_tokens if self.lm_head is None else self.lm_head
-        if isinstance(table, HalfTable):
+        if isinstance(table, HalfTable | Int8Table):
             return table.project(h)
         return h @ self.output_weight.T
 

@@ -28,6 +28,9 @@ class ModelOptions:
     rows_bucketed: bool | None = None
     # Capture the bucketed prefills and rows as CUDA graphs (False: run them eagerly).
     prefill_graph: bool = True
+    # On the CPU, a quantized model that computes in bf16 reads its output head from an int8 copy of
+    # the table, re-scoring the rows that could win in float32 (nn/int8_table.py; set when loaded).
+    int8_head: bool = True
     # --- AudioEncoder (encoder.py) ---
     # A clip padded to an encoder bucket of 8-s windows (None: on CUDA only).
     encoder_bucketed: bool | None = None

@@ -1,0 +1,143 @@
+"""The int8 output head (nn/int8_table.py): its error bound holds, its argmax is the float32 head's even
+where the int8 product alone picks another row, and the engine gives a quantized model computing in
+bf16 on the CPU this head, with the table left as the file's pages."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from dictation.asr import AsrEngine, EngineOptions
+from dictation.asr.nn.compact import expand
+from dictation.asr.nn.int8_table import Int8Table, int8_head_usable
+from dictation.asr.nn.options import ModelOptions
+from tests.oracle import synth_audio
+
+pytestmark = pytest.mark.skipif(not int8_head_usable(), reason="no int8 weight-only kernel on this CPU")
+
+
+def _table(rows: int = 4096, width: int = 256, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    # rows of very different magnitudes, so the per-row scales differ by 100x
+    scale = torch.logspace(-2, 0, rows)[torch.randperm(rows, generator=gen)]
+    return (torch.randn(rows, width, generator=gen) * scale[:, None] / 8).bfloat16()
+
+
+def _hidden(width: int, seed: int, outlier: float = 0.0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    h = torch.randn(width, generator=gen) * 3
+    if outlier:
+        h[seed % width] = outlier  # one large channel, as trained models have
+    return h.bfloat16().float()
+
+
+def test_the_error_bound_holds_for_every_row():
+    table = _table()
+    head = Int8Table(table)
+    exact = None
+    for seed in range(12):
+        h = _hidden(table.shape[1], seed, outlier=100.0 if seed % 2 else 0.0)
+        approx = torch._weight_int8pack_mm(h.bfloat16()[None], head.qweight, head.scale).float()[0]
+        exact = table.double() @ h.double()
+        err = (approx.double() - exact).abs()
+        bound = head.error_bound(h, approx).double()
+        assert bool((err <= bound / 2).all()), float((err / bound).max())  # the bound is doubled for safety
+        assert float(err.max()) > 0  # the int8 product is not exact: the bound has work to do
+    assert head.qweight.dtype == torch.int8 and int(head.qweight.abs().max()) <= 127
+    assert bool((head.scale.float() * 127 >= table.float().abs().amax(dim=1)).all())
+
+
+def test_the_argmax_is_the_float32_heads_where_the_int8_product_alone_picks_another_row():
+    """Eight near-equal rows far ahead of the rest, their logits closer than the int8 rounding: the int8
+    product alone picks the wrong one in many trials (the test can tell), the head never does, and
+    it re-scores those eight only. A table of rows that are all alike takes the whole float32 head."""
+    width, rows = 256, 2048
+    wrong_alone = 0
+    for trial in range(40):
+        gen = torch.Generator().manual_seed(trial)
+        h = _hidden(width, 100 + trial, outlier=40.0 if trial % 3 == 0 else 0.0)
+        t = torch.randn(rows, width, generator=gen) / 16
+        near = torch.randperm(rows, generator=gen)[:8]
+        t[near] = (h / h.norm() * 0.5)[None] + torch.randn(8, width, generator=gen) * 1e-3
+        t = t.bfloat16()
+        head = Int8Table(t)
+        exact = t.double() @ h.double()
+        best = int(exact.argmax())
+        approx = torch._weight_int8pack_mm(h.bfloat16()[None], head.qweight, head.scale).float()[0]
+        bound = head.error_bound(h, approx)
+        assert set((approx + bound >= (approx - bound).max()).nonzero().view(-1).tolist()) == set(near.tolist())
+        logits = head.project(h.bfloat16()[None])[0]
+        assert int(logits.argmax()) == best, trial
+        assert torch.equal(logits[near], (t[near].float() @ h).float())
+        assert bool(((logits.double() - exact).abs() <= bound.double()).all())
+        wrong_alone += int(approx.argmax()) != best
+    assert wrong_alone >= 5
+    alike = (torch.randn(width) / 8 + torch.randn(rows, width) * 1e-3).bfloat16()  # every row a candidate
+    h = _hidden(width, 7)
+    logits = Int8Table(alike).project(h.bfloat16()[None])[0]
+    assert torch.allclose(logits.double(), alike.double() @ h.double(), rtol=1e-5, atol=1e-5)
+    assert int(logits.argmax()) == int((alike.double() @ h.double()).argmax())
+
+
+def test_lookups_are_the_table_and_expand_gives_the_modules_back():
+    table = _table(rows=300, width=64)
+    head = Int8Table(table)
+    ids = torch.tensor([[0, 5, 299]])
+    assert torch.equal(head(ids), table[ids])
+    assert set(head.state_dict()) == {"weight"}  # the int8 copy is rebuilt, never saved
+    holder = nn.Module()
+    holder.decoder = nn.Module()
+    holder.decoder.norm = nn.LayerNorm(64, dtype=torch.bfloat16)
+    holder.decoder.embed_tokens = head
+    holder.lm_head = Int8Table(table)
+    assert expand(holder) == 2
+    assert type(holder.decoder.embed_tokens) is nn.Embedding and type(holder.lm_head) is nn.Linear
+    assert torch.equal(holder.decoder.embed_tokens.weight, table)
+    assert torch.equal(holder.lm_head.weight, table)
+
+
+def _mapped_files(address: int) -> set[str]:
+    found = set()
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if low <= address < high and len(fields) == 6:
+                found.add(fields[5].strip())
+    return found
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_prepared_int8_model_in_bf16_reads_its_head_from_an_int8_copy(ckpt_tied, ckpt_untied, tmp_path, tied):
+    """A prepared int8 folder on the CPU computing in bf16 (forced here: CPUs without bf16 instructions
+    compute in float32 and keep their float16 head): the head (the table when tied) is an Int8Table
+    whose table is the file's pages, and the transcript is the one the float head gives."""
+    from dictation.asr.tune.writers import write_quantized_folder
+
+    src = shutil.copytree(ckpt_tied if tied else ckpt_untied, tmp_path / "bf16")
+    path = src / "model.safetensors"
+    tensors = load_file(str(path))
+    save_file({k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}, str(path))
+    out = write_quantized_folder(src, tmp_path / "int8", "int8")
+    audio = synth_audio(3.0, seed=4)
+    options = EngineOptions(model=str(out), device="cpu", model_options=ModelOptions(cpu_bf16_compute=True))
+    texts = {}
+    for int8_head in (True, False):
+        engine = AsrEngine(replace(options, model_options=replace(options.model_options, int8_head=int8_head)))
+        engine.prepare()
+        model = engine.model
+        head = model.decoder.embed_tokens if tied else model.lm_head
+        assert isinstance(head, Int8Table) is int8_head
+        if int8_head:
+            assert _mapped_files(head.weight.data_ptr()) == {str(out / "model.safetensors")}
+            assert head.weight.dtype == torch.bfloat16 and head.qweight.shape == head.weight.shape
+        result = engine.transcribe(audio, language="English", max_new_tokens=12)
+        texts[int8_head] = result.token_ids
+    assert texts[True] == texts[False] and len(texts[True]) > 3
