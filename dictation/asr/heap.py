@@ -1,10 +1,16 @@
-"""The C heap's free pages, handed back to the system."""
+"""The C heap's free pages, handed back to the system; a mapped file's pages, out of the resident set."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import mmap
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def release_freed_memory() -> None:
@@ -26,3 +32,68 @@ def _malloc_trim():
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
+
+
+MADV_DONTNEED = 4  # Linux's value on every architecture torch runs on
+
+
+def file_page_dropper(tensor: torch.Tensor) -> Callable[[torch.Tensor], int] | None:
+    """Where ``tensor`` is an unwritten private mapping of a file (TensorReader.map_run) on Linux: a
+    function that takes the whole pages of a piece of it out of this process's resident memory (they
+    stay in the page cache and come back, with the same bytes, when next read) and returns the bytes
+    dropped. None anywhere else: a copy in the process's own memory (which ``MADV_DONTNEED`` would
+    zero), a written page, another platform.
+
+    For a tensor read whole once (the int8 head's table, quantized at load) and from then on a few rows
+    at a time: counted as resident, its pages would overstate what the process holds."""
+    if sys.platform != "linux" or tensor.device.type != "cpu" or not tensor.is_contiguous():
+        return None
+    madvise = _madvise()
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    if madvise is None or end <= start or not _private_file_mapping(start, end):
+        return None
+
+    def drop(piece: torch.Tensor) -> int:
+        begin = piece.data_ptr()
+        finish = begin + piece.numel() * piece.element_size()
+        if not (start <= begin and finish <= end and piece.is_contiguous()):
+            raise ValueError("a piece to drop must be a contiguous part of the tensor")
+        page = mmap.PAGESIZE
+        low, high = -(-begin // page) * page, finish // page * page  # whole pages: neighbours keep theirs
+        if high <= low or madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) != 0:
+            return 0
+        return high - low
+
+    return drop
+
+
+def _private_file_mapping(low: int, high: int) -> bool:
+    """Whether [low, high) lies in one private, file-backed mapping that was never written (/proc/self/maps
+    and /proc/self/smaps: a written page would be anonymous, its changes lost to MADV_DONTNEED)."""
+    try:
+        with open("/proc/self/smaps", encoding="ascii", errors="replace") as smaps:
+            inside = False
+            for line in smaps:
+                fields = line.split()
+                if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header line
+                    begin, finish = (int(x, 16) for x in fields[0].split("-"))
+                    inside = begin <= low and high <= finish
+                    if inside and (len(fields) < 6 or not fields[1].endswith("p") or fields[4] == "0"):
+                        return False  # anonymous or shared: not a private file mapping
+                elif inside and fields[0] == "Anonymous:":
+                    return int(fields[1]) == 0
+    except OSError:
+        return False
+    return False
+
+
+@functools.cache
+def _madvise():
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    return madvise

@@ -141,3 +141,36 @@ def test_a_prepared_int8_model_in_bf16_reads_its_head_from_an_int8_copy(ckpt_tie
         result = engine.transcribe(audio, language="English", max_new_tokens=12)
         texts[int8_head] = result.token_ids
     assert texts[True] == texts[False] and len(texts[True]) > 3
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+def test_a_mapped_tables_pages_leave_the_resident_set_with_their_bytes_kept(tmp_path):
+    """``heap.file_page_dropper``, which the int8 head's build uses on its table: a mapped tensor's pages
+    stop counting as resident and read back the same; a copy, or a mapping written to, is refused
+    (``MADV_DONTNEED`` would zero the one and lose the other's changes)."""
+    from dictation.asr.checkpoints.tensor_reader import TensorReader
+    from dictation.asr.heap import file_page_dropper
+
+    table = torch.randn(4096, 1024)  # 16 MiB
+    save_file({"t": table}, str(tmp_path / "t.safetensors"))
+    with TensorReader(tmp_path / "t.safetensors") as f:
+        mapped = f.map_run(["t"]).view(4096, 1024)
+    assert torch.equal(mapped, table)  # every page read: resident
+    before = _resident_bytes()
+    drop = file_page_dropper(mapped)
+    assert drop is not None
+    dropped = sum(drop(mapped[i : i + 1024]) for i in range(0, 4096, 1024))
+    assert dropped >= table.nbytes - 4 * 4096 * 2  # whole pages of each piece
+    assert before - _resident_bytes() >= table.nbytes // 2
+    assert torch.equal(mapped, table)  # read back from the page cache
+    assert file_page_dropper(table) is None  # the process's own memory
+    mapped[0, 0] = 1.0  # a written page is this process's own now
+    assert file_page_dropper(mapped) is None

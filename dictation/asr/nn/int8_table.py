@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dictation.asr.heap import file_page_dropper
+
 # More candidate rows than this share of the vocabulary are not re-scored one by one: the whole head is
 # then computed in float32 (only reached with logits far flatter than a trained model gives).
 MAX_CANDIDATE_SHARE = 1 / 64
@@ -57,6 +59,8 @@ class Int8Table(nn.Module):
         scale = torch.empty(rows, dtype=torch.bfloat16)
         qnorm = torch.empty(rows)
         buf = torch.empty(min(rows, BUILD_ROWS), width)
+        # Read whole once, here, then a few rows a step: a mapped table's pages need not stay resident.
+        drop = file_page_dropper(self.weight)
         for start in range(0, rows, BUILD_ROWS):
             w = buf[: min(BUILD_ROWS, rows - start)]
             w.copy_(self.weight[start : start + w.shape[0]])
@@ -67,6 +71,8 @@ class Int8Table(nn.Module):
             q[start : start + w.shape[0]].copy_(w)
             scale[start : start + w.shape[0]] = s
             torch.linalg.vector_norm(w, dim=1, out=qnorm[start : start + w.shape[0]])
+            if drop is not None:
+                drop(self.weight[start : start + w.shape[0]])
         self.qweight, self.scale, self.qnorm = q, scale, qnorm
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
