@@ -1,6 +1,7 @@
-"""The int8 output head (nn/int8_table.py): its error bound holds, its argmax is the float32 head's even
-where the int8 product alone picks another row, and the engine gives a quantized model computing in
-bf16 on the CPU this head, with the table left as the file's pages."""
+"""The int8 output head (nn/int8_table.py): its error bound holds with either kernel (torch's, and
+oneDNN's on prepacked pieces), its argmax is the float32 head's even where the int8 product alone
+picks another row, and the engine gives a quantized model computing in bf16 on the CPU this head, with
+the table left as the file's pages."""
 
 from __future__ import annotations
 
@@ -15,11 +16,22 @@ from torch import nn
 
 from dictation.asr import AsrEngine, EngineOptions
 from dictation.asr.nn.compact import expand
-from dictation.asr.nn.int8_table import Int8Table, int8_head_usable
+from dictation.asr.nn.int8_table import Int8Table, int8_head_usable, onednn_head_usable, two_rows
 from dictation.asr.nn.options import ModelOptions
 from tests.oracle import synth_audio
 
 pytestmark = pytest.mark.skipif(not int8_head_usable(), reason="no int8 weight-only kernel on this CPU")
+
+
+KERNELS = ["torch", pytest.param("onednn", marks=pytest.mark.skipif(not onednn_head_usable(), reason="no oneDNN"))]
+
+
+def _head(table: torch.Tensor, kernel: str) -> Int8Table:
+    """The head with every piece on ``kernel``: torch's int8 kernel, or oneDNN's once prepacked."""
+    head = Int8Table(table, prepack=kernel == "onednn")
+    head.wait_prepacked()
+    assert all(p is None for p in head._plain) is (kernel == "onednn")
+    return head
 
 
 def _table(rows: int = 4096, width: int = 256, seed: int = 0) -> torch.Tensor:
@@ -37,23 +49,36 @@ def _hidden(width: int, seed: int, outlier: float = 0.0) -> torch.Tensor:
     return h.bfloat16().float()
 
 
-def test_the_error_bound_holds_for_every_row():
-    table = _table()
-    head = Int8Table(table)
-    exact = None
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_error_bound_holds_for_every_row(kernel):
+    table = _table(rows=40000)  # three pieces, the last one short
+    head = _head(table, kernel)
     for seed in range(12):
         h = _hidden(table.shape[1], seed, outlier=100.0 if seed % 2 else 0.0)
-        approx = torch._weight_int8pack_mm(h.bfloat16()[None], head.qweight, head.scale).float()[0]
+        if seed % 3 == 0:
+            h = h + torch.randn(h.shape, generator=torch.Generator().manual_seed(seed)) * 1e-3  # not bf16
+        approx, rounding = head.approx(h[None])
         exact = table.double() @ h.double()
-        err = (approx.double() - exact).abs()
-        bound = head.error_bound(h, approx).double()
+        err = (approx[0].double() - exact).abs()
+        bound = head.error_bound(h, approx[0], rounding[0]).double()
         assert bool((err <= bound / 2).all()), float((err / bound).max())  # the bound is doubled for safety
         assert float(err.max()) > 0  # the int8 product is not exact: the bound has work to do
-    assert head.qweight.dtype == torch.int8 and int(head.qweight.abs().max()) <= 127
     assert bool((head.scale.float() * 127 >= table.float().abs().amax(dim=1)).all())
 
 
-def test_the_argmax_is_the_float32_heads_where_the_int8_product_alone_picks_another_row():
+def test_two_rows_hold_the_hidden_state_to_half_the_second_step():
+    gen = torch.Generator().manual_seed(2)
+    h = torch.randn(3, 512, generator=gen) * torch.tensor([[1.0], [300.0], [1e-3]])
+    rows, steps, left = two_rows(h)
+    assert rows.dtype == torch.uint8 and rows.shape == (6, 512)
+    q = rows.view(3, 2, 512).double() - 128
+    held = q[:, 0] * steps[:, :1].double() + q[:, 1] * steps[:, 1:].double()
+    assert bool(((h.double() - held).abs() <= steps[:, 1:].double() / 2 * (1 + 1e-6)).all())
+    assert torch.allclose((h.double() - held).norm(dim=1), left.double(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_argmax_is_the_float32_heads_where_the_int8_product_alone_picks_another_row(kernel):
     """Eight near-equal rows far ahead of the rest, their logits closer than the int8 rounding: the int8
     product alone picks the wrong one in many trials (the test can tell), the head never does, and
     it re-scores those eight only. A table of rows that are all alike takes the whole float32 head."""
@@ -66,11 +91,12 @@ def test_the_argmax_is_the_float32_heads_where_the_int8_product_alone_picks_anot
         near = torch.randperm(rows, generator=gen)[:8]
         t[near] = (h / h.norm() * 0.5)[None] + torch.randn(8, width, generator=gen) * 1e-3
         t = t.bfloat16()
-        head = Int8Table(t)
+        head = _head(t, kernel)
         exact = t.double() @ h.double()
         best = int(exact.argmax())
-        approx = torch._weight_int8pack_mm(h.bfloat16()[None], head.qweight, head.scale).float()[0]
-        bound = head.error_bound(h, approx)
+        approx, rounding = head.approx(h[None])
+        approx = approx[0]
+        bound = head.error_bound(h, approx, rounding[0])
         assert set((approx + bound >= (approx - bound).max()).nonzero().view(-1).tolist()) == set(near.tolist())
         logits = head.project(h.bfloat16()[None])[0]
         assert int(logits.argmax()) == best, trial
@@ -80,14 +106,14 @@ def test_the_argmax_is_the_float32_heads_where_the_int8_product_alone_picks_anot
     assert wrong_alone >= 5
     alike = (torch.randn(width) / 8 + torch.randn(rows, width) * 1e-3).bfloat16()  # every row a candidate
     h = _hidden(width, 7)
-    logits = Int8Table(alike).project(h.bfloat16()[None])[0]
+    logits = _head(alike, kernel).project(h.bfloat16()[None])[0]
     assert torch.allclose(logits.double(), alike.double() @ h.double(), rtol=1e-5, atol=1e-5)
     assert int(logits.argmax()) == int((alike.double() @ h.double()).argmax())
 
 
 def test_lookups_are_the_table_and_expand_gives_the_modules_back():
     table = _table(rows=300, width=64)
-    head = Int8Table(table)
+    head = Int8Table(table, prepack=False)
     ids = torch.tensor([[0, 5, 299]])
     assert torch.equal(head(ids), table[ids])
     assert set(head.state_dict()) == {"weight"}  # the int8 copy is rebuilt, never saved
@@ -95,7 +121,7 @@ def test_lookups_are_the_table_and_expand_gives_the_modules_back():
     holder.decoder = nn.Module()
     holder.decoder.norm = nn.LayerNorm(64, dtype=torch.bfloat16)
     holder.decoder.embed_tokens = head
-    holder.lm_head = Int8Table(table)
+    holder.lm_head = Int8Table(table, prepack=False)
     assert expand(holder) == 2
     assert type(holder.decoder.embed_tokens) is nn.Embedding and type(holder.lm_head) is nn.Linear
     assert torch.equal(holder.decoder.embed_tokens.weight, table)
@@ -137,7 +163,7 @@ def test_a_prepared_int8_model_in_bf16_reads_its_head_from_an_int8_copy(ckpt_tie
         assert isinstance(head, Int8Table) is int8_head
         if int8_head:
             assert _mapped_files(head.weight.data_ptr()) == {str(out / "model.safetensors")}
-            assert head.weight.dtype == torch.bfloat16 and head.qweight.shape == head.weight.shape
+            assert head.weight.dtype == torch.bfloat16 and head.nbytes == head.weight.numel()
         result = engine.transcribe(audio, language="English", max_new_tokens=12)
         texts[int8_head] = result.token_ids
     assert texts[True] == texts[False] and len(texts[True]) > 3
