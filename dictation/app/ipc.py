@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import sys
+import weakref
 from collections.abc import Callable
 
 import shiboken6
@@ -80,6 +81,12 @@ class IpcServer(QObject):
             self._server.close()
 
     def _accept(self) -> None:
+        # What a connection holds (its slots, its timers, the `answer` handed to the handler) refers to
+        # this server weakly. Qt frees those when it destroys the connection; a strong reference there
+        # could be this server's last one when nothing else holds it (a caller that closed and dropped
+        # it while a connection's deleteLater was pending). The server would then be freed in the middle
+        # of its child's destructor, and delete that child a second time (a segmentation fault).
+        me = weakref.ref(self)
         while (conn := self._server.nextPendingConnection()) is not None:
             conn.setParent(self)
             buffer = bytearray()
@@ -88,14 +95,23 @@ class IpcServer(QObject):
                 buffer += bytes(conn.readAll().data())
                 if b"\n" in buffer or len(buffer) > _MAX_REQUEST:
                     conn.readyRead.disconnect()
-                    self._forget(conn)
-                    self._answer(conn, bytes(buffer).split(b"\n", 1)[0])
+                    if (server := me()) is not None:
+                        server._forget(conn)
+                        server._answer(conn, bytes(buffer).split(b"\n", 1)[0])
+
+            def forget(conn: QLocalSocket = conn) -> None:
+                if (server := me()) is not None:
+                    server._forget(conn)
+
+            def drop_idle(conn: QLocalSocket = conn) -> None:
+                if (server := me()) is not None:
+                    server._drop(conn, "idle")
 
             self._waiting.append(conn)
             conn.readyRead.connect(on_ready)
-            conn.disconnected.connect(lambda conn=conn: self._forget(conn))
+            conn.disconnected.connect(forget)
             conn.disconnected.connect(conn.deleteLater)
-            QTimer.singleShot(round(IDLE_LIMIT_S * 1000), conn, lambda conn=conn: self._drop(conn, "idle"))
+            QTimer.singleShot(round(IDLE_LIMIT_S * 1000), conn, drop_idle)
             if conn.bytesAvailable():
                 on_ready()
         while len(self._waiting) > MAX_WAITING:
@@ -121,7 +137,7 @@ class IpcServer(QObject):
                 raise TypeError
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError):
             # RecursionError: JSON nested deeper than the parser's recursion limit ("[[[[...").
-            self._reply(conn, {"ok": False, "message": 'bad request: expected one JSON line {"command": ...}'})
+            _reply(conn, {"ok": False, "message": 'bad request: expected one JSON line {"command": ...}'})
             return
         sent = request.get("sent")
         if isinstance(sent, bool) or not isinstance(sent, (int, float)) or not math.isfinite(sent):
@@ -132,7 +148,7 @@ class IpcServer(QObject):
             nonlocal answered
             if not answered and shiboken6.isValid(conn):  # the client may have gone meanwhile
                 answered = True
-                self._reply(conn, reply)
+                _reply(conn, reply)  # not self's: this closure may outlive the server (see _accept)
 
         try:
             reply = self.handler(command, sent, answer)
@@ -145,8 +161,8 @@ class IpcServer(QObject):
         late = {"ok": False, "message": f"{command}: the app did not answer within {DEFERRED_LIMIT_S:g} s"}
         QTimer.singleShot(round(DEFERRED_LIMIT_S * 1000), conn, lambda: answer(late))
 
-    @staticmethod
-    def _reply(conn: QLocalSocket, reply: dict) -> None:
-        conn.write((json.dumps(reply, ensure_ascii=False) + "\n").encode("utf-8"))
-        conn.flush()
-        conn.disconnectFromServer()
+
+def _reply(conn: QLocalSocket, reply: dict) -> None:
+    conn.write((json.dumps(reply, ensure_ascii=False) + "\n").encode("utf-8"))
+    conn.flush()
+    conn.disconnectFromServer()
