@@ -277,9 +277,19 @@ class OursBench:
 
 def decode_weight_bytes(model: Any) -> int:
     """Weight bytes one decode step of our model reads (quantized layers as stored): the decoder without
-    its embedding table (one row is gathered), plus the output head."""
+    its embedding table (one row is gathered), plus the output head (an int8 head's int8 copy and
+    scales: nn/int8_table.py; the few table rows it re-scores are left out)."""
+    from dictation.asr.nn.int8_table import Int8Table
     from dictation.asr.tune.quantize import weight_bytes
 
-    embed = model.decoder.embed_tokens.weight
-    head = model.output_weight
-    return weight_bytes(model.decoder) - embed.numel() * embed.element_size() + head.numel() * head.element_size()
+    embed = model.decoder.embed_tokens
+    head_module = embed if model.lm_head is None else model.lm_head
+    table = embed.weight.numel() * embed.weight.element_size()
+    decoder = weight_bytes(model.decoder) - table
+    if isinstance(embed, Int8Table):
+        decoder -= embed.nbytes  # counted by weight_bytes as the module's own
+    if isinstance(head_module, Int8Table):
+        head = head_module.nbytes + head_module.scale.numel() * head_module.scale.element_size()
+    else:
+        head = model.output_weight.numel() * model.output_weight.element_size()
+    return decoder + head

@@ -18,6 +18,7 @@ from dictation.asr import AsrEngine, EngineOptions
 from dictation.asr.nn.compact import expand
 from dictation.asr.nn.int8_table import Int8Table, int8_head_usable, onednn_head_usable, two_rows
 from dictation.asr.nn.options import ModelOptions
+from dictation.bench.ours import decode_weight_bytes
 from tests.oracle import synth_audio
 
 pytestmark = pytest.mark.skipif(not int8_head_usable(), reason="no int8 weight-only kernel on this CPU")
@@ -154,7 +155,7 @@ def test_a_prepared_int8_model_in_bf16_reads_its_head_from_an_int8_copy(ckpt_tie
     out = write_quantized_folder(src, tmp_path / "int8", "int8")
     audio = synth_audio(3.0, seed=4)
     options = EngineOptions(model=str(out), device="cpu", model_options=ModelOptions(cpu_bf16_compute=True))
-    texts = {}
+    texts, step_bytes = {}, {}
     for int8_head in (True, False):
         engine = AsrEngine(replace(options, model_options=replace(options.model_options, int8_head=int8_head)))
         engine.prepare()
@@ -166,7 +167,11 @@ def test_a_prepared_int8_model_in_bf16_reads_its_head_from_an_int8_copy(ckpt_tie
             assert head.weight.dtype == torch.bfloat16 and head.nbytes == head.weight.numel()
         result = engine.transcribe(audio, language="English", max_new_tokens=12)
         texts[int8_head] = result.token_ids
+        step_bytes[int8_head] = decode_weight_bytes(model)
+        rows, width = model.output_weight.shape
     assert texts[True] == texts[False] and len(texts[True]) > 3
+    # what a step reads: the head's int8 copy and bf16 scales instead of its bf16 table
+    assert step_bytes[False] - step_bytes[True] == rows * width * 2 - (rows * width + rows * 2)
 
 
 def _resident_bytes() -> int:
