@@ -39,6 +39,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from dictation import __version__
+from dictation.app import qt_refs
 
 if TYPE_CHECKING:
     from dictation.config.history import History
@@ -237,6 +238,7 @@ def start(verbose: bool = False, early: Early | None = None) -> App | int:
     bridge, log_path = setup_logging(verbose)
     if early is not None:
         early.release_log()
+    qt_refs.guard()  # before the app's Qt calls and threads: a PySide6 that loses references to None aborts 3.11
 
     try:
         if early is not None and early.instance_error is not None:
