@@ -34,7 +34,7 @@ from dictation.asr.heap import release_freed_memory
 from dictation.asr.limits import check_context, check_max_new_tokens
 from dictation.asr.nn.compact import expand
 from dictation.asr.nn.features import MIN_SAMPLES, LogMel
-from dictation.asr.nn.int8_table import use_int8_head
+from dictation.asr.nn.int8_table import Int8Table, use_int8_head
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE, QUANTIZED, VARIANTS
@@ -339,7 +339,8 @@ class AsrEngine:
         """One short pass over quiet noise, its output discarded, so that the first dictation does
         not pay for one-time set-up: kernel selection and loading, the int4 kernels' packed layouts,
         the CUDA graph captures (the decode step, and the encoder, the prefill and the rows after a
-        cached prompt for every bucket: ``AsrModel.prepare_graphs``), and a KV cache of
+        cached prompt for every bucket: ``AsrModel.prepare_graphs``), the int8 head's oneDNN layout
+        (``Int8Table.prepack``), and a KV cache of
         ``WARM_UP_CACHE`` positions (utterances up to about 40 s fit without growing it, so the
         captured decode step is kept). Returns its seconds."""
         with self._lock:
@@ -350,6 +351,9 @@ class AsrEngine:
             noise = (1e-3 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(np.float32)
             self._pipeline.run(noise, None, "", WARM_UP_TOKENS, quiet=True)  # greedy syncs at its end
             self._model.prepare_graphs()  # CUDA: the encoder, prefill and row graphs of every bucket
+            for module in self._model.modules():
+                if isinstance(module, Int8Table):
+                    module.prepack()  # the int8 head on oneDNN (nn/int8_table.py): 0.3 s for the 0.6B
             sync_device(self._model.device)
             self._release_on_cpu()
             return time.perf_counter() - t0

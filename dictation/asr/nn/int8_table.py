@@ -8,22 +8,21 @@ touch only a few rows of it, so the loader may leave it mapped from the file) an
 one scale per row (148 MiB), made once at load.
 
 The int8 product comes from one of two kernels, piece by piece of the table (:data:`PIECE_ROWS`
-rows). Right after the build, torch's int8 weight-only kernel (``_weight_int8pack_mm``) on the hidden
-state rounded to bf16. Meanwhile a thread prepacks each piece for oneDNN's int8 linear
-(``torch.ops.onednn.qlinear_pointwise``, 1.5-2x faster for this shape; the packing costs 0.3 s for the
-0.6B, so it is not done in the load's time) and hands it over, dropping the piece's plain copy; the
-hidden state then goes in as two int8 rows, its rounding and the remainder (:func:`two_rows`), whose
-integer products are exact. Every error of either product is bounded per row
-(:meth:`Int8Table.error_bound`, one bound valid for both), and every row whose logit could be the
-largest within those bounds is computed again from the table in float32. So the argmax, which greedy
-decoding takes, is the float32 head's over the table whichever kernel ran, and every other logit is
-within its bound.
+rows). After the build, torch's int8 weight-only kernel (``_weight_int8pack_mm``) on the hidden state
+rounded to bf16. :meth:`Int8Table.prepack` (the engine's warm-up, where the app pays its one-time
+set-up) hands each piece over to oneDNN's int8 linear (``torch.ops.onednn.qlinear_pointwise``, 1.5-2x
+faster for this shape; packing costs 0.3 s for the 0.6B, which a one-shot transcription does not win
+back), dropping the piece's plain copy; the hidden state then goes in as two int8 rows, its rounding
+and the remainder (:func:`two_rows`), whose integer products are exact. Every error of either product
+is bounded per row (:meth:`Int8Table.error_bound`, one bound valid for both), and every row whose
+logit could be the largest within those bounds is computed again from the table in float32. So the
+argmax, which greedy decoding takes, is the float32 head's over the table whichever kernel ran, and
+every other logit is within its bound.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 
 import torch
 import torch.nn.functional as F
@@ -43,8 +42,7 @@ class Int8Table(nn.Module):
     """A token table ``[rows, width]`` (``weight``, as read) and its int8 copy: an embedding
     (:meth:`forward`) and, tied or not, the output head (:meth:`project`)."""
 
-    def __init__(self, weight: torch.Tensor, *, prepack: bool = True) -> None:
-        """``prepack``: hand the pieces over to oneDNN in a thread where it is usable (module docstring)."""
+    def __init__(self, weight: torch.Tensor) -> None:
         super().__init__()
         if weight.dim() != 2 or weight.device.type != "cpu":
             raise ValueError(f"an int8 table needs a 2-D CPU table, got {tuple(weight.shape)} on {weight.device}")
@@ -53,15 +51,11 @@ class Int8Table(nn.Module):
         # What bounds the int8 copy's error, made by build(); not saved (the state dict is the table).
         self.register_buffer("scale", torch.empty(0, dtype=torch.bfloat16), persistent=False)
         self.register_buffer("qnorm", torch.empty(0), persistent=False)  # ||q_row||_2, float32
-        # The int8 copy, a piece of PIECE_ROWS rows each: plain (torch's kernel) until its oneDNN
-        # prepacked form is in ``_packed`` (the packing thread sets that first, then drops the plain one).
+        # The int8 copy, a piece of PIECE_ROWS rows each: plain (torch's kernel) until prepack() puts its
+        # oneDNN form in ``_packed`` and drops the plain one.
         self._plain: list[torch.Tensor | None] = []
         self._packed: list[torch.Tensor | None] = []
-        self._packer: threading.Thread | None = None
         self.build()
-        if prepack and onednn_head_usable():
-            self._packer = threading.Thread(target=self._prepack, name="int8-head-prepack")
-            self._packer.start()
 
     @property
     def dtype(self) -> torch.dtype:
@@ -103,22 +97,23 @@ class Int8Table(nn.Module):
         self._plain, self._packed = pieces, [None] * len(pieces)
         self._scale32 = scale.float()
 
-    def _prepack(self) -> None:
-        """The packing thread: each piece prepacked for oneDNN, then handed over (module docstring)."""
+    def prepack(self) -> bool:
+        """Hand every piece over to oneDNN's int8 linear where it is usable here (module docstring):
+        prepacked, then its plain copy dropped. True if every piece is on oneDNN."""
+        if not onednn_head_usable():
+            return False
+        return self._prepack()
+
+    def _prepack(self) -> bool:
         for i, plain in enumerate(self._plain):
             if plain is None:
                 continue
             try:
-                packed = torch.ops.onednn.qlinear_prepack(plain, [2, self.embedding_dim])
-            except RuntimeError:  # no oneDNN int8 here after all: the plain pieces stay
-                return
-            self._packed[i] = packed  # first the packed piece, then the plain one goes (see approx)
+                self._packed[i] = torch.ops.onednn.qlinear_prepack(plain, [2, self.embedding_dim])
+            except RuntimeError:  # no oneDNN int8 for this piece after all: the plain pieces stay
+                return False
             self._plain[i] = None
-
-    def wait_prepacked(self) -> None:
-        """Until the packing thread is done (tests, benchmarks)."""
-        if self._packer is not None:
-            self._packer.join()
+        return True
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.weight)
@@ -131,11 +126,9 @@ class Int8Table(nn.Module):
         h16 = h2d.bfloat16()
         rounding = (h2d - h16.float()).norm(dim=1)
         rows = None
-        for i in range(len(self._plain)):
+        for i, (plain, packed) in enumerate(zip(self._plain, self._packed, strict=True)):
             lo = i * PIECE_ROWS
-            plain = self._plain[i]  # read before the packed piece: the thread sets that one first
-            packed = self._packed[i]
-            n = (plain if packed is None else self._scale32[lo : lo + PIECE_ROWS]).shape[0]
+            n = min(PIECE_ROWS, self.num_embeddings - lo)
             if packed is None:
                 out[:, lo : lo + n] = torch._weight_int8pack_mm(h16, plain, self.scale[lo : lo + n])
                 continue
@@ -240,7 +233,7 @@ def int8_head_usable() -> bool:
     :meth:`Int8Table.error_bound` (a quarter of it); checked once on a small random table."""
     table, h = _probe_table()
     try:
-        return _within_bound(Int8Table(table, prepack=False), table, h)
+        return _within_bound(Int8Table(table), table, h)
     except RuntimeError:
         return False
 
@@ -253,9 +246,8 @@ def onednn_head_usable() -> bool:
         return False
     table, h = _probe_table()
     try:
-        head = Int8Table(table, prepack=False)
-        head._prepack()
-        return head._packed[0] is not None and _within_bound(head, table, h)
+        head = Int8Table(table)
+        return head._prepack() and _within_bound(head, table, h)
     except (RuntimeError, AttributeError):
         return False
 
