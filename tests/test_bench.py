@@ -62,7 +62,14 @@ def test_every_variant_is_timed_with_positive_stages(variants_run):
 def test_weight_memory_shrinks_with_precision(variants_run):
     res = variants_run[0]["results"][0]
     weights = {v: res["ours"][v]["weight_bytes"] for v in ("fp32", "int8", "int4")}
-    assert weights["int4"] < weights["int8"] < weights["fp32"]
+    steps = {v: res["ours"][v]["decode_weight_bytes"] for v in ("fp32", "int8", "int4")}
+    assert steps["int4"] < steps["int8"] < steps["fp32"]  # what a decode step reads
+    # Held in all: the tiny model is mostly its table (151936 x 64), and on a CPU computing quantized
+    # models in bf16 their int8 head adds an int8 copy of it (nn/int8_table.py), more than the
+    # tiny int8 layers save; without that head int8 holds less than fp32.
+    assert weights["int4"] < weights["int8"]
+    if steps["fp32"] - steps["int8"] < 151936 * 64:  # the int8 variant's head is its float table
+        assert weights["int8"] < weights["fp32"]
     for variant in ("int8", "int4"):  # the pre-quantized folder loads to the same weights
         pre = res["ours"][variant]["prequantized"]
         assert pre["load_s"] > 0 and pre["weight_bytes"] == weights[variant] and pre["disk_bytes"] > 0

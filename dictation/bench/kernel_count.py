@@ -31,7 +31,9 @@ _NOT_KERNELS |= {"detach_", "alias", "_local_scalar_dense", "sym_size", "sym_str
 
 def _storages(value) -> set[int]:
     if isinstance(value, torch.Tensor):
-        return {value.untyped_storage().data_ptr()} if value.device.type != "meta" else set()
+        if value.device.type == "meta" or value.is_mkldnn:  # oneDNN's packed weights have no storage
+            return set()
+        return {value.untyped_storage().data_ptr()}
     if isinstance(value, (list, tuple)):
         return set().union(*(_storages(v) for v in value)) if value else set()
     return set()
