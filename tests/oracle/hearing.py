@@ -41,7 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tests.oracle.checkpoints import ACTIVE_STD, INACTIVE_STD, build_tiny_checkpoint
+from tests.oracle.checkpoints import ACTIVE_STD, INACTIVE_STD, _write_tokenizer, build_tiny_checkpoint
 
 _FORMAT_VERSION = 5  # bump when the training changes (invalidates cached_hearing_checkpoint folders)
 
@@ -100,28 +100,15 @@ def sentence(word: str) -> str:
     return word[:1].upper() + word[1:] + "."
 
 
-def head_tokens(texts) -> tuple[int, ...]:
+def head_tokens(folder: Path, texts) -> tuple[int, ...]:
     """The ids the head must let win to say ``texts`` as transcripts (``language English<asr_text>``
-    before them, ``<|im_end|>`` after)."""
+    before them, ``<|im_end|>`` after), by the tokenizer in ``folder``."""
     from dictation.asr.text.prompt import PromptBuilder
     from dictation.asr.tune.data import target_text
 
-    prompt = PromptBuilder.from_folder(_tokenizer_folder())
+    prompt = PromptBuilder.from_folder(folder)
     ids = {t for text in texts for t in prompt.encode(target_text(text, "English"))}
     return tuple(sorted(ids | {prompt.special.im_end}))
-
-
-_TOKENIZER: Path | None = None
-
-
-def _tokenizer_folder() -> Path:
-    """A folder with the tiny checkpoint's tokenizer files (a throwaway tiny checkpoint)."""
-    global _TOKENIZER
-    if _TOKENIZER is None or not _TOKENIZER.is_dir():
-        import tempfile
-
-        _TOKENIZER = build_tiny_checkpoint(Path(tempfile.mkdtemp(prefix="tiny-tokenizer-")))
-    return _TOKENIZER
 
 
 def build_hearing_checkpoint(
@@ -157,8 +144,11 @@ def build_hearing_checkpoint(
     t0 = time.perf_counter()
     out = Path(out)
     texts = [sentence(w) for w in words]
+    out.mkdir(parents=True, exist_ok=True)
+    _write_tokenizer(out, tokenizer_json=False)  # the tokenizer first, to know which rows the head needs
+    active = torch.tensor(head_tokens(out, [*texts, *say]))
     build_tiny_checkpoint(
-        out, tie_word_embeddings=False, extra_active=head_tokens([*texts, *say]), qk_norm_gain=1.0, seed=seed
+        out, tie_word_embeddings=False, extra_active=tuple(active.tolist()), qk_norm_gain=1.0, seed=seed
     )
     cfg = AsrConfig.from_file(out / "config.json")
     model = load_model(out, cfg, torch.device("cpu"), torch.float32)
@@ -180,7 +170,6 @@ def build_hearing_checkpoint(
     # set are made as small as its inactive ones. Trained against those rows alone (the others never
     # win), a head of a few dozen rows instead of the whole vocabulary.
     full_head = model.lm_head
-    active = torch.tensor(head_tokens([*texts, *say]))
     with torch.no_grad():
         keep = full_head.weight[active].clone()
         full_head.weight.mul_(INACTIVE_STD / ACTIVE_STD)
@@ -213,7 +202,7 @@ def build_hearing_checkpoint(
         p for name, p in model.named_parameters() if not name.endswith(("embed_tokens.weight", "lm_head.weight"))
     ]
     # the head's rows of the base texts' tokens are trained too; those only ``say`` has stay as made
-    base_rows = torch.isin(active, torch.tensor(head_tokens(texts))).float()[:, None]
+    base_rows = torch.isin(active, torch.tensor(head_tokens(out, texts))).float()[:, None]
     trained.append(model.lm_head.weight)
     for p in trained:
         p.requires_grad_(True)
