@@ -25,7 +25,7 @@ Results: benchmarks/results/generalise-2026-12-02.md.
 
 ``--base hearing``: the same question on a base that hears (``tests/oracle/hearing.py``: the tiny model
 trained end to end on ordinary words in six voices and three rates, at most ``--base-steps``, seeded),
-as tests/asr/test_generalise.py asks it: six made-up words said once each in one voice and rate, an
+as the issue's test would ask it: six made-up words said once each in one voice and rate, an
 adapter with the right labels and one with garbled labels (each clip labelled with the word two on),
 and the CERs on the same words in a rate, a voice and an accent never trained on. Results:
 benchmarks/results/generalise-2026-12-02b.md.

@@ -52,7 +52,7 @@ BASE_WORDS = (
 )  # fmt: skip
 BASE_VOICES = ("en-us", "en-gb", "en-us+m3", "en-gb+f2", "en-us+f4", "en-gb-scotland")
 BASE_RATES = (120, 170, 220)
-# What an adapter is taught on the base (tests/asr/test_generalise.py): made-up words, said once each
+# What an adapter is taught on the base (benchmarks/generalise.py --base hearing): made-up words, said once each
 # in one voice and rate, and held out: the same words in a rate, a voice and an accent it never
 # trained on (nor did the base, which knew en-us+m3 at 120, 170 and 220 words a minute).
 NEW_WORDS = ("zorvath", "quenlix", "mirabon", "tesselka", "obrund", "plimsot")
