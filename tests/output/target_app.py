@@ -19,6 +19,9 @@ TITLE = "dictation-output-target"
 def main() -> None:
     out = sys.argv[1]
     app = QApplication(sys.argv[:1])
+    # Its Wayland app_id: Qt otherwise derives one from the executable, "python" or "python3"
+    # depending on the PySide6 release.
+    app.setDesktopFileName(TITLE)
     edit = QPlainTextEdit()
     edit.setWindowTitle(TITLE)
     edit.resize(600, 200)

@@ -27,7 +27,7 @@ def test_auto_chain_on_sway_pastes_with_wtype_and_restores_the_clipboard(sway, w
     result = chain.deliver(FANCY)
 
     assert (result.method, result.ok, result.chord) == ("wtype-paste", True, Chord.CTRL_V), result.message
-    assert result.window_class == "python"  # the Qt client's app_id, from swaymsg
+    assert result.window_class == "dictation-output-target"  # the Qt client's app_id, from swaymsg
     assert wl_target.wait_for_text(FANCY) == FANCY
     outcome = result.restore.wait(15)
     assert outcome is not None and outcome.restored, outcome
