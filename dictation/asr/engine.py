@@ -34,7 +34,7 @@ from dictation.asr.heap import release_freed_memory
 from dictation.asr.limits import check_context, check_max_new_tokens
 from dictation.asr.nn.compact import expand
 from dictation.asr.nn.features import MIN_SAMPLES, LogMel
-from dictation.asr.nn.int8_table import Int8Table, use_int8_head
+from dictation.asr.nn.int8_table import Int8Table, int8_head_usable, use_int8_head
 from dictation.asr.nn.model import AsrModel
 from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
 from dictation.asr.nn.quant_format import DEFAULT_GROUP_SIZE, QUANTIZED, VARIANTS
@@ -244,6 +244,7 @@ class AsrEngine:
             and device.type == "cpu"
             and dtype == torch.bfloat16
             and self.options.model_options.int8_head
+            and int8_head_usable()  # else the table stays a copy: the float head streams it every step
         )
         mapped = MAPPED_PREFIXES[self.options.map_weights]
         if int8_head and mapped:

@@ -5,7 +5,7 @@ On the CPU a decode step streams every weight it uses from memory once. The 0.6B
 151936 x 1024 values, 297 MiB in bf16: 40 % of what a step of the int8 model reads. An
 :class:`Int8Table` keeps the table as it was read (the embedding lookups and the re-scoring below
 touch only a few rows of it, so the loader may leave it mapped from the file) and an int8 copy with
-one scale per row (148 MiB), made once at load.
+one scale per row (148 MiB), made at the head's first use (:meth:`Int8Table.build`).
 
 The int8 product comes from one of two kernels, piece by piece of the table (:data:`PIECE_ROWS`
 rows). After the build, torch's int8 weight-only kernel (``_weight_int8pack_mm``) on the hidden state
