@@ -65,17 +65,6 @@ def _peak() -> int:
     return _status_bytes("VmHWM")
 
 
-def head_bytes(model) -> int:
-    """Bytes of the output head a decode step reads: an int8 head's int8 copy and scales
-    (nn/int8_table.py), else the float table."""
-    from dictation.asr.nn.int8_table import Int8Table
-
-    head = model.decoder.embed_tokens if model.lm_head is None else model.lm_head
-    if isinstance(head, Int8Table):
-        return head.nbytes + head.scale.numel() * head.scale.element_size()
-    return model.output_weight.numel() * model.output_weight.element_size()
-
-
 def child_ours(a: argparse.Namespace) -> dict:
     import torch
 
@@ -100,6 +89,8 @@ def child_ours(a: argparse.Namespace) -> dict:
     model = engine.model
     layers = [m for n, m in model.named_modules() if n.startswith("decoder.layers.") and hasattr(m, "in_features")]
     step_bytes = sum(b.numel() * b.element_size() for m in layers for b in [*m.parameters(), *m.buffers()])
+    from dictation.bench.ours import head_bytes
+
     step_bytes += head_bytes(model)
     return {
         "load_s": load_s,

@@ -69,8 +69,8 @@ def file_page_dropper(tensor: torch.Tensor) -> Callable[[torch.Tensor], int] | N
 
 
 def _private_file_mapping(low: int, high: int) -> bool:
-    """Whether [low, high) lies in one private, file-backed mapping that was never written (/proc/self/maps
-    and /proc/self/smaps: a written page would be anonymous, its changes lost to MADV_DONTNEED)."""
+    """Whether [low, high) lies in one private, file-backed mapping that was never written
+    (/proc/self/smaps: a written page would be anonymous, its changes lost to MADV_DONTNEED)."""
     try:
         with open("/proc/self/smaps", encoding="ascii", errors="replace") as smaps:
             inside = False

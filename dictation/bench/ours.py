@@ -283,13 +283,19 @@ def decode_weight_bytes(model: Any) -> int:
     from dictation.asr.tune.quantize import weight_bytes
 
     embed = model.decoder.embed_tokens
-    head_module = embed if model.lm_head is None else model.lm_head
     table = embed.weight.numel() * embed.weight.element_size()
     decoder = weight_bytes(model.decoder) - table
     if isinstance(embed, Int8Table):
         decoder -= embed.nbytes  # counted by weight_bytes as the module's own
-    if isinstance(head_module, Int8Table):
-        head = head_module.nbytes + head_module.scale.numel() * head_module.scale.element_size()
-    else:
-        head = model.output_weight.numel() * model.output_weight.element_size()
-    return decoder + head
+    return decoder + head_bytes(model)
+
+
+def head_bytes(model: Any) -> int:
+    """Bytes of the output head a decode step reads: an int8 head's int8 copy and scales
+    (nn/int8_table.py), else the float table."""
+    from dictation.asr.nn.int8_table import Int8Table
+
+    head = model.decoder.embed_tokens if model.lm_head is None else model.lm_head
+    if isinstance(head, Int8Table):
+        return head.nbytes + head.scale.numel() * head.scale.element_size()
+    return model.output_weight.numel() * model.output_weight.element_size()

@@ -19,6 +19,7 @@ from dictation.asr.nn.compact import expand
 from dictation.asr.nn.int8_table import Int8Table, int8_head_usable, onednn_head_usable, two_rows
 from dictation.asr.nn.options import ModelOptions
 from dictation.bench.ours import decode_weight_bytes
+from tests.asr.mapped import mapped_files
 from tests.oracle import synth_audio
 
 pytestmark = pytest.mark.skipif(not int8_head_usable(), reason="no int8 weight-only kernel on this CPU")
@@ -131,17 +132,6 @@ def test_lookups_are_the_table_and_expand_gives_the_modules_back():
     assert torch.equal(holder.lm_head.weight, table)
 
 
-def _mapped_files(address: int) -> set[str]:
-    found = set()
-    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            low, high = (int(x, 16) for x in fields[0].split("-"))
-            if low <= address < high and len(fields) == 6:
-                found.add(fields[5].strip())
-    return found
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
 @pytest.mark.parametrize("tied", [True, False])
 def test_a_prepared_int8_model_in_bf16_reads_its_head_from_an_int8_copy(ckpt_tied, ckpt_untied, tmp_path, tied):
@@ -166,7 +156,7 @@ def test_a_prepared_int8_model_in_bf16_reads_its_head_from_an_int8_copy(ckpt_tie
         head = model.decoder.embed_tokens if tied else model.lm_head
         assert isinstance(head, Int8Table) is int8_head
         if int8_head:
-            assert _mapped_files(head.weight.data_ptr()) == {str(out / "model.safetensors")}
+            assert mapped_files(head.weight.data_ptr()) == {str(out / "model.safetensors")}
             assert head.weight.dtype == torch.bfloat16 and not head.built  # made at its first use
         result = engine.transcribe(audio, language="English", max_new_tokens=12)
         texts[int8_head] = result.token_ids

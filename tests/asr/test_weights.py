@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from dictation.asr import AsrEngine, AsrError, EngineOptions, ModelError, WeightsError
 from dictation.asr.config import AsrConfig
+from tests.asr.mapped import mapped_files
 from tests.oracle import synth_audio
 from tests.oracle.checkpoints import cached_checkpoint
 
@@ -377,18 +378,6 @@ def test_a_fifo_in_place_of_a_model_file_is_refused_at_once(ckpt_untied, tmp_pat
     assert "FIFO" in lines[0] or "not a regular file" in lines[0]
 
 
-def _mapped_files(address: int) -> set[str]:
-    """The files whose mapping in this process holds ``address`` (from /proc/self/maps)."""
-    found = set()
-    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            low, high = (int(x, 16) for x in fields[0].split("-"))
-            if low <= address < high and len(fields) == 6:
-                found.add(fields[5].strip())
-    return found
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
 def test_tensors_held_as_stored_are_the_files_pages_and_writing_them_leaves_the_file(ckpt_untied, tmp_path):
     """A bf16 load of a bf16 checkpoint holds its tensors as stored: each that owns its memory is a
@@ -403,11 +392,11 @@ def test_tensors_held_as_stored_are_the_files_pages_and_writing_them_leaves_the_
     model = engine.model
     layer = model.decoder.layers[1]
     down = layer.mlp.down_proj.weight
-    assert _mapped_files(down.data_ptr()) == {str(path)}
-    assert _mapped_files(model.decoder.embed_tokens.weight.data_ptr()) == {str(path)}
-    assert _mapped_files(layer.mlp.gate_proj.weight.data_ptr()) == {str(path)}
+    assert mapped_files(down.data_ptr()) == {str(path)}
+    assert mapped_files(model.decoder.embed_tokens.weight.data_ptr()) == {str(path)}
+    assert mapped_files(layer.mlp.gate_proj.weight.data_ptr()) == {str(path)}
     assert layer.mlp.fusion.weight.data_ptr() == layer.mlp.gate_proj.weight.data_ptr()  # adopted, not copied
-    assert str(path) not in _mapped_files(layer.self_attn.q_proj.weight.data_ptr())
+    assert str(path) not in mapped_files(layer.self_attn.q_proj.weight.data_ptr())
     stored = load_file(str(path))
     for name in ("down_proj", "gate_proj", "up_proj"):
         assert torch.equal(getattr(layer.mlp, name).weight, stored[f"thinker.model.layers.1.mlp.{name}.weight"])
@@ -436,10 +425,10 @@ def test_a_prepared_variant_is_mapped_whole_fused_groups_included(ckpt_untied, t
     ]
     assert integer
     for name, t in integer:
-        assert _mapped_files(t.data_ptr()) == {str(path)}, name
+        assert mapped_files(t.data_ptr()) == {str(path)}, name
     attn = model.decoder.layers[0].self_attn
     fused = attn.fusion.layer
-    assert fused is not None and _mapped_files(next(iter(fused.buffers())).data_ptr()) == {str(path)}
+    assert fused is not None and mapped_files(next(iter(fused.buffers())).data_ptr()) == {str(path)}
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads Linux's /proc/self/maps")
@@ -454,8 +443,8 @@ def test_by_default_only_the_encoder_is_mapped_and_none_maps_nothing(ckpt_untied
         engine.prepare()
         model = engine.model
         fc1 = model.audio_tower.layers[0].fc1.weight
-        assert (str(path) in _mapped_files(fc1.data_ptr())) is encoder_mapped, choice
+        assert (str(path) in mapped_files(fc1.data_ptr())) is encoder_mapped, choice
         for t in (model.decoder.layers[1].mlp.down_proj.weight, model.decoder.embed_tokens.weight):
-            assert str(path) not in _mapped_files(t.data_ptr()), choice
+            assert str(path) not in mapped_files(t.data_ptr()), choice
     with pytest.raises(AsrError, match="unknown map_weights 'some'"):
         AsrEngine(EngineOptions(model=str(folder), map_weights="some"))
