@@ -128,7 +128,7 @@ def _per_layer(model, counter: _Counter):
     """Attribute the operations to the layer running them (each layer's forward methods wrapped)."""
     wrapped = []
     for index, layer in enumerate(model.decoder.layers):
-        for name in ("forward", "forward_static", "forward_fused", "forward_gemv"):
+        for name in ("forward", "forward_fused", "forward_gemv"):
             method = getattr(layer, name)
 
             def run(*args, _method=method, _index=index, **kwargs):

@@ -246,11 +246,20 @@ class Attention(_Projections):
         sin: torch.Tensor,
         cache: StaticKVCache,
         layer: int,
-        start: int,
+        at: int | torch.Tensor,
+        mask: torch.Tensor | None = None,
         kernels: bool = False,
     ) -> torch.Tensor:
-        """``x [1, s, hidden]`` at positions ``start .. start+s-1``; cos/sin ``[s, head_dim]``.
-        ``kernels``: q/k norm, RoPE and the cache write as one fused kernel (fused.py)."""
+        """``x [1, s, hidden]``, ``cos``/``sin`` their RoPE rows ``[s, head_dim]``, at one of two kinds of
+        positions. ``at`` an int: positions ``at .. at+s-1``, attention over the cache up to the last
+        (prefill, extend). ``at`` the device positions ``[s]`` with ``mask [s, max_len]`` (bool): every
+        shape fixed by the cache size, k/v written by index, attention over the whole cache with
+        ``mask`` hiding what each row must not see (``AsrModel.forward_rows``, and with one row the
+        static decode step). ``kernels``: q/k norm, RoPE and the cache write by the fused kernel
+        (fused.py)."""
+        if mask is not None:
+            return self._rows(x, cos, sin, cache, layer, at, mask, kernels)
+        start = at
         _, s, _ = x.shape
         if kernels:
             q, k, v = self.project(x)
@@ -273,57 +282,27 @@ class Attention(_Projections):
         return self.o_proj(o.transpose(1, 2).reshape(1, s, self.n_heads * self.head_dim))
 
     def _folded_attention(self, q, keys, values, mask) -> torch.Tensor:
-        """Masked attention with the query heads of each kv head folded into its rows, as in
-        :meth:`forward_static`: no ``enable_gqa``, which CUDA's memory-efficient kernel refuses (and
-        flash refuses any mask), so that the math kernel with its full score matrix and repeated
-        k/v does not take every later prefill chunk, extend and draft check. ``q [1, heads, s, hd]``,
+        """Masked attention with the query heads of each kv head folded into its rows (the device
+        positions' path of :meth:`forward`, and later prefill chunks on CUDA): no ``enable_gqa``, which
+        CUDA's memory-efficient kernel refuses (and flash refuses any mask), so that the math kernel
+        with its full score matrix and repeated k/v does not take every later prefill chunk, extend
+        and draft check. ``q [1, heads, s, hd]``,
         ``mask [s, L]`` → ``[1, s, heads * hd]``."""
         s = q.shape[2]
         group = self.n_heads // self.n_kv_heads
         q = q.reshape(1, self.n_kv_heads, group * s, self.head_dim)  # row g * s + i: head kv*group+g, token i
-        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask.repeat(group, 1))
+        # One row (the static decode step): its mask broadcasts over the group's rows as it is.
+        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask if s == 1 else mask.repeat(group, 1))
         # Only split the row dim (a view whatever o's strides): CUDA's kernels return o as a transpose
         # of [1, rows, kv_heads, hd] in memory, where merging kv_heads and group by a view is impossible.
         o = o.unflatten(2, (group, s))  # [1, kv_heads, group, s, hd]
         return o.permute(0, 3, 1, 2, 4).reshape(1, s, self.n_heads * self.head_dim)
 
-    def forward_static(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        cache: StaticKVCache,
-        layer: int,
-        position: torch.Tensor,
-        visible: torch.Tensor,
-    ) -> torch.Tensor:
-        """One token ``x [1, 1, hidden]`` at the device position ``position [1]``, every shape fixed by
-        the cache size: k/v are written at ``position`` and attention spans the whole cache, with
-        ``visible [1, 1, 1, max_len]`` (bool) hiding the positions after it."""
-        q, k, v = self._qkv(x, cos, sin)
-        keys, values = cache.write_at(layer, position, k, v)
-        # GQA without repeating the cache: the query heads of one kv head become that head's rows.
-        group = self.n_heads // self.n_kv_heads
-        q = q.reshape(1, self.n_kv_heads, group, self.head_dim)
-        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
-        return self.o_proj(o.reshape(1, 1, self.n_heads * self.head_dim))
-
-    def forward_rows(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        cache: StaticKVCache,
-        layer: int,
-        positions: torch.Tensor,
-        mask: torch.Tensor,
-        kernels: bool = False,
-    ) -> torch.Tensor:
-        """Rows ``x [1, s, hidden]`` at the device positions ``positions [s]`` (``cos``/``sin`` their
-        table rows), every shape fixed by the cache size: k/v written by index, attention over the
-        whole cache with ``mask [s, max_len]`` (bool) hiding what each row must not see
-        (``AsrModel.forward_rows``). ``kernels``: q/k norm and RoPE by the fused kernel, into a
-        scratch k/v copied into the cache by index (the kernel writes at a host position)."""
+    def _rows(self, x, cos, sin, cache: StaticKVCache, layer: int, positions, mask, kernels: bool) -> torch.Tensor:
+        """:meth:`forward` at the device positions ``positions [s]``. GQA without repeating the cache:
+        the query heads of one kv head become that head's rows (:meth:`_folded_attention`). With
+        ``kernels``, q/k norm and RoPE by the fused kernel into a scratch k/v, copied into the cache
+        by index (the kernel writes at a host position)."""
         if kernels:
             q, k, v = self.project(x)
             s = x.shape[1]
@@ -339,7 +318,7 @@ class Attention(_Projections):
     def forward_decode(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: StaticKVCache, layer: int, position
     ) -> torch.Tensor:
-        """:meth:`forward_static` with the fused kernel (fused.py): one token ``x [1, 1, hidden]`` at the
+        """The decode step with the fused kernel (fused.py): one token ``x [1, 1, hidden]`` at the
         device position ``position [1]``, ``cos``/``sin`` the whole tables ``[max_len, head_dim]``;
         attention reads only the cache's filled positions, ``0 .. position``."""
         q, k, v = self.project(x)
@@ -370,17 +349,10 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg, options)
 
     def forward(
-        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: StaticKVCache, layer: int, start: int
+        self, h: torch.Tensor, cos, sin, cache: StaticKVCache, layer: int, at, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, cache, layer, start)
-        return h + self.mlp(self.post_attention_layernorm(h))
-
-    def forward_static(self, h, cos, sin, cache: StaticKVCache, layer: int, position, visible) -> torch.Tensor:
-        h = h + self.self_attn.forward_static(self.input_layernorm(h), cos, sin, cache, layer, position, visible)
-        return h + self.mlp(self.post_attention_layernorm(h))
-
-    def forward_rows(self, h, cos, sin, cache: StaticKVCache, layer: int, positions, mask) -> torch.Tensor:
-        h = h + self.self_attn.forward_rows(self.input_layernorm(h), cos, sin, cache, layer, positions, mask)
+        """The layer without the fused kernels; ``at`` and ``mask`` as in :meth:`Attention.forward`."""
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, cache, layer, at, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
     def forward_fused(
@@ -396,16 +368,14 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer with the fused kernels: takes and returns the residual stream as ``(h, delta)``,
         whose sum it is (``delta`` None before the first layer); each add is done by the norm after it.
-        ``at``: the first position (an int: prefill, as :meth:`forward`) or one token's device position
-        (a tensor: the decode step, as :meth:`forward_static`, with the whole RoPE tables); with
-        ``mask``, the rows' device positions (:meth:`forward_rows`)."""
+        ``at`` and ``mask`` as in :meth:`Attention.forward`, plus one more case: ``at`` one token's
+        device position without a mask is the decode step (``Attention.forward_decode``, with the whole
+        RoPE tables)."""
         h, x = fused.rms_norm(h, delta, self.input_layernorm)
-        if mask is not None:
-            attn = self.self_attn.forward_rows(x, cos, sin, cache, layer, at, mask, kernels=True)
-        elif isinstance(at, torch.Tensor):
+        if mask is None and isinstance(at, torch.Tensor):
             attn = self.self_attn.forward_decode(x, cos, sin, cache, layer, at)
         else:
-            attn = self.self_attn(x, cos, sin, cache, layer, at, kernels=True)
+            attn = self.self_attn(x, cos, sin, cache, layer, at, mask, kernels=True)
         h, x = fused.rms_norm(h, attn, self.post_attention_layernorm)
         return h, self.mlp(x, kernels=True)
 
@@ -487,42 +457,26 @@ class TextDecoder(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         cache: StaticKVCache,
-        start: int,
+        at: int | torch.Tensor,
+        mask: torch.Tensor | None = None,
         last_only: bool = True,
     ) -> torch.Tensor:
-        """Run ``h [1, s, hidden]`` through every layer; returns the final-normed last position (every
+        """Run ``h [1, s, hidden]`` through every layer (``at`` and ``mask`` as in :meth:`Attention.forward`:
+        a host start, or device positions with a mask); returns the final-normed last position (every
         position unless ``last_only``)."""
         if self.uses_kernels(h):
             delta = None
             for i, layer in enumerate(self.layers):
-                h, delta = layer.forward_fused(h, delta, cos, sin, cache, i, start)
+                h, delta = layer.forward_fused(h, delta, cos, sin, cache, i, at, mask)
             if last_only:
                 h, delta = h[:, -1:], delta[:, -1:]
             return fused.rms_norm(h, delta, self.norm)[1]
         for i, layer in enumerate(self.layers):
-            h = layer(h, cos, sin, cache, i, start)
+            h = layer(h, cos, sin, cache, i, at, mask)
         return self.norm(h[:, -1:] if last_only else h)
 
-    def forward_static(self, h, cos, sin, cache: StaticKVCache, position, visible) -> torch.Tensor:
-        """One token through every layer with static shapes (see ``Attention.forward_static``)."""
-        for i, layer in enumerate(self.layers):
-            h = layer.forward_static(h, cos, sin, cache, i, position, visible)
-        return self.norm(h)
-
-    def forward_rows(self, h, cos, sin, cache: StaticKVCache, positions, mask) -> torch.Tensor:
-        """Rows ``h [1, s, hidden]`` at the device positions ``positions [s]`` through every layer with
-        static shapes (``AsrModel.forward_rows``); every row final-normed."""
-        if self.uses_kernels(h):
-            delta = None
-            for i, layer in enumerate(self.layers):
-                h, delta = layer.forward_fused(h, delta, cos, sin, cache, i, positions, mask)
-            return fused.rms_norm(h, delta, self.norm)[1]
-        for i, layer in enumerate(self.layers):
-            h = layer.forward_rows(h, cos, sin, cache, i, positions, mask)
-        return self.norm(h)
-
     def forward_fused_step(self, h, cos, sin, cache: StaticKVCache, position) -> torch.Tensor:
-        """:meth:`forward_static` with the fused kernels: one token ``h [1, 1, hidden]`` at the device
+        """The decode step with the fused kernels: one token ``h [1, 1, hidden]`` at the device
         position ``position [1]``, ``cos``/``sin`` the whole RoPE tables; attention reads only the
         filled part of the cache (``Attention.forward_decode``). With the GEMV option, 5 kernels a layer."""
         if self.uses_gemv(h):

@@ -282,7 +282,7 @@ class AsrModel(nn.Module):
         mask = cache.positions[None, :] <= positions[:, None]  # [R, max_len]
         cos, sin = self._rope
         cos, sin = cos.index_select(0, positions), sin.index_select(0, positions)
-        return self.decoder.forward_rows(embeds, cos, sin, cache, positions, mask)
+        return self.decoder(embeds, cos, sin, cache, positions, mask, last_only=False)
 
     def _bucketed_rows(self, embeds: torch.Tensor, start: int, bucket: int) -> torch.Tensor:
         """:meth:`forward_rows` of ``embeds`` padded to ``bucket``; the real rows ``[1, S, hidden]``."""
@@ -412,8 +412,8 @@ class AsrModel(nn.Module):
         if self.decoder.uses_kernels(h):  # the fused kernels: RoPE rows and the cache read by position
             return self.logits(self.decoder.forward_fused_step(h, cos, sin, cache, position))
         cos, sin = cos.index_select(0, position), sin.index_select(0, position)  # [1, head_dim]
-        visible = (cache.positions <= position).view(1, 1, 1, -1)
-        return self.logits(self.decoder.forward_static(h, cos, sin, cache, position, visible))
+        visible = (cache.positions <= position).view(1, -1)  # the one row's mask over the whole cache
+        return self.logits(self.decoder(h, cos, sin, cache, position, visible))
 
     @torch.inference_mode()
     def forward_tokens(self, tokens: torch.Tensor, position: int) -> torch.Tensor:
