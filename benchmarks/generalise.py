@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python benchmarks/generalise.py                      # about 10 min on 2 busy cores
     PYTHONPATH=. python benchmarks/generalise.py --labels shuffled    # the control: clips and texts mismatched
-    PYTHONPATH=. python benchmarks/generalise.py --base hearing [--seed 1] [--base-steps 500]
+    PYTHONPATH=. python benchmarks/generalise.py --base hearing [--adapter-seeds 0 1 2] [--threads 2]
+    PYTHONPATH=. python benchmarks/generalise.py --base hearing --build [--seed 1] [--base-steps 500]
 
 A made-up vocabulary (five invented names) is said in every ordered pair ("Zorvath Quenlix.") by
 espeak-ng in one voice and rate (``--train-voice``, ``--train-rate``); an adapter is trained on those
@@ -24,11 +25,14 @@ steps at 2e-2): the loss stopped at 2.9 and the output was token soup on the tra
 Results: benchmarks/results/generalise-2026-12-02.md.
 
 ``--base hearing``: the same question on a base that hears (``tests/oracle/hearing.py``: the tiny model
-trained end to end on ordinary words in six voices and three rates, at most ``--base-steps``, seeded),
-as the issue's test would ask it: six made-up words said once each in one voice and rate, an
-adapter with the right labels and one with garbled labels (each clip labelled with the word two on),
-and the CERs on the same words in a rate, a voice and an accent never trained on. Results:
-benchmarks/results/generalise-2026-12-02b.md.
+trained end to end on ordinary words in six voices and three rates), as ``tests/asr/test_generalise.py``
+asks it: six made-up words said in two voices at two rates, an adapter with the right labels and one
+with garbled labels (each clip labelled with another of the words), and the CERs on the same words
+at rates, in voices and in accents never trained on; once per adapter seed of ``--adapter-seeds``,
+with ``--threads`` torch threads. The base is the stored one of the tests
+(``tests/data/hearing-base.safetensors``), or with ``--build`` one trained here (at most
+``--base-steps``, stopped once it hears, seeded). Results: benchmarks/results/generalise-2026-12-02b.md
+(built bases), benchmarks/results/generalise-2026-12-02c.md (the stored base).
 """
 
 from __future__ import annotations
@@ -74,7 +78,9 @@ def checkpoint(root: Path, lines: list[str]) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument(
+        "--steps", type=int, default=None, help="adapter steps (default 100; --base hearing: ADAPTER_STEPS)"
+    )
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--train-voice", default="en-us+m3")
     ap.add_argument("--train-rate", type=int, default=140)
@@ -82,11 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--workdir", type=Path, default=None, help="keep the checkpoint and clips here")
     ap.add_argument("--base", choices=("random", "hearing"), default="random")
-    ap.add_argument("--seed", type=int, default=0, help="--base hearing: the base's seed")
-    ap.add_argument("--base-steps", type=int, default=1000, help="--base hearing: the most training steps of the base")
+    ap.add_argument("--build", action="store_true", help="--base hearing: train the base here, not the stored one")
+    ap.add_argument("--seed", type=int, default=0, help="--base hearing --build: the base's seed")
+    ap.add_argument("--base-steps", type=int, default=1000, help="--base hearing --build: the base's most steps")
+    ap.add_argument("--adapter-seeds", type=int, nargs="+", default=[0], help="--base hearing: the adapters' seeds")
+    ap.add_argument("--threads", type=int, default=1, help="--base hearing: torch threads")
     args = ap.parse_args(argv)
     if args.base == "hearing":
         return hearing(args)
+    args.steps = args.steps or 100
 
     from dictation.asr import AsrEngine, EngineOptions
     from dictation.asr.tune.data import Example, target_text
@@ -132,19 +142,43 @@ def main(argv: list[str] | None = None) -> int:
 def hearing(args) -> int:
     import torch
 
-    from tests.oracle.hearing import HELD_OUT, NEW_WORDS, TRAIN, cached_hearing_checkpoint, generalise_table, sentence
+    from tests.oracle.hearing import (
+        ADAPTER_STEPS,
+        HELD_OUT,
+        NEW_WORDS,
+        TRAIN,
+        cached_base,
+        cached_hearing_checkpoint,
+        generalise_table,
+        sentence,
+    )
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    args.steps = args.steps or ADAPTER_STEPS
     work = args.workdir or Path(tempfile.mkdtemp(prefix="generalise-"))
     t0 = time.perf_counter()
-    say = tuple(sentence(w) for w in NEW_WORDS)
-    model = cached_hearing_checkpoint(work, say=say, steps=args.base_steps, seed=args.seed, log=print)
+    if args.build:
+        say = tuple(sentence(w) for w in NEW_WORDS)
+        model = cached_hearing_checkpoint(work, say=say, steps=args.base_steps, seed=args.seed, log=print)
+    else:
+        model = cached_base(work)
     print(f"base {model} ready in {time.perf_counter() - t0:.0f} s: {(model / 'hearing.json').read_text()[:90]!r}")
-    t0 = time.perf_counter()
-    table = generalise_table(model, NEW_WORDS, TRAIN, HELD_OUT, work / "hearing-clips", Path(tempfile.mkdtemp()))
-    print(f"adapters trained and scored in {time.perf_counter() - t0:.0f} s (trained on {TRAIN})")
-    for name, row in table.items():
-        print(f"held out {name} {HELD_OUT.get(name, '(every clip above)')}: {row}")
+    print(f"trained on {TRAIN}, {args.steps} steps, {args.threads} threads")
+    for seed in args.adapter_seeds:
+        t0 = time.perf_counter()
+        table = generalise_table(
+            model,
+            NEW_WORDS,
+            TRAIN,
+            HELD_OUT,
+            work / "hearing-clips",
+            Path(tempfile.mkdtemp()),
+            steps=args.steps,
+            seed=seed,
+        )
+        print(f"adapter seed {seed}: trained and scored in {time.perf_counter() - t0:.0f} s")
+        for name, row in table.items():
+            print(f"  held out {name} {HELD_OUT.get(name, '(every clip above)')}: {row}")
     return 0
 
 
