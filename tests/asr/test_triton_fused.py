@@ -104,10 +104,20 @@ SCRIPT = textwrap.dedent(
             res = rand(1, 1, n, dtype=dtype) if how != "norm" else None
             args = (x, w, nw, res, 1e-6, how == "silu")
             check(f"gemv {how} {k}->{n}", dname, OPS.gemv(*args), REFERENCES["gemv"](*args))
-        dims = fused.Dims(hidden=64, intermediate=128, heads=16, kv_heads=8, head_dim=128)  # the tiny model's
-        if dname != "bf16":  # (bf16: see test_the_probe_accepts_the_kernels)
-            cpu = torch.device("cpu")
-            report["probe"][dname] = [fused.probe(cpu, dtype, dims), fused.probe(cpu, dtype, dims, gemv=True)]
+            if dname == "fp32":  # the GPU's other block sizes (a block changes the tiling, not the roundings)
+                for block in triton_fused.GEMV_CONFIGS[1:]:
+                    got = triton_fused.gemv(*args, block=block)
+                    check(f"gemv {how} {k}->{n} block {block}", dname, got, REFERENCES["gemv"](*args))
+
+    # The probes and the decoding below run the GEMV at 64 outputs a program: the interpreter runs a
+    # launch's programs one by one, and the tiny model's q/k/v projection (4096 outputs) is 512 of them
+    # at the first of GEMV_CONFIGS (five times the CPU time). The kernel's code is the same at every
+    # block; each of GEMV_CONFIGS is checked above, with each prologue and the residual.
+    triton_fused.GEMV_CONFIGS = ((64, 128, 4), *triton_fused.GEMV_CONFIGS)
+    # fp16 here, fp32: the decoder's own probes below (bf16: see test_the_probe_accepts_the_kernels)
+    dims = fused.Dims(hidden=64, intermediate=128, heads=16, kv_heads=8, head_dim=128)  # the tiny model's
+    cpu = torch.device("cpu")
+    report["probe"]["fp16"] = [fused.probe(cpu, torch.float16, dims), fused.probe(cpu, torch.float16, dims, gemv=True)]
 
     # The tiny model decoding with the kernels (fp32: the plain step's ids exactly).
     from dictation.bench import kernel_count
@@ -131,13 +141,17 @@ SCRIPT = textwrap.dedent(
         entry = {"plain": ref.token_ids, "fused": got.token_ids, "first_logits_err": float(err),
                  "graph": type(model.decode_graph).__name__}
         if variant == "fp32":
-            fused.ATTENTION_SPLITS = 3  # the long-cache form: three programs per kv head and the combine
-            entry["split"] = decode(engine, embeds, max_new_tokens=6).token_ids
-            fused.ATTENTION_SPLITS = None
+            # the probes fused.usable ran with the model's sizes before the decoding above
+            report["probe"]["fp32"] = [fused._USABLE[("cpu", None, torch.float32, False)]]
             count = kernel_count.decode_step(model, embeds.shape[1])
             entry["count"] = {"path": count.path, "per_layer": count.per_layer, "first_layer": count.first_layer}
             model.decoder.gemv = True  # the GEMV option: projections, norms, SiLU and residual adds folded
-            entry["gemv"] = decode(engine, embeds, max_new_tokens=6).token_ids
+            # with the long-cache attention (the same operator as the fused step's): three programs
+            # per kv head and the combine
+            fused.ATTENTION_SPLITS = 3
+            entry["gemv_split"] = decode(engine, embeds, max_new_tokens=6).token_ids
+            fused.ATTENTION_SPLITS = None
+            report["probe"]["fp32"].append(fused._USABLE[("cpu", None, torch.float32, True)])
             count = kernel_count.decode_step(model, embeds.shape[1])
             entry["gemv_count"] = {"path": count.path, "per_layer": count.per_layer, "first_layer": count.first_layer}
             model.decoder.gemv = None
@@ -172,7 +186,7 @@ TOLERANCE = {"fp32": 2e-6, "fp16": 2e-3, "bf16": 3e-2}
 
 def test_every_kernel_matches_the_torch_code_it_replaces(interpreted):
     ops = interpreted["ops"]
-    assert len(ops) == 3 * (3 * (6 + 1) + 4 + 3 * (2 * 3 + 3 * 2 * 3))
+    assert len(ops) == 3 * (3 * (6 + 1) + 4 + 3 * (2 * 3 + 3 * 2 * 3)) + 4 * (len(triton_fused.GEMV_CONFIGS) - 1)
     for name, dtype, same_shape, same_dtype, exact, err in ops:
         assert same_shape and same_dtype, (name, dtype)
         assert err <= TOLERANCE[dtype], f"{name} ({dtype}): error {err:.2e}"
@@ -195,7 +209,7 @@ def test_decoding_with_the_kernels_gives_the_plain_ids(interpreted):
         assert entry["first_logits_err"] < 1e-5, variant
         assert entry["graph"] == "DecodeGraph"  # the static step (here run uncaptured)
     fp32 = interpreted["e2e"]["fp32"]
-    assert fp32["split"] == fp32["plain"] and fp32["gemv"] == fp32["plain"]
+    assert fp32["gemv_split"] == fp32["plain"]
     plain, rows, accepted, buckets = fp32["rows"]
     assert len(plain) == 12 and rows == plain and accepted >= 8 and 16 in buckets
 
