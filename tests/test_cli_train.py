@@ -29,6 +29,11 @@ from dictation.audio.wav import load_audio_16k, write_wav
 from tests.oracle import synth_audio
 from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
 
+# every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
+# (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_tokenizers", "one_torch_thread")
+
+
 TEXTS = ["Hello Anna, the meeting moves to Tuesday.", "Kubernetes pods restart nightly."]
 LINES = [f"language English<asr_text>{TEXTS[0]}", f"language None<asr_text>{TEXTS[1]}"]
 
@@ -76,12 +81,17 @@ def adapters(ckpt, data, tmp_path_factory):
     """bits -> adapter folder, trained once per module with the issue's settings (the rest default)."""
     root = tmp_path_factory.mktemp("adapters")
     made = {}
-    for bits in (16, 4):
-        out = root / f"bits{bits}"
-        code = cli.main(["train-adapter", "--model", str(ckpt), "--data", str(data), "--out", str(out),
-                         "--steps", "200", "--rank", "8", "--bits", str(bits), "--device", "cpu"])  # fmt: skip
-        assert code == 0
-        made[bits] = out
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one_torch_thread's setting (tests/conftest.py): a module fixture comes before it
+    try:
+        for bits in (16, 4):
+            out = root / f"bits{bits}"
+            code = cli.main(["train-adapter", "--model", str(ckpt), "--data", str(data), "--out", str(out),
+                             "--steps", "200", "--rank", "8", "--bits", str(bits), "--device", "cpu"])  # fmt: skip
+            assert code == 0
+            made[bits] = out
+    finally:
+        torch.set_num_threads(threads)
     return made
 
 
@@ -117,7 +127,11 @@ def test_real_peft_on_the_official_model_gives_our_ids_and_merged_equals_unmerge
     assert transcribe(capsys, merged, [clip])[0]["token_ids"] == ours
 
 
-def test_the_report_names_bits_per_parameter_and_the_held_out_scores(capsys, ckpt, tmp_path):
+def test_the_report_names_bits_per_parameter_and_the_held_out_scores(capsys, ckpt_stops, tmp_path):
+    # the checkpoint that ends its transcripts after a few tokens: the report's figures are compared
+    # with the engine's own transcripts, whatever they say, and the training checkpoint, which never
+    # stops by itself, spent most of this test generating twelve transcripts' full token budget
+    ckpt = ckpt_stops
     for i in range(4):  # three held out (the fewest that give figures), one trained on
         write_wav(tmp_path / f"clip{i}.wav", synth_audio(1.0 + 0.25 * i, seed=40 + i), 16000)
     data = tmp_path / "train.jsonl"
@@ -231,21 +245,23 @@ def test_ctrl_c_keeps_a_checkpoint_and_resume_finishes_the_run(ckpt, data, tmp_p
 
     out = tmp_path / "adapter"
     argv = [sys.executable, "-m", "dictation", "train-adapter", "--model", str(ckpt), "--data", str(data),
-            "--out", str(out), "--steps", "40", "--rank", "2", "--bits", "16", "--device", "cpu"]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+            "--out", str(out), "--steps", "16", "--rank", "2", "--bits", "16", "--device", "cpu"]  # fmt: skip
+    # 16 steps: the signal goes the moment step 1 is reported, fifteen steps before the run could end by
+    # itself; the resume runs the rest to the end
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # one thread: one_torch_thread
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     lines = []
     for line in proc.stderr:
         lines.append(line)
-        if line.startswith("step 1/40"):
+        if line.startswith("step 1/16"):
             proc.send_signal(signal.SIGINT)
             break
     _, rest = proc.communicate(timeout=120)
     err = "".join(lines) + rest
     assert proc.returncode == 1, err
-    assert re.search(r"error: training cancelled at step \d+ of 40; its checkpoint is kept .*--resume goes on", err)
+    assert re.search(r"error: training cancelled at step \d+ of 16; its checkpoint is kept .*--resume goes on", err)
     assert not out.exists() and (tmp_path / ".adapter.training" / "checkpoint.safetensors").is_file()
     done = subprocess.run([*argv, "--resume"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "40 steps" in done.stdout and "step 40/40" in done.stderr and "step 1/40" not in done.stderr
+    assert "16 steps" in done.stdout and "step 16/16" in done.stderr and "step 1/16" not in done.stderr
     assert out.is_dir() and not (tmp_path / ".adapter.training").exists()

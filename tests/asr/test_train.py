@@ -30,6 +30,10 @@ from dictation.asr.tune.train import (
 from dictation.audio.wav import load_audio_16k, write_wav
 from tests.oracle import synth_audio
 
+# every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
+# (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_tokenizers", "one_torch_thread")
+
 TEXTS = ("language English<asr_text>Hello world.", "language English<asr_text>Kubernetes pods.")
 
 
@@ -141,7 +145,7 @@ def test_deterministic_with_seed(ckpt_untied):
     assert any(not torch.equal(a, runs[2][k][0]) for k, (a, _) in runs[0].items())
 
 
-def test_exported_adapter_loads_in_engine_and_gives_the_trained_logits(ckpt_untied, tmp_path):
+def test_exported_adapter_loads_in_engine_and_gives_the_trained_logits(ckpt_untied, engine_factory, tmp_path):
     from dictation.asr import AsrEngine, EngineOptions
 
     out = tmp_path / "adapter"
@@ -173,7 +177,7 @@ def test_exported_adapter_loads_in_engine_and_gives_the_trained_logits(ckpt_unti
         expected = decoder_logits(trained_model, item.embeds, item.first)[0]
     engine = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32", adapters=[str(out)]))
     first = engine.pipeline.run(clip.audio, None, "", 2, keep_first_logits=True).first_logits.float()
-    base = AsrEngine(EngineOptions(model=str(ckpt_untied), device="cpu", dtype="fp32"))
+    base = engine_factory(ckpt_untied)  # the session's fp32 engine without adapters
     before = base.pipeline.run(clip.audio, None, "", 2, keep_first_logits=True).first_logits.float()
     torch.testing.assert_close(first, expected, rtol=1e-4, atol=1e-3)
     assert (first - before).abs().max() > 1e-2  # the adapter changed something

@@ -19,6 +19,10 @@ from dictation.asr.tune.lora_forward import add_lora, decoder_logits, example_lo
 from dictation.asr.tune.train import TrainOptions, train_lora
 from tests.asr.test_train import _examples, _load
 
+# every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
+# (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_tokenizers", "one_torch_thread")
+
 
 def _random_b(lora, seed=1):
     generator = torch.Generator().manual_seed(seed)
