@@ -60,6 +60,15 @@ def pytest_collection(session):
 with collector_paused():
     import tests.oracle.checkpoints  # noqa: F401, E402
 
+# Under pytest-xdist each worker's torch runs on one thread (the processes the tests start keep their
+# own defaults). The tiny checkpoints' operators are too small to share: two workers on two cores, each
+# with two threads, spent much of their time spinning while an operator's threads waited for each
+# other (the training tests: a quarter of their CPU time on one thread, see one_torch_thread).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    torch.set_num_threads(1)
+
 # Where the suite's short folders go: Unix socket paths hold at most 107 bytes, and pytest-xdist's
 # temporary folders (/tmp/pytest-of-<user>/pytest-<n>/popen-gw<k>/<test name>0/...) go past that.
 SHORT_BASE = "/tmp"

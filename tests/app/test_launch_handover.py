@@ -88,6 +88,9 @@ def test_a_press_from_before_the_app_is_recorded_from_its_own_time(rig):
     r.hotkeys.press()
     r.start()
     r.wait_status(Status.RECORDING)
+    # the status turns at the press; the recorder is started on its worker's thread after it (the
+    # start cue says it is live: what the rig's hold waits for too)
+    r.qtbot.waitUntil(lambda: r.sounds.played[-1:] == ["start"], timeout=5000)
     recorder = r.recorders.recorder
     assert recorder.t_press == pressed
     released = r.hotkeys.event_time = r.clock()
