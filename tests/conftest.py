@@ -189,42 +189,6 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-_TOKENIZERS: dict[tuple, tuple] = {}
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json")
-
-
-@pytest.fixture
-def shared_tokenizers(monkeypatch):
-    """Every model load in the test reads the tokenizer it read before from the same, unchanged files.
-
-    Reading the Qwen vocabulary takes about a CPU second, and the training tests load the same tiny
-    checkpoint dozens of times (each run, each engine on its base or its adapter). The key is the
-    folder, the vocabulary size asked for and each tokenizer file's size, mtime and inode, so a changed,
-    added or removed file is read again; a failed read is not kept (its error comes every time). The
-    tokenizer is only read after loading (encode / decode), so one object can serve every builder."""
-    from dictation.asr.text import prompt
-
-    read = prompt.load_tokenizer
-
-    def load_tokenizer(folder, vocab_size=None):
-        folder = Path(folder).absolute()
-        stats = []
-        for name in _TOKENIZER_FILES:
-            try:
-                st = (folder / name).stat()
-            except OSError:
-                stats.append(None)
-            else:
-                stats.append((st.st_size, st.st_mtime_ns, st.st_ino))
-        key = (str(folder), vocab_size, tuple(stats))
-        if key not in _TOKENIZERS:
-            _TOKENIZERS[key] = read(folder, vocab_size)
-        tokenizer, added = _TOKENIZERS[key]
-        return tokenizer, list(added)
-
-    monkeypatch.setattr(prompt, "load_tokenizer", load_tokenizer)
-
-
 @pytest.fixture(scope="session")
 def engine_factory():
     """CPU engines by (folder, dtype), the last ENGINES_KEPT of them kept for the tests that follow.

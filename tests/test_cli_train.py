@@ -31,7 +31,7 @@ from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
 
 # every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
 # (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("shared_tokenizers", "one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 TEXTS = ["Hello Anna, the meeting moves to Tuesday.", "Kubernetes pods restart nightly."]

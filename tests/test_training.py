@@ -28,7 +28,7 @@ from tests.test_cli_train import training_checkpoint
 
 # every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
 # (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("shared_tokenizers", "one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_scores_are_corpus_wer_and_cer_of_normalised_texts():

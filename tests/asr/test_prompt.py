@@ -78,3 +78,28 @@ def test_tokenizer_without_asr_tokens_is_rejected(ckpt_untied, tmp_path):
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelError, match="no <\\|audio_start\\|> token"):
         PromptBuilder.from_folder(folder)
+
+
+def test_a_tokenizer_is_read_once_while_its_files_stay_the_same(ckpt_untied, tmp_path):
+    """Engines loaded again from one folder share the tokenizer read first; a changed, added or
+    broken file is read again, and a failed read is not kept."""
+    from dictation.asr.text.tokenizer import load_tokenizer
+
+    folder = tmp_path / "m"
+    shutil.copytree(ckpt_untied, folder)
+    first, added = load_tokenizer(folder)
+    again, added_again = load_tokenizer(folder)
+    assert again is first and added_again == added and added_again is not added  # the list is the caller's
+    assert load_tokenizer(folder, vocab_size=151936)[0] is not first  # another check of the ids: read again
+
+    config = folder / "tokenizer_config.json"
+    cfg = json.loads(config.read_text())
+    cfg["added_tokens_decoder"] = {k: v for k, v in cfg["added_tokens_decoder"].items() if int(k) < 151669}
+    config.write_text(json.dumps(cfg))
+    changed, fewer = load_tokenizer(folder)
+    assert changed is not first and len(fewer) < len(added)
+
+    (folder / "merges.txt").write_text("not a merge list\n")
+    for _ in range(2):  # each load fails again: the error is never kept, nor the tokenizer before it
+        with pytest.raises(ModelError, match="merges.txt"):
+            load_tokenizer(folder)

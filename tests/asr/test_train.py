@@ -32,7 +32,7 @@ from tests.oracle import synth_audio
 
 # every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
 # (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("shared_tokenizers", "one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 TEXTS = ("language English<asr_text>Hello world.", "language English<asr_text>Kubernetes pods.")
 

@@ -21,7 +21,7 @@ from tests.asr.test_train import _examples, _load
 
 # every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
 # (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("shared_tokenizers", "one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _random_b(lora, seed=1):

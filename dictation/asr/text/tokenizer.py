@@ -7,6 +7,9 @@ former.
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -31,15 +34,55 @@ MAX_TOKENIZER_CONFIG_BYTES = 64 << 20  # tokenizer_config.json (Qwen's: 10 kB; s
 MAX_ADDED_ID = 1 << 22  # an added token's id; Qwen's highest is 151704 (a 4M-entry vocabulary would be absurd)
 
 
+# Tokenizers read, kept for the next load of the same unchanged files (an engine loaded again for another
+# variant, adapter or device reads the same folder; reading Qwen's 151k-token vocabulary takes 0.3-1 s of
+# CPU). Keyed by the folder, the vocabulary size asked for and each file's size, mtime, inode and
+# device, so a changed, added or removed file is read again; a failed read is never kept. Nothing
+# changes a tokenizer after it is built (encode and decode only), so loads can share one. Each holds
+# about 62 MiB: two are kept (the loaded model's, which it holds anyway, and the one before it).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json")
+TOKENIZERS_KEPT = 2
+_kept: OrderedDict[tuple, tuple[Tokenizer, tuple[str, ...]]] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
 def load_tokenizer(folder: Path, vocab_size: int | None = None) -> tuple[Tokenizer, list[str]]:
     """Read ``tokenizer.json`` if present, else build the BPE from ``vocab.json`` + ``merges.txt``.
 
     Added tokens are taken from ``tokenizer_config.json`` at their listed ids; ids missing from the
     list get placeholders so that every later id stays where the checkpoint expects it. An id at or
     beyond ``vocab_size`` (the model's embedding rows), or absurdly large without it, is refused.
-    Every problem is a ModelError naming the file.
+    Every problem is a ModelError naming the file. The same unchanged files give the tokenizer
+    read before (``TOKENIZERS_KEPT`` of them are kept).
     """
     folder = Path(folder)
+    key = _files_key(folder, vocab_size)
+    with _kept_lock:
+        hit = _kept.get(key)
+        if hit is not None:
+            _kept.move_to_end(key)
+            return hit[0], list(hit[1])
+    tok, strings = _read_tokenizer(folder, vocab_size)
+    with _kept_lock:
+        _kept[key] = (tok, tuple(strings))
+        while len(_kept) > TOKENIZERS_KEPT:
+            _kept.popitem(last=False)
+    return tok, strings
+
+
+def _files_key(folder: Path, vocab_size: int | None) -> tuple:
+    stats = []
+    for name in TOKENIZER_FILES:
+        try:
+            st = os.stat(folder / name)
+        except OSError:
+            stats.append(None)
+        else:
+            stats.append((st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev))
+    return str(folder.absolute()), vocab_size, tuple(stats)
+
+
+def _read_tokenizer(folder: Path, vocab_size: int | None) -> tuple[Tokenizer, list[str]]:
     config_path = folder / "tokenizer_config.json"
     added_decoder = _added_tokens(config_path, MAX_ADDED_ID if vocab_size is None else min(vocab_size, MAX_ADDED_ID))
 
