@@ -54,21 +54,32 @@ def load(folder: Path, args: argparse.Namespace, step: str) -> tuple[AsrEngine, 
 
 
 def profile_step(model, position: int) -> list[tuple[str, int, float]]:
-    """(name, calls, microseconds) per kernel (CUDA) or operator (CPU) of one uncaptured step."""
+    """(name, calls, microseconds) per kernel (CUDA) or operator (CPU) of one uncaptured step: the step
+    decoding runs (decode/greedy.py: the static step on CUDA or where asked, else the plain step, which
+    on the CPU attends over the filled part of the cache only)."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = model.device.type == "cuda"
     token = torch.zeros(1, dtype=torch.long, device=model.device)
-    graph = graphs.DecodeGraph(model, token, position, capture=False)
+    static = generate_mod._graph_mode(model)[0] is not None
+    graph = graphs.DecodeGraph(model, token, position, capture=False) if static else None
+
+    def step() -> None:
+        if graph is None:
+            model.step(token, position)
+        else:
+            graph.load(token, position)
+            graph._step(model)
+
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
     with torch.inference_mode():
-        graph._step(model)  # anything lazy happens before the profile
-        graph.load(token, position)
+        step()  # anything lazy happens before the profile
         with profile(activities=activities) as prof:
-            graph._step(model)
+            step()
             if cuda:
                 torch.cuda.synchronize(model.device)
-    graph.close()
+    if graph is not None:
+        graph.close()
     table: dict[str, list[float]] = defaultdict(list)
     for event in prof.events():
         kind = str(getattr(event, "device_type", "")).split(".")[-1]

@@ -468,6 +468,22 @@ def test_profile_decode_repeats_a_step_per_attention_split_and_restores_the_defa
     assert [h.split("]")[0] for h in heads] == ["[tiny splits=auto fp32 unfused", "[tiny splits=4 fp32 unfused"]
 
 
+def test_the_cpu_profile_is_of_the_plain_step_decoding_runs(tmp_path, capsys, monkeypatch):
+    """On the CPU decoding runs the plain step (attention over the filled cache only), so the profile
+    must too: the static step's whole-cache attention is another, slower step there."""
+    import benchmarks.profile_decode as profile_decode
+
+    def no_static_step(*args, **kwargs):
+        raise AssertionError("the CPU profile ran the static step")
+
+    monkeypatch.setattr(profile_decode.graphs, "DecodeGraph", no_static_step)
+    code = profile_decode.main(
+        ["--sizes", "tiny", "--device", "cpu", "--steps", "unfused", "--tokens", "3", "--repeats", "1"]
+        + ["--position", "20", "--top", "3", "--workdir", str(tmp_path)]
+    )
+    assert code == 0 and "aten::" in capsys.readouterr().out
+
+
 def test_the_bench_times_the_engines_own_pass(variants_run, workdir):
     """The bench runs the stages of the engine's pass pipeline, not a copy of them: its forced tokens
     begin with the ids a transcription of the same clip produces (fp32, bit for bit)."""
