@@ -29,8 +29,7 @@ from dictation.audio.wav import load_audio_16k, write_wav
 from tests.oracle import synth_audio
 from tests.oracle.checkpoints import EOS_IDS, cached_checkpoint
 
-# every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
-# (tests/conftest.py)
+# torch on one thread (tests/conftest.py: one_torch_thread)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 

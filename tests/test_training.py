@@ -26,8 +26,7 @@ from dictation.training import (
 from tests.oracle import synth_audio
 from tests.test_cli_train import training_checkpoint
 
-# every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
-# (tests/conftest.py)
+# torch on one thread (tests/conftest.py: one_torch_thread)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 

@@ -30,8 +30,7 @@ from dictation.asr.tune.train import (
 from dictation.audio.wav import load_audio_16k, write_wav
 from tests.oracle import synth_audio
 
-# every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
-# (tests/conftest.py)
+# torch on one thread (tests/conftest.py: one_torch_thread)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 TEXTS = ("language English<asr_text>Hello world.", "language English<asr_text>Kubernetes pods.")

@@ -19,8 +19,7 @@ from dictation.asr.tune.lora_forward import add_lora, decoder_logits, example_lo
 from dictation.asr.tune.train import TrainOptions, train_lora
 from tests.asr.test_train import _examples, _load
 
-# every load of the tiny checkpoints reads their tokenizer once, and torch runs on one thread
-# (tests/conftest.py)
+# torch on one thread (tests/conftest.py: one_torch_thread)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 

@@ -286,8 +286,7 @@ class Attention(_Projections):
         positions' path of :meth:`forward`, and later prefill chunks on CUDA): no ``enable_gqa``, which
         CUDA's memory-efficient kernel refuses (and flash refuses any mask), so that the math kernel
         with its full score matrix and repeated k/v does not take every later prefill chunk, extend
-        and draft check. ``q [1, heads, s, hd]``,
-        ``mask [s, L]`` → ``[1, s, heads * hd]``."""
+        and draft check. ``q [1, heads, s, hd]``, ``mask [s, L]`` → ``[1, s, heads * hd]``."""
         s = q.shape[2]
         group = self.n_heads // self.n_kv_heads
         q = q.reshape(1, self.n_kv_heads, group * s, self.head_dim)  # row g * s + i: head kv*group+g, token i
