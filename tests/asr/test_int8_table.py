@@ -25,15 +25,24 @@ from tests.oracle import synth_audio
 pytestmark = pytest.mark.skipif(not int8_head_usable(), reason="no int8 weight-only kernel on this CPU")
 
 
-KERNELS = ["torch", pytest.param("onednn", marks=pytest.mark.skipif(not onednn_head_usable(), reason="no oneDNN"))]
+KERNELS = [
+    "torch",
+    pytest.param("onednn", marks=pytest.mark.skipif(not onednn_head_usable(), reason="no oneDNN")),
+    "native",  # the native CPU step's int8 product (nn/native_step.py; tests/asr/test_native_step.py builds it)
+]
+NO_NATIVE = ModelOptions(native_cpu_step=False)
 
 
 def _head(table: torch.Tensor, kernel: str) -> Int8Table:
-    """The head with every piece on ``kernel``: torch's int8 kernel, or oneDNN's once prepacked."""
+    """The head with every piece on ``kernel``: torch's int8 kernel, oneDNN's once prepacked, or the
+    native product (which the prepacking leaves alone)."""
     head = Int8Table(table)
+    if kernel != "native":
+        head.options = NO_NATIVE
     head.build()
-    if kernel == "onednn":
-        assert head.prepack()
+    if kernel != "torch":
+        assert head.prepack() is (kernel == "onednn")
+    assert head.native() is (kernel == "native")
     assert all(p is None for p in head._plain) is (kernel == "onednn")
     return head
 
@@ -147,7 +156,8 @@ def test_a_prepared_int8_model_in_bf16_reads_its_head_from_an_int8_copy(ckpt_tie
     save_file({k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}, str(path))
     out = write_quantized_folder(src, tmp_path / "int8", "int8")
     audio = synth_audio(3.0, seed=4)
-    options = EngineOptions(model=str(out), device="cpu", model_options=ModelOptions(cpu_bf16_compute=True))
+    # torch's step and head kernels (the native ones: tests/asr/test_native_step.py)
+    options = EngineOptions(model=str(out), device="cpu", model_options=replace(NO_NATIVE, cpu_bf16_compute=True))
     texts, step_bytes = {}, {}
     for int8_head in (True, False):
         engine = AsrEngine(replace(options, model_options=replace(options.model_options, int8_head=int8_head)))

@@ -315,7 +315,7 @@ def standins(monkeypatch):
         monkeypatch.setattr(triton_fused, name, reference)
     monkeypatch.setattr(fused, "FUSED_KERNELS", True)
     monkeypatch.setattr(fused, "_USABLE", {})
-    monkeypatch.setitem(FRESH, "model_options", replace(FLOAT32, static_step=True))
+    monkeypatch.setitem(FRESH, "model_options", replace(FLOAT32, static_step=True, native_cpu_step=False))
 
 
 def both_ways(engine, embeds, **kw):

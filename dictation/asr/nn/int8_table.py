@@ -7,14 +7,18 @@ On the CPU a decode step streams every weight it uses from memory once. The 0.6B
 touch only a few rows of it, so the loader may leave it mapped from the file) and an int8 copy with
 one scale per row (148 MiB), made at the head's first use (:meth:`Int8Table.build`).
 
-The int8 product comes from one of two kernels, piece by piece of the table (:data:`PIECE_ROWS`
-rows). After the build, torch's int8 weight-only kernel (``_weight_int8pack_mm``) on the hidden state
-rounded to bf16. :meth:`Int8Table.prepack` (the engine's warm-up, where the app pays its one-time
+The int8 product comes from one of three kernels, piece by piece of the table (:data:`PIECE_ROWS`
+rows). Where the native CPU step's library builds (nn/native_step.py; the ``native_cpu_step`` option
+not False), one hidden state goes through its int8 matrix-vector product in float32, unrounded, over
+the plain pieces as one tensor: 6.7-7.5 ms for the 0.6B's head on 2 threads against 8.7-9.2 for
+oneDNN's on the same machine, so the warm-up then prepacks nothing. Otherwise, after the build,
+torch's int8 weight-only kernel (``_weight_int8pack_mm``) on the hidden state rounded to bf16.
+:meth:`Int8Table.prepack` (the engine's warm-up, where the app pays its one-time
 set-up) hands each piece over to oneDNN's int8 linear (``torch.ops.onednn.qlinear_pointwise``, 1.5-2x
 faster for this shape; packing costs 0.3 s for the 0.6B, which a one-shot transcription does not win
 back), dropping the piece's plain copy; the hidden state then goes in as two int8 rows, its rounding
 and the remainder (:func:`two_rows`), whose integer products are exact. Every error of either product
-is bounded per row (:meth:`Int8Table.error_bound`, one bound valid for both), and every row whose
+is bounded per row (:meth:`Int8Table.error_bound`, one bound valid for all three), and every row whose
 logit could be the largest within those bounds is computed again from the table in float32. So the
 argmax, which greedy decoding takes, is the float32 head's over the table whichever kernel ran, and
 every other logit is within its bound.
@@ -29,6 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dictation.asr.heap import file_page_dropper
+from dictation.asr.nn import native_step
+from dictation.asr.nn.options import DEFAULT_OPTIONS
 
 # More candidate rows than this share of the vocabulary are not re-scored one by one: the whole head is
 # then computed in float32 (only reached with logits far flatter than a trained model gives).
@@ -55,6 +61,9 @@ class Int8Table(nn.Module):
         # oneDNN form in ``_packed`` and drops the plain one.
         self._plain: list[torch.Tensor | None] = []
         self._packed: list[torch.Tensor | None] = []
+        # The model's options (AsrModel.spread_options): ``native_cpu_step`` not False lets one hidden
+        # state take the native step's int8 product (nn/native_step.py) instead of either kernel.
+        self.options = DEFAULT_OPTIONS
 
     @property
     def dtype(self) -> torch.dtype:
@@ -79,7 +88,9 @@ class Int8Table(nn.Module):
         rows, width = self.weight.shape
         scale = torch.empty(rows, dtype=torch.bfloat16)
         qnorm = torch.empty(rows)
-        pieces = [torch.empty(min(PIECE_ROWS, rows - p), width, dtype=torch.int8) for p in range(0, rows, PIECE_ROWS)]
+        # One tensor, its pieces views of it: the native product reads it in one call (approx).
+        whole = torch.empty(rows, width, dtype=torch.int8)
+        pieces = [whole[p : p + PIECE_ROWS] for p in range(0, rows, PIECE_ROWS)]
         buf = torch.empty(min(rows, BUILD_ROWS), width)
         # Read whole once, here, then a few rows a step: a mapped table's pages need not stay resident.
         drop = file_page_dropper(self.weight)
@@ -103,8 +114,9 @@ class Int8Table(nn.Module):
 
     def prepack(self) -> bool:
         """Hand every piece over to oneDNN's int8 linear where it is usable here (module docstring):
-        prepacked, then its plain copy dropped. True if every piece is on oneDNN."""
-        if not onednn_head_usable():
+        prepacked, then its plain copy dropped. True if every piece is on oneDNN. Not where the native
+        product runs (:meth:`native`): it reads the plain pieces, faster than oneDNN (module docstring)."""
+        if self.native() or not onednn_head_usable():
             return False
         if not self.built:
             self.build()
@@ -121,23 +133,37 @@ class Int8Table(nn.Module):
             self._plain[i] = None
         return True
 
+    def native(self) -> bool:
+        """Whether one hidden state's product takes the native library's int8 matrix-vector product
+        (float32 hidden state, no rounding of it; the options allow it and the library builds here)."""
+        return self.options.native_cpu_step is not False and native_step.library() is not None
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.weight)
 
     def approx(self, h2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``h2d [R, width]`` float32 -> (the int8 product ``[R, rows]`` float32, the norm of the hidden
         state's rounding per row ``[R]``: the larger of its bf16 rounding and its two-row remainder,
-        whichever kernel each piece ran)."""
+        whichever kernel each piece ran; none for the native product, which takes it in float32)."""
         if not self.built:
             self.build()
         out = torch.empty(h2d.shape[0], self.num_embeddings)
-        h16 = h2d.bfloat16()
-        rounding = (h2d - h16.float()).norm(dim=1)
-        rows = None
+        rounding = torch.zeros(h2d.shape[0])
+        if h2d.shape[0] == 1 and self.native() and all(p is not None for p in self._plain):
+            # Every piece plain: they are consecutive rows of one tensor (build), read in one call.
+            first, last = self._plain[0], self._plain[-1]
+            whole = first.as_strided((self.num_embeddings, self.embedding_dim), first.stride())
+            assert last.data_ptr() == whole[-last.shape[0] :].data_ptr()
+            native_step.int8_gemv(whole, self._scale32, h2d[0].contiguous(), out=out[0])
+            return out, rounding
+        h16 = rows = None
         for i, (plain, packed) in enumerate(zip(self._plain, self._packed, strict=True)):
             lo = i * PIECE_ROWS
             n = min(PIECE_ROWS, self.num_embeddings - lo)
             if packed is None:
+                if h16 is None:
+                    h16 = h2d.bfloat16()
+                    rounding = torch.maximum(rounding, (h2d - h16.float()).norm(dim=1))
                 out[:, lo : lo + n] = torch._weight_int8pack_mm(h16, plain, self.scale[lo : lo + n])
                 continue
             if rows is None:

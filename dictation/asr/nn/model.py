@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dictation.asr.config import AsrConfig
-from dictation.asr.nn import compiled
+from dictation.asr.nn import compiled, native_step
 from dictation.asr.nn.compact import HalfTable
 from dictation.asr.nn.decoder import TextDecoder, stamp
 from dictation.asr.nn.encoder import AudioEncoder
@@ -80,6 +80,9 @@ class AsrModel(nn.Module):
         # CompiledStep once compiled, False where it does not apply or failed (logged once).
         self.compile_step = compiled.COMPILE_STEP
         self.compiled_step = None
+        # The native CPU step (native_step.py) for this pass's weights and cache: None until a step
+        # builds it, False where it does not apply this pass; dropped at every pass start.
+        self._native: native_step.NativeStep | bool | None = None
 
     @property
     def options(self) -> ModelOptions:
@@ -146,6 +149,7 @@ class AsrModel(nn.Module):
 
     def release_cache(self) -> None:
         self._drop_graph()
+        self._native = None
         self.cache = None
         self._rope = None
 
@@ -164,6 +168,7 @@ class AsrModel(nn.Module):
         at the start of every pass, so weights may change between passes (adapters, quantization).
         True if anything was planned again."""
         self.spread_options()
+        self._native = None  # its pointers are checked again at the pass's first step
         return self.decoder.refresh_fusion()
 
     def embed_prompt(self, prompt_ids: torch.Tensor, audio_embeds: torch.Tensor) -> torch.Tensor:
@@ -390,7 +395,26 @@ class AsrModel(nn.Module):
         """One token ``[1]`` at ``position`` → logits ``[vocab]``."""
         self.make_room(position)
         h = self.decoder.embed_tokens(token).view(1, 1, -1)
+        native = self.native_step()
+        if native is not None:
+            cos, sin = self._rope
+            h = native.run(h, cos[position].float(), sin[position].float(), position)
+            return self.logits(self.decoder.norm(h.view(1, 1, -1)).to(self.dtype))
         return self.logits(self._run(h, position))
+
+    def native_step(self) -> native_step.NativeStep | None:
+        """The native CPU step (native_step.py) where it applies: the ``native_cpu_step`` option not
+        False, an int8 decoder on the CPU, the library built. Checked once per pass (``sync_weights``
+        drops it) and again when the cache grows."""
+        native = self._native
+        if native is False or self.options.native_cpu_step is False:
+            return None
+        cache = self.cache
+        if native is not None and native.cache_ptrs == (cache.keys.data_ptr(), cache.values.data_ptr()):
+            return native
+        lib = native_step.library() if native_step.eligible(self) else None
+        self._native = native_step.NativeStep(self, lib) if lib is not None else False
+        return self._native or None
 
     @torch.inference_mode()
     def static_step(self, token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:

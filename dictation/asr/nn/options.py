@@ -63,6 +63,9 @@ class ModelOptions:
     static_step: bool | None = None
     # Capture the static step as a CUDA graph (False: it runs eagerly on CUDA).
     capture_step: bool = True
+    # The plain step of an int8 decoder on the CPU in one native call (nn/native_step.py), where its
+    # library builds (None); False: torch's operators.
+    native_cpu_step: bool | None = None
 
 
 DEFAULT_OPTIONS = ModelOptions()
