@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import mmap
@@ -97,3 +98,51 @@ def _madvise():
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     madvise.restype = ctypes.c_int
     return madvise
+
+
+class Arena:
+    """Tensors placed back to back in one fresh anonymous mapping, each with a storage of its own
+    (docs/engine.md, "CPU memory"). The decoder's integer weights live in one on the CPU: a decode
+    step streams them all, and the same int8 matrix-vector products read them 15-20 % faster there
+    than from the C heap's recycled pages (measured on the 0.6B's 112 matrices, 2 threads: 23.3 against
+    28.7 ms), where a loaded model's tensors otherwise land. Pages are given by the kernel as they are
+    first written (loading), transparent huge pages asked for where the system grants them on request.
+    The mapping goes when the last tensor placed in it does."""
+
+    ALIGN = 64
+
+    def __init__(self, nbytes: int) -> None:
+        flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_ANONYMOUS", 0x20)
+        self._map = mmap.mmap(-1, max(1, nbytes), flags=flags)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            with contextlib.suppress(OSError):  # a kernel without transparent huge pages
+                self._map.madvise(mmap.MADV_HUGEPAGE)
+        self._size = nbytes
+        self._used = 0
+
+    @staticmethod
+    def bytes_for(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+        """What :meth:`take` uses of the arena for one tensor, alignment included."""
+        import math
+
+        import torch
+
+        n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        return -(-n // Arena.ALIGN) * Arena.ALIGN
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised tensor of the arena's next bytes."""
+        import math
+
+        import torch
+
+        need = self.bytes_for(shape, dtype)
+        if self._used + need > self._size:
+            raise ValueError(f"the arena has {self._size - self._used} bytes left, {need} asked for")
+        start = self._used
+        self._used += need
+        count = math.prod(shape)
+        if count == 0:
+            return torch.empty(shape, dtype=dtype)
+        view = memoryview(self._map)[start : start + need]
+        return torch.frombuffer(view, dtype=dtype, count=count).view(shape)

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dictation.asr.config import TextDecoderConfig
+from dictation.asr.heap import Arena
 from dictation.asr.nn import quant_rows, quantized
 from dictation.asr.nn.kernels import fused
 from dictation.asr.nn.kv_cache import StaticKVCache
@@ -519,11 +520,20 @@ class TextDecoder(nn.Module):
         """Give each group of plain float projections one uninitialised ``[sum(out), in]`` tensor and
         make the members' weights its row views, so that loading writes straight into the fused
         layout: the fusion then adopts it instead of concatenating (no copy, no transient second
-        copy of most of the decoder). Called by ``weights.load_model`` before it fills the weights."""
+        copy of most of the decoder). Quantized groups get their rows the same way; on the CPU every
+        quantized layer's integer tensors come from one fresh mapping (heap.Arena, which a decode
+        step reads faster). Called by ``weights.load_model`` before it fills the weights."""
+        quantized_layers = [m for m in self.modules() if isinstance(m, quantized.QUANT_MODULES)]
+        arena = None
+        if quantized_layers and quantized_layers[0].weight_device().type == "cpu":
+            arena = Arena(quant_rows.integer_bytes(quantized_layers))
+        placed: set[int] = set()
         for group in self._groups():
             members = group._members()
             if group.fuse and isinstance(members[0], quantized.QUANT_MODULES):
-                quant_rows.allocate_rows(members)  # a pre-quantized folder, or quantized as it is read
+                # a pre-quantized folder, or quantized as it is read
+                if quant_rows.allocate_rows(members, arena):
+                    placed.update(id(m) for m in members)
                 continue
             if not (group.fuse and _float_fusable(members)) or _adjacent_rows(members) is not None:
                 continue
@@ -531,6 +541,10 @@ class TextDecoder(nn.Module):
             with torch.inference_mode(False), torch.no_grad():
                 rows = sum(m.out_features for m in members)
                 _point_rows(members, torch.empty(rows, first.shape[1], dtype=first.dtype, device=first.device))
+        if arena is not None:
+            for layer in quantized_layers:
+                if id(layer) not in placed and layer.weight_device().type == "cpu":
+                    quant_rows.place_in_arena(layer, arena)
 
     def fused_layers(self) -> list[nn.Module]:
         """The fused quantized layers, which are not submodules (for memory accounting)."""

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from dictation.asr.heap import Arena
 from dictation.asr.nn.quantized import QUANT_MODULES, Int4Linear, Int8Linear, _QuantLinear
 
 
@@ -58,20 +59,46 @@ def stacked_rows(parts: Sequence[torch.Tensor]) -> torch.Tensor | None:
     return parts[0].detach().as_strided(shape, parts[0].stride(), 0)
 
 
-def allocate_rows(layers: Sequence[_QuantLinear]) -> None:
+def allocate_rows(layers: Sequence[_QuantLinear], arena: Arena | None = None) -> bool:
     """Give fusable ``layers`` one uninitialised tensor per stored tensor, each layer its consecutive
-    rows, so that loading writes straight into the layout :func:`fuse_rows` adopts (no copy)."""
+    rows, so that loading writes straight into the layout :func:`fuse_rows` adopts (no copy); the
+    integer ones from ``arena`` if given (heap.Arena). False if the layers are not fusable."""
     if not all(layers[0].fusable_with(layer) for layer in layers):
-        return
+        return False
     with torch.inference_mode(False), torch.no_grad():
         for name in layers[0]._TENSORS:
             parts = [getattr(layer, name) for layer in layers]
-            rows = sum(t.shape[0] for t in parts)
-            whole = torch.empty((rows, *parts[0].shape[1:]), dtype=parts[0].dtype, device=parts[0].device)
+            shape = (sum(t.shape[0] for t in parts), *parts[0].shape[1:])
+            dtype = parts[0].dtype
+            if arena is not None and not dtype.is_floating_point:
+                whole = arena.take(shape, dtype)
+            else:
+                whole = torch.empty(shape, dtype=dtype, device=parts[0].device)
             for layer, block in zip(layers, whole.split([t.shape[0] for t in parts]), strict=True):
                 layer._buffers[name] = block
     for layer in layers:
         layer.clear_cache()
+    return True
+
+
+def integer_bytes(layers: Sequence[_QuantLinear]) -> int:
+    """Bytes an arena needs for the integer tensors of ``layers`` (one at a time or fused alike)."""
+    return sum(
+        Arena.bytes_for(tuple(t.shape), t.dtype)
+        for layer in layers
+        for t in (getattr(layer, name) for name in layer._TENSORS)
+        if not t.dtype.is_floating_point
+    ) + Arena.ALIGN * len(layers)
+
+
+def place_in_arena(layer: _QuantLinear, arena: Arena) -> None:
+    """Give one layer's integer tensors uninitialised storage from ``arena`` (loading fills them)."""
+    with torch.inference_mode(False), torch.no_grad():
+        for name in layer._TENSORS:
+            t = getattr(layer, name)
+            if not t.dtype.is_floating_point:
+                layer._buffers[name] = arena.take(tuple(t.shape), t.dtype)
+    layer.clear_cache()
 
 
 def kernel_cache_bytes(model: nn.Module) -> int:

@@ -137,6 +137,10 @@ class _QuantLinear(nn.Module):
         self.clear_cache()
         super()._load_from_state_dict(*args, **kwargs)
 
+    def weight_device(self) -> torch.device:
+        """The device of the stored tensors."""
+        return getattr(self, self._TENSORS[0]).device
+
     def clear_cache(self) -> None:
         """Drop the kernel layouts (rebuilt at the next call); needed after changing buffers in place."""
         self._cache.clear()
