@@ -112,6 +112,7 @@ def test_wheel_carries_the_resources_and_only_the_package(wheel):
     expected |= {resources.DESKTOP_TEMPLATE, resources.SERVICE_TEMPLATE}
     expected |= {f"spoken/{code}.json" for code in resources.SPOKEN_LANGUAGES}
     assert expected <= data, expected - data
+    assert "dictation/asr/nn/native/decode_step.c" in names  # compiled on the user's machine (native_step.py)
     assert f"{dist_info}entry_points.txt" in names
     assert "dictation = dictation.cli:main" in zipfile.ZipFile(wheel).read(f"{dist_info}entry_points.txt").decode()
     assert f"dictation/{STALE_MODULE}" not in names  # the build starts from an empty build/lib

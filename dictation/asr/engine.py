@@ -30,7 +30,7 @@ from dictation.asr.decode.longform import join_texts, merge_languages, split_lon
 from dictation.asr.decode.pipeline import PassResult, Pipeline, Progress, Transcript
 from dictation.asr.device import resolve_device, resolve_dtype
 from dictation.asr.errors import AdapterError, AsrError, AudioError, RequestError
-from dictation.asr.heap import release_freed_memory
+from dictation.asr.heap import Arena, release_freed_memory
 from dictation.asr.limits import check_context, check_max_new_tokens
 from dictation.asr.nn.compact import expand
 from dictation.asr.nn.features import MIN_SAMPLES, LogMel
@@ -341,7 +341,8 @@ class AsrEngine:
         not pay for one-time set-up: kernel selection and loading, the int4 kernels' packed layouts,
         the CUDA graph captures (the decode step, and the encoder, the prefill and the rows after a
         cached prompt for every bucket: ``AsrModel.prepare_graphs``), the int8 head's oneDNN layout
-        (``Int8Table.prepack``), and a KV cache of
+        (``Int8Table.prepack``), the CPU's int8 weights moved into huge pages (``heap.Arena.collapse``),
+        and a KV cache of
         ``WARM_UP_CACHE`` positions (utterances up to about 40 s fit without growing it, so the
         captured decode step is kept). Returns its seconds."""
         with self._lock:
@@ -355,6 +356,9 @@ class AsrEngine:
             for module in self._model.modules():
                 if isinstance(module, Int8Table):
                     module.prepack()  # the int8 head on oneDNN (nn/int8_table.py): 0.3 s for the 0.6B
+                arena = getattr(module, "arena", None)
+                if isinstance(arena, Arena):
+                    arena.collapse()  # the int8 weights into huge pages (heap.Arena): about 1 s for the 0.6B
             sync_device(self._model.device)
             self._release_on_cpu()
             return time.perf_counter() - t0

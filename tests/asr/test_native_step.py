@@ -4,13 +4,20 @@ step aside wherever it does not apply."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
+from dictation.asr import AsrEngine, EngineOptions
+from dictation.asr.heap import Arena
 from dictation.asr.nn import native_step
 from dictation.asr.nn.options import DEFAULT_OPTIONS, ModelOptions
+from dictation.asr.nn.quantized import Int8Linear
+from dictation.asr.tune import writers
 from dictation.asr.tune.quantize import quantize_model
 from tests.asr.test_quant import FLOAT32, load
 from tests.oracle.checkpoints import cached_checkpoint
@@ -182,3 +189,80 @@ def test_the_library_is_cached_per_source_compiler_and_cpu(tmp_path, monkeypatch
     with pytest.raises(RuntimeError, match="broken.c"):
         native_step.build(cc, tmp_path / "out.so")
     assert not list(tmp_path.glob("*.so"))
+
+
+# --- where the integer weights live: one fresh mapping (heap.Arena) ----------------------------------------
+
+
+def test_arena_tensors_have_storages_of_their_own_back_to_back():
+    arena = Arena(Arena.bytes_for((3, 5), torch.int8) + Arena.bytes_for((4,), torch.float32))
+    a = arena.take((3, 5), torch.int8)
+    b = arena.take((4,), torch.float32)
+    assert a.untyped_storage().nbytes() == 15 and b.untyped_storage().nbytes() == 16  # no padding in them
+    assert a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
+    assert b.data_ptr() - a.data_ptr() == Arena.ALIGN and a.data_ptr() % 4096 == 0
+    a.fill_(7)
+    b.fill_(1.5)
+    assert int(a.sum()) == 105 and float(b.sum()) == 6.0
+    with pytest.raises(ValueError, match="bytes left"):
+        arena.take((1,), torch.int8)
+
+
+def _anon_huge_kb(address: int) -> int:
+    """AnonHugePages of the mapping of this process that holds ``address``."""
+    inside = False
+    with open("/proc/self/smaps", encoding="ascii") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(x, 16) for x in head.split("-"))
+                inside = low <= address < high
+            elif inside and head == "AnonHugePages:":
+                return int(line.split()[1])
+    raise AssertionError("no mapping holds the address")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+def test_an_arena_collapses_into_huge_pages_with_its_bytes_kept():
+    """What the warm-up does to the int8 weights: where the kernel collapses (Linux 6.1+, huge pages not
+    switched off) the mapping then holds huge pages; either way every byte stays."""
+    arena = Arena(8 << 20)  # holds at least one whole aligned 2 MiB page
+    t = arena.take((8 << 20,), torch.int8)
+    t.copy_(torch.randint(-128, 128, t.shape, dtype=torch.int8, generator=torch.Generator().manual_seed(5)))
+    before = t.clone()
+    assert _anon_huge_kb(t.data_ptr()) == 0
+    collapsed = arena.collapse()
+    assert torch.equal(t, before)
+    release = tuple(int(x) for x in os.uname().release.split(".")[:2] if x.isdigit())
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if release >= (6, 1) and thp.exists() and "[never]" not in thp.read_text():
+        assert collapsed
+    if collapsed:
+        assert _anon_huge_kb(t.data_ptr()) >= 2048
+
+
+def test_a_prepared_int8_folder_loads_its_integer_weights_into_one_mapping(folder, tmp_path, monkeypatch):
+    """Every int8 tensor of the decoder in the decoder's arena, the fused q/k/v and gate/up adopting their
+    members' rows as loaded (no copy); the warm-up collapses it and the head's."""
+    out = writers.write_quantized_folder(folder, tmp_path / "int8", "int8")
+    engine = AsrEngine(EngineOptions(model=str(out), device="cpu", model_options=ModelOptions(cpu_bf16_compute=True)))
+    engine.prepare()
+    model = engine.model
+    arena = model.decoder.arena
+    mapping = arena._map
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+    layers = [m for m in model.decoder.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(base <= m.weight.data_ptr() < base + len(mapping) for m in layers)
+    for layer in model.decoder.layers:
+        attn = layer.self_attn
+        assert attn.fusion.layer.weight.data_ptr() == attn.q_proj.weight.data_ptr()  # adopted, not copied
+        assert (
+            attn.v_proj.weight.data_ptr()
+            == attn.q_proj.weight.data_ptr()
+            + (attn.q_proj.out_features + attn.k_proj.out_features) * attn.q_proj.in_features
+        )
+    collapsed = []
+    monkeypatch.setattr(Arena, "collapse", lambda self: collapsed.append(self) or True)
+    engine.warm_up()
+    head = model.decoder.embed_tokens if model.lm_head is None else model.lm_head
+    assert arena in collapsed and head.arena in collapsed

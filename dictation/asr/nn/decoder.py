@@ -423,6 +423,9 @@ class TextDecoder(nn.Module):
         # and with them the decode step's GEMV option (None = fused.FUSED_GEMV).
         self.kernels: bool | None = None
         self.gemv: bool | None = None
+        # Where the quantized layers' integer tensors live on the CPU (allocate_fused); the engine's
+        # warm-up moves it into huge pages (heap.Arena.collapse).
+        self.arena: Arena | None = None
 
     def path_key(self) -> tuple:
         """The settings that choose which code a step runs (fused kernels, GEMV, attention splits):
@@ -526,7 +529,7 @@ class TextDecoder(nn.Module):
         quantized_layers = [m for m in self.modules() if isinstance(m, quantized.QUANT_MODULES)]
         arena = None
         if quantized_layers and quantized_layers[0].weight_device().type == "cpu":
-            arena = Arena(quant_rows.integer_bytes(quantized_layers))
+            arena = self.arena = Arena(quant_rows.integer_bytes(quantized_layers))
         placed: set[int] = set()
         for group in self._groups():
             members = group._members()

@@ -64,6 +64,7 @@ class Int8Table(nn.Module):
         # The model's options (AsrModel.spread_options): ``native_cpu_step`` not False lets one hidden
         # state take the native step's int8 product (nn/native_step.py) instead of either kernel.
         self.options = DEFAULT_OPTIONS
+        self.arena: Arena | None = None  # where build() put the int8 copy for the native product
 
     @property
     def dtype(self) -> torch.dtype:
@@ -92,7 +93,8 @@ class Int8Table(nn.Module):
             # One tensor in a fresh mapping (heap.Arena: streamed faster), its pieces views of it: the
             # native product reads it in one call (approx). oneDNN's prepacking frees the pieces one by
             # one, so they stay tensors of their own where it may run.
-            whole = Arena(Arena.bytes_for((rows, width), torch.int8)).take((rows, width), torch.int8)
+            self.arena = Arena(Arena.bytes_for((rows, width), torch.int8))
+            whole = self.arena.take((rows, width), torch.int8)
             pieces = [whole[p : p + PIECE_ROWS] for p in range(0, rows, PIECE_ROWS)]
         else:
             pieces = [
