@@ -266,3 +266,29 @@ def test_a_prepared_int8_folder_loads_its_integer_weights_into_one_mapping(folde
     engine.warm_up()
     head = model.decoder.embed_tokens if model.lm_head is None else model.lm_head
     assert arena in collapsed and head.arena in collapsed
+
+
+@pytest.mark.parametrize("extra", [("-mno-avx512f",), ("-mno-avx512f", "-mno-avx2")], ids=["avx2", "plain-c"])
+def test_the_loops_for_cpus_without_avx512_compute_the_same(folder, lib, tmp_path, extra):
+    """The source has three forms of its inner loop, chosen by what the compiler may use: AVX-512, AVX2
+    with FMA, plain C. Built for the two this machine would not pick, each computes what the default
+    build computes: the int8 product with ragged tails, and whole steps of a model."""
+    other = tmp_path / "other.so"
+    native_step.build(native_step.compiler(), other, extra)
+    variant = native_step.load(other)
+    g = torch.Generator().manual_seed(9)
+    for n, k in ((13, 1000), (64, 64), (4096, 70)):
+        weight = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+        scale, x = torch.rand(n, generator=g), torch.randn(k, generator=g)
+        want = native_step.int8_gemv(weight, scale, x)
+        torch.testing.assert_close(native_step.int8_gemv(weight, scale, x, lib=variant), want, rtol=1e-5, atol=1e-4)
+    model = int8_model(folder)
+    embeds = torch.randn(1, 6, model.cfg.text.hidden_size, generator=g)
+    default, _ = teacher_forced(model, embeds, [5, 900, 77], 6)
+    model.release_cache()
+    model.prefill(embeds, 4)
+    native = native_step.NativeStep(model, variant)
+    model._native = native  # the step of this pass: the other build
+    rows = [model.step(torch.tensor([t]), 6 + i) for i, t in enumerate([5, 900, 77])]
+    assert model._native is native
+    torch.testing.assert_close(torch.stack(rows).float(), default[1:], rtol=0, atol=2e-5 * float(default.abs().max()))

@@ -96,13 +96,16 @@ def library_path(cc: str) -> Path:
     return cache_folder() / f"decode_step-{digest.hexdigest()[:16]}.so"
 
 
-def build(cc: str, target: Path) -> None:
+def build(cc: str, target: Path, extra: tuple[str, ...] = ()) -> None:
     """Compile the source into ``target`` (written beside it, then renamed: two processes building at
-    once each end with a whole file). Raises RuntimeError with the compiler's message."""
+    once each end with a whole file). ``extra``: flags after :data:`FLAGS` (the tests build the AVX2
+    and the plain C loops with ``-mno-avx512f`` / ``-mno-avx2``). Raises RuntimeError with the
+    compiler's message."""
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        done = spawn.run([cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=120)
+        argv = [cc, *FLAGS, *extra, str(SOURCE), "-o", tmp, "-lm"]
+        done = spawn.run(argv, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"{cc} failed on {SOURCE.name}: {done.stderr.strip()[-2000:]}")
         os.chmod(tmp, 0o600)
@@ -128,31 +131,36 @@ def library() -> ctypes.CDLL | None:
             path = library_path(cc)
             if not path.exists():
                 build(cc, path)
-            lib = ctypes.CDLL(str(path))
-            lib.decoder_step.restype = None
-            pointer, count = ctypes.c_void_p, ctypes.c_int
-            # layers, n_layers, dims, h, cos, sin, position, scratch
-            lib.decoder_step.argtypes = [
-                pointer,
-                count,
-                ctypes.POINTER(_Dims),
-                pointer,
-                pointer,
-                pointer,
-                count,
-                pointer,
-            ]
-            lib.int8_gemv.restype = None
-            lib.int8_gemv.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2
-            lib.omp_threads.restype = ctypes.c_int
-            lib.omp_threads.argtypes = []
-            lib.scratch_floats.restype = ctypes.c_size_t
-            lib.scratch_floats.argtypes = [ctypes.POINTER(_Dims)]
-            _library = lib
+            _library = load(path)
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             _failed = str(exc)
             log.info("native CPU decode step unavailable, the torch step runs instead: %s", exc)
         return _library
+
+
+def load(path: Path) -> ctypes.CDLL:
+    """A built library, its functions typed."""
+    lib = ctypes.CDLL(str(path))
+    lib.decoder_step.restype = None
+    pointer, count = ctypes.c_void_p, ctypes.c_int
+    # layers, n_layers, dims, h, cos, sin, position, scratch
+    lib.decoder_step.argtypes = [
+        pointer,
+        count,
+        ctypes.POINTER(_Dims),
+        pointer,
+        pointer,
+        pointer,
+        count,
+        pointer,
+    ]
+    lib.int8_gemv.restype = None
+    lib.int8_gemv.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2
+    lib.omp_threads.restype = ctypes.c_int
+    lib.omp_threads.argtypes = []
+    lib.scratch_floats.restype = ctypes.c_size_t
+    lib.scratch_floats.argtypes = [ctypes.POINTER(_Dims)]
+    return lib
 
 
 def unavailable() -> str | None:
@@ -161,12 +169,16 @@ def unavailable() -> str | None:
 
 
 def int8_gemv(
-    weight: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    x: torch.Tensor,
+    out: torch.Tensor | None = None,
+    lib: ctypes.CDLL | None = None,
 ) -> torch.Tensor:
     """``weight [n, k]`` int8 with ``scale [n]`` float32 times ``x [k]`` float32 → ``[n]`` float32 (into
     ``out`` if given), through the library's matrix-vector product: the int8 output head
-    (nn/int8_table.py), the tests and the bandwidth check."""
-    lib = library()
+    (nn/int8_table.py), the tests and the bandwidth check. ``lib``: another build (the tests')."""
+    lib = lib or library()
     if lib is None:
         raise RuntimeError(f"the native CPU step is unavailable: {_failed}")
     n, k = weight.shape
