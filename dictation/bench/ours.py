@@ -253,6 +253,7 @@ class OursBench:
         count = decode_step(self.engine.model, 1)
         return {
             "path": count.path,
+            "layers": count.layers,
             "per_layer": count.per_layer,
             "outside": count.outside,
             "total": count.total,
