@@ -348,6 +348,11 @@ class AsrEngine:
         with self._lock:
             self.prepare()
             t0 = time.perf_counter()
+            model = self._model
+            if model.cache is not None and model.cache.max_len < WARM_UP_CACHE:
+                # The pass below overwrites the cache: growing it would first copy what it holds (on
+                # the CPU, pages of positions nothing reads again, at once beside the old cache's).
+                model.release_cache()
             self._model.ensure_capacity(WARM_UP_CACHE)
             rng = np.random.default_rng(0)
             noise = (1e-3 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(np.float32)
