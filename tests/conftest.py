@@ -50,21 +50,21 @@ def pytest_collection(session):
     return result
 
 
-# The modules that take longest, with their seconds in an idle `-n 2` run (module totals, rounded
-# up from its --durations; longest first). Under pytest-xdist they start first, spread over the
+# The modules that take longest, with the seconds each took alone (pytest's "passed in", one process,
+# an idle 2-core machine; longest first). Under pytest-xdist they start first, spread over the
 # workers: a 95-s test that one worker started last kept the run waiting on it at the end.
 LONG_MODULES = {
-    "tests/e2e/test_day_e2e.py": 95,
-    "tests/e2e/test_crash_recovery_e2e.py": 50,
-    "tests/test_cli_train.py": 45,
-    "tests/e2e/test_app_e2e.py": 35,
-    "tests/asr/test_triton_fused.py": 35,
-    "tests/asr/test_engine.py": 30,
-    "tests/asr/test_generalise.py": 25,
-    "tests/asr/test_gguf_llama.py": 25,
-    "tests/e2e/test_cold_start_e2e.py": 20,
-    "tests/asr/test_triton_gemv.py": 20,
-    "tests/output/test_hold_x11_real.py": 18,
+    "tests/e2e/test_day_e2e.py": 104,
+    "tests/e2e/test_crash_recovery_e2e.py": 67,
+    "tests/test_cli_train.py": 49,
+    "tests/e2e/test_cold_start_e2e.py": 37,
+    "tests/asr/test_triton_fused.py": 37,
+    "tests/asr/test_engine.py": 29,
+    "tests/asr/test_triton_gemv.py": 28,
+    "tests/e2e/test_app_e2e.py": 28,
+    "tests/asr/test_generalise.py": 27,
+    "tests/asr/test_gguf_llama.py": 26,
+    "tests/output/test_hold_x11_real.py": 22,
 }
 
 
