@@ -59,7 +59,6 @@ LONG_MODULES = {
     "tests/test_cli_train.py": 49,
     "tests/e2e/test_cold_start_e2e.py": 37,
     "tests/asr/test_triton_fused.py": 37,
-    "tests/asr/test_engine.py": 29,
     "tests/asr/test_triton_gemv.py": 28,
     "tests/e2e/test_app_e2e.py": 28,
     "tests/asr/test_generalise.py": 27,
