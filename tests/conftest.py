@@ -50,6 +50,55 @@ def pytest_collection(session):
     return result
 
 
+# The modules that take longest, with the seconds each took alone (pytest's "passed in", one process,
+# an idle 2-core machine; longest first). Under pytest-xdist they start first, spread over the
+# workers: a 95-s test that one worker started last kept the run waiting on it at the end.
+LONG_MODULES = {
+    "tests/e2e/test_day_e2e.py": 104,
+    "tests/e2e/test_crash_recovery_e2e.py": 67,
+    "tests/test_cli_train.py": 49,
+    "tests/e2e/test_cold_start_e2e.py": 37,
+    "tests/asr/test_triton_fused.py": 37,
+    "tests/asr/test_triton_gemv.py": 28,
+    "tests/e2e/test_app_e2e.py": 28,
+    "tests/asr/test_generalise.py": 27,
+    "tests/asr/test_gguf_llama.py": 26,
+    "tests/output/test_hold_x11_real.py": 22,
+}
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m/--deselect and pytest's own fixture-scope reordering
+def pytest_collection_modifyitems(config, items):
+    """The same items, the long modules first (each module's items kept together and in order).
+
+    pytest-xdist's default `--dist load` (3.8) first hands each of its W workers a block of
+    N // W // 4 consecutive items (N collected; at most --maxschedchunk), then hands out the rest
+    from the front as workers run low. So the long modules are dealt into W lanes of about equal
+    seconds (the longest to the emptiest lane), and lane k is put at the start of block k, filled up
+    with other items to the block's length: every worker starts on its share of the long modules.
+    In one process (no workers) all of them simply run first. Every worker computes the same order
+    from the same collection, as xdist requires."""
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    lanes: list[list] = [[] for _ in range(workers)]
+    load = [0] * workers
+    by_module: dict[str, list] = {}
+    rest = []
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        (by_module.setdefault(module, []) if module in LONG_MODULES else rest).append(item)
+    for module in sorted(by_module, key=LONG_MODULES.get, reverse=True):
+        k = load.index(min(load))
+        lanes[k] += by_module[module]
+        load[k] += LONG_MODULES[module]
+    block = max(2, min(len(items) // workers // 4, config.getoption("maxschedchunk", None) or len(items)))
+    ordered = []
+    for k, lane in enumerate(lanes):
+        take = max(0, (k + 1) * block - len(ordered) - len(lane)) if k < workers - 1 else 0
+        ordered += lane + rest[:take]
+        del rest[:take]
+    items[:] = ordered + rest
+
+
 # torch before any test imports PySide6: with PySide6 loaded first and torch later (the app's engine
 # thread), the interpreter aborted at exit in its final collection ("bool_dealloc: deallocating True
 # or False"), e.g. `pytest tests/app/test_startup.py` alone (exit 134 after every test passed).

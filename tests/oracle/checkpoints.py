@@ -152,14 +152,15 @@ def _tokenizer_files_dir() -> Path:
 # --- configuration --------------------------------------------------------------------------------------------
 
 
-def tiny_config(*, tie_word_embeddings: bool = False, audio_layers: int | None = None):
+def tiny_config(*, tie_word_embeddings: bool = False, audio_layers: int | None = None, text_dims: dict | None = None):
     """The official ``Qwen3ASRConfig`` with tiny widths and the real constants.
 
     Real: vocab 151936, text head_dim 128 with 16 q / 8 kv heads, audio head_dim 64, 128 mel bins,
     n_window 50, n_window_infer 800, conv_chunksize 500, max_source_positions 1500, rope_theta 1e6,
     rms eps 1e-6, interleaved M-RoPE sections [24, 20, 20], special-token ids. Tiny: audio d_model 128,
     2 layers, 2 heads, ffn 256, conv channels 32, output_dim 64; text hidden 64, 2 layers, intermediate 128.
-    ``audio_layers`` overrides the audio layer count (llama.cpp's converter maps ``conv2d{N}`` only for N below it).
+    ``audio_layers`` overrides the audio layer count (llama.cpp's converter maps ``conv2d{N}`` only for N below it),
+    ``text_dims`` entries of ``TEXT_DIMS`` (e.g. fewer heads and layers where only lengths matter).
     The tie flag lives in ``thinker_config.text_config.tie_word_embeddings`` (the only one the official code
     reads); the top-level flag is left at its default.
     """
@@ -203,7 +204,7 @@ def tiny_config(*, tie_word_embeddings: bool = False, audio_layers: int | None =
         attention_dropout=0.0,
         initializer_range=0.02,
         tie_word_embeddings=tie_word_embeddings,
-        **TEXT_DIMS,
+        **(TEXT_DIMS | (text_dims or {})),
     )
     thinker = Qwen3ASRThinkerConfig(
         audio_config=audio.to_dict(),
@@ -643,6 +644,7 @@ def build_tiny_checkpoint(
     tokenizer_json: bool | None = None,
     drop_tied_lm_head: bool | None = None,
     audio_layers: int | None = None,
+    text_dims: dict | None = None,
 ) -> Path:
     """Write a tiny random Qwen3-ASR checkpoint into ``out_dir`` (created if needed) and return its path.
 
@@ -660,12 +662,13 @@ def build_tiny_checkpoint(
         it), True for the hf layout (transformers 5 would NOT tie if a different lm_head were present: it warns
         and uses the stored head, unlike the official code).
     audio_layers: the audio encoder's layer count (default 2).
+    text_dims: entries of ``TEXT_DIMS`` to override, e.g. ``{"num_hidden_layers": 1}``.
     """
     if layout not in ("thinker", "hf"):
         raise ValueError(f"layout must be 'thinker' or 'hf', not {layout!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = tiny_config(tie_word_embeddings=tie_word_embeddings, audio_layers=audio_layers)
+    config = tiny_config(tie_word_embeddings=tie_word_embeddings, audio_layers=audio_layers, text_dims=text_dims)
     tensors = _make_weights(config, seed=seed, eos_bias=eos_bias, extra_active=extra_active, qk_norm_gain=qk_norm_gain)
     if drop_tied_lm_head is None:
         drop_tied_lm_head = layout == "hf"
