@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -224,19 +223,15 @@ def _anon_huge_kb(address: int) -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
 def test_an_arena_collapses_into_huge_pages_with_its_bytes_kept():
-    """What the warm-up does to the int8 weights: where the kernel collapses (Linux 6.1+, huge pages not
-    switched off) the mapping then holds huge pages; either way every byte stays."""
+    """What the warm-up does to the int8 weights: every byte stays, and where the kernel says it
+    collapsed (Linux 6.1+, huge pages not switched off, a free huge page to be had) the mapping holds
+    huge pages. A refusal is no error: the weights then stay in small pages."""
     arena = Arena(8 << 20)  # holds at least one whole aligned 2 MiB page
     t = arena.take((8 << 20,), torch.int8)
     t.copy_(torch.randint(-128, 128, t.shape, dtype=torch.int8, generator=torch.Generator().manual_seed(5)))
     before = t.clone()
-    assert _anon_huge_kb(t.data_ptr()) == 0
     collapsed = arena.collapse()
     assert torch.equal(t, before)
-    release = tuple(int(x) for x in os.uname().release.split(".")[:2] if x.isdigit())
-    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    if release >= (6, 1) and thp.exists() and "[never]" not in thp.read_text():
-        assert collapsed
     if collapsed:
         assert _anon_huge_kb(t.data_ptr()) >= 2048
 
