@@ -438,6 +438,15 @@ def test_cpu_only_torch_on_a_machine_with_an_nvidia_driver(monkeypatch, tmp_path
     assert find(checks, "Engine", "GPU").fix == CUDA_TORCH_FIX
 
 
+def test_on_the_cpu_the_native_step_needs_a_c_compiler(monkeypatch, tmp_path, make_path):
+    cpu = TorchBuild("2.13.0+cpu")
+    native = find(engine_checks(monkeypatch, tmp_path, make_path("gcc"), cpu), "Engine", "Native CPU step")
+    assert native.status == "ok" and native.detail.endswith("gcc at its first use") and native.fix is None
+    native = find(engine_checks(monkeypatch, tmp_path, make_path(), cpu), "Engine", "Native CPU step")
+    assert native.status == "info" and "PyTorch alone" in native.detail
+    assert native.fix == "`sudo apt install gcc`, then restart dictation"
+
+
 def test_a_cuda_build_that_cannot_use_the_gpu(monkeypatch, tmp_path, make_path):
     monkeypatch.setattr(
         doctor.engine, "cuda_devices", lambda env: (False, "The NVIDIA driver on your system is too old", [])
