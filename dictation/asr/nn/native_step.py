@@ -201,6 +201,11 @@ def _int8_fused(group) -> quantized.Int8Linear | None:
     return layer if type(layer) is quantized.Int8Linear else None
 
 
+def _plain_int8(layer) -> bool:
+    """An Int8Linear whose weight the step can point at as it is (a copy would double it)."""
+    return type(layer) is quantized.Int8Linear and layer.weight.is_contiguous()
+
+
 def eligible(model) -> bool:
     """Whether ``model``'s decoder can run the native step: on the CPU, every layer's q/k/v and
     gate/up fused int8 and o/down plain int8 (no unmerged adapter), float norms, a bf16 or float32
@@ -210,9 +215,8 @@ def eligible(model) -> bool:
         return False
     for layer in decoder.layers:
         attn, mlp = layer.self_attn, layer.mlp
-        if _int8_fused(attn) is None or _int8_fused(mlp) is None:
-            return False
-        if type(attn.o_proj) is not quantized.Int8Linear or type(mlp.down_proj) is not quantized.Int8Linear:
+        layers = (_int8_fused(attn), attn.o_proj, _int8_fused(mlp), mlp.down_proj)
+        if not all(_plain_int8(m) for m in layers):
             return False
     return True
 
@@ -259,8 +263,10 @@ class NativeStep:
                 "vc": values,
             }
             for name, t in tensors.items():
+                if t.dtype == torch.int8 and not t.is_contiguous():
+                    raise RuntimeError(f"layer {i}'s {name} is not contiguous (eligible() checks it)")
                 if name not in ("kc", "vc") and t.dtype != torch.int8:
-                    t = t.detach().float()
+                    t = t.detach().float()  # scales as they are (float32), norms in float32
                 t = t if t.is_contiguous() else t.contiguous()
                 if name in ("kc", "vc") and t.data_ptr() != tensors[name].data_ptr():
                     raise RuntimeError("the KV cache must be contiguous per layer for the native step")
