@@ -177,6 +177,7 @@ def test_the_library_is_cached_per_source_compiler_and_cpu(tmp_path, monkeypatch
     cc = native_step.compiler()
     path = native_step.library_path(cc)
     assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert path.parent.parent.stat().st_mode & 0o777 == 0o700  # ~/.cache/dictation, made here first
     native_step.build(cc, path)
     assert path.stat().st_mode & 0o777 == 0o600
     assert native_step.library_path(cc) == path

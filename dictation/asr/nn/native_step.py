@@ -66,8 +66,11 @@ def cache_folder() -> Path:
     """Where compiled libraries are kept: ``$XDG_CACHE_HOME/dictation/native`` (0700)."""
     import platformdirs
 
-    folder = Path(platformdirs.user_cache_dir("dictation", appauthor=False)) / "native"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    app = Path(platformdirs.user_cache_dir("dictation", appauthor=False))
+    app.parent.mkdir(parents=True, exist_ok=True)
+    folder = app / "native"
+    for part in (app, folder):  # the app's cache folder too, where this is the first to make it
+        part.mkdir(mode=0o700, exist_ok=True)
     os.chmod(folder, 0o700)  # whatever the umask took off, or an older folder left open
     return folder
 
