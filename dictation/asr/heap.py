@@ -123,9 +123,7 @@ class Arena:
         """What :meth:`take` uses of the arena for one tensor, alignment included."""
         import math
 
-        import torch
-
-        n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        n = math.prod(shape) * dtype.itemsize
         return -(-n // Arena.ALIGN) * Arena.ALIGN
 
     def collapse(self) -> bool:
@@ -151,8 +149,7 @@ class Arena:
             raise ValueError(f"the arena has {self._size - self._used} bytes left, {need} asked for")
         start = self._used
         self._used += need
-        count = math.prod(shape)
-        if count == 0:
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes == 0:
             return torch.empty(shape, dtype=dtype)
-        nbytes = count * torch.empty((), dtype=dtype).element_size()
         return torch.frombuffer(memoryview(self._map)[start : start + nbytes], dtype=dtype).view(shape)

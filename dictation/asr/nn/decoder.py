@@ -528,7 +528,7 @@ class TextDecoder(nn.Module):
         step reads faster). Called by ``weights.load_model`` before it fills the weights."""
         quantized_layers = [m for m in self.modules() if isinstance(m, quantized.QUANT_MODULES)]
         arena = None
-        if quantized_layers and quantized_layers[0].weight_device().type == "cpu":
+        if quantized_layers and all(m.weight_device().type == "cpu" for m in quantized_layers):
             arena = self.arena = Arena(quant_rows.integer_bytes(quantized_layers))
         placed: set[int] = set()
         for group in self._groups():
@@ -546,7 +546,7 @@ class TextDecoder(nn.Module):
                 _point_rows(members, torch.empty(rows, first.shape[1], dtype=first.dtype, device=first.device))
         if arena is not None:
             for layer in quantized_layers:
-                if id(layer) not in placed and layer.weight_device().type == "cpu":
+                if id(layer) not in placed:
                     quant_rows.place_in_arena(layer, arena)
 
     def fused_layers(self) -> list[nn.Module]:

@@ -65,6 +65,7 @@ class Int8Table(nn.Module):
         # state take the native step's int8 product (nn/native_step.py) instead of either kernel.
         self.options = DEFAULT_OPTIONS
         self.arena: Arena | None = None  # where build() put the int8 copy for the native product
+        self._whole: torch.Tensor | None = None  # that copy as one tensor, while every piece is plain
 
     @property
     def dtype(self) -> torch.dtype:
@@ -99,6 +100,7 @@ class Int8Table(nn.Module):
             self.arena = Arena(Arena.bytes_for((rows, width), torch.int8))
             whole = self.arena.take((rows, width), torch.int8)
             pieces = [whole[p : p + PIECE_ROWS] for p in range(0, rows, PIECE_ROWS)]
+            self._whole = whole
         else:
             pieces = [
                 torch.empty(min(PIECE_ROWS, rows - p), width, dtype=torch.int8) for p in range(0, rows, PIECE_ROWS)
@@ -135,6 +137,7 @@ class Int8Table(nn.Module):
         return self._prepack()
 
     def _prepack(self) -> bool:
+        self._whole = None  # pieces are dropped below: their storage goes with the last one
         for i, plain in enumerate(self._plain):
             if plain is None:
                 continue
@@ -150,17 +153,6 @@ class Int8Table(nn.Module):
         (float32 hidden state, no rounding of it; the options allow it and the library builds here)."""
         return self.options.native_cpu_step is not False and native_step.library() is not None
 
-    def _one_tensor(self) -> bool:
-        """Whether the plain pieces are consecutive rows of one tensor (built for the native product)."""
-        if not self._plain or any(p is None for p in self._plain):
-            return False
-        first = self._plain[0]
-        return all(
-            p.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
-            and p.data_ptr() == first.data_ptr() + i * PIECE_ROWS * first.stride(0)
-            for i, p in enumerate(self._plain)
-        )
-
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.weight)
 
@@ -172,11 +164,9 @@ class Int8Table(nn.Module):
             self.build()
         out = torch.empty(h2d.shape[0], self.num_embeddings)
         rounding = torch.zeros(h2d.shape[0])
-        if h2d.shape[0] == 1 and self.native() and self._one_tensor():
-            # Every piece plain: they are consecutive rows of one tensor (build), read in one call.
-            first = self._plain[0]
-            whole = first.as_strided((self.num_embeddings, self.embedding_dim), first.stride())
-            native_step.int8_gemv(whole, self._scale32, h2d[0].contiguous(), out=out[0])
+        if h2d.shape[0] == 1 and self._whole is not None and self.native():
+            # Every piece plain, consecutive rows of one tensor (build): read in one call.
+            native_step.int8_gemv(self._whole, self._scale32, h2d[0].contiguous(), out=out[0])
             return out, rounding
         h16 = rows = None
         for i, (plain, packed) in enumerate(zip(self._plain, self._packed, strict=True)):

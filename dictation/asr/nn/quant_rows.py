@@ -82,13 +82,14 @@ def allocate_rows(layers: Sequence[_QuantLinear], arena: Arena | None = None) ->
 
 
 def integer_bytes(layers: Sequence[_QuantLinear]) -> int:
-    """Bytes an arena needs for the integer tensors of ``layers`` (one at a time or fused alike)."""
+    """Bytes an arena needs for the integer tensors of ``layers``, placed one at a time or fused (a fused
+    tensor's padding is at most its members')."""
     return sum(
         Arena.bytes_for(tuple(t.shape), t.dtype)
         for layer in layers
         for t in (getattr(layer, name) for name in layer._TENSORS)
         if not t.dtype.is_floating_point
-    ) + Arena.ALIGN * len(layers)
+    )
 
 
 def place_in_arena(layer: _QuantLinear, arena: Arena) -> None:

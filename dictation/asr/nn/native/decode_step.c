@@ -54,10 +54,6 @@ static inline uint16_t f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static inline float cache_get(const void *c, int bf16, size_t i) {
-    return bf16 ? bf16_to_f32(((const uint16_t *)c)[i]) : ((const float *)c)[i];
-}
-
 /* What the torch path stores, read back: the cache's rounding of v. */
 static inline float cache_put(void *c, int bf16, size_t i, float v) {
     if (bf16) {
@@ -270,7 +266,7 @@ void decoder_step(const Layer *layers, int n_layers, const Dims *d, float *h, co
     }
 }
 
-/* y = w . x for one matrix (the tests' and the bandwidth check's entry point). */
+/* y = w . x for one matrix: the int8 output head (nn/int8_table.py) and the tests. */
 void int8_gemv(const int8_t *w, const float *scale, const float *x, float *y, int n, int k) {
 #pragma omp parallel
     gemv(w, scale, x, y, n, k, NULL);
