@@ -92,3 +92,73 @@ def test_collector_paused_leaves_collection_off_where_it_was_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+class _Item:
+    def __init__(self, nodeid: str):
+        self.nodeid = nodeid
+
+
+class _Config:
+    def __init__(self, workers: int = 2):
+        self.workerinput = {"workercount": workers}
+
+    def getvalue(self, name):
+        return {"dist": "load", "tx": ["2*popen"]}.get(name)
+
+    def getoption(self, name, default=None):
+        return default
+
+
+def test_the_order_deals_the_long_modules_to_each_worker_and_ends_with_the_fast_ones(monkeypatch):
+    import tests.conftest as conftest
+
+    monkeypatch.setattr(conftest, "MODULE_SECONDS", {"a.py": 90, "b.py": 60, "c.py": 40, "d.py": 8, "e.py": 3})
+    monkeypatch.setattr(conftest, "DEALT_SECONDS", 20)
+    names = ["fast1.py", "e.py", "a.py", "fast2.py", "d.py", "b.py", "c.py"]
+    count = {"fast1.py": 100, "fast2.py": 100}  # the others: 10 items each
+    items = [_Item(f"{name}::t{i}") for name in names for i in range(count.get(name, 10))]
+    conftest.pytest_collection_modifyitems(_Config(2), items)
+    modules = [item.nodeid.split("::")[0] for item in items]
+    block = len(items) // 2 // 4  # pytest-xdist's first block for each worker: 31 items
+    assert modules[:10] == ["a.py"] * 10  # the first worker's lane (the longest module, 90 s) ...
+    assert modules[10:block] == ["d.py"] * 10 + ["e.py"] * 10 + ["fast1.py"]  # ... filled up, longest first
+    assert modules[block : block + 20] == ["b.py"] * 10 + ["c.py"] * 10  # the second worker's lane: 60 + 40 s
+    assert list(dict.fromkeys(modules)) == ["a.py", "d.py", "e.py", "fast1.py", "b.py", "c.py", "fast2.py"]
+    for name in names:  # each module's items together and in their order
+        own = [item.nodeid for item in items if item.nodeid.startswith(name)]
+        assert own == [f"{name}::t{i}" for i in range(count.get(name, 10))]
+
+
+def test_after_the_first_blocks_a_worker_gets_at_most_a_few_items_at_a_time():
+    import tests.conftest as conftest
+
+    class Node:
+        shutting_down = False
+
+        def __init__(self):
+            self.sent: list[list[int]] = []
+            self.gateway = type("Gateway", (), {"id": f"gw{id(self)}"})()
+
+        def send_runtest_some(self, indices):
+            self.sent.append(list(indices))
+
+        def shutdown(self):
+            self.shutting_down = True
+
+    scheduler = conftest.pytest_xdist_make_scheduler(_Config(), None)
+    nodes = [Node(), Node()]
+    collection = [f"m.py::t{i}" for i in range(400)]
+    for node in nodes:
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    assert [len(node.sent[0]) for node in nodes] == [50, 50]  # the first blocks: 400 // 2 // 4
+    while scheduler.pending:  # the first worker runs its items; the other is busy on a long one
+        node = nodes[0]
+        index = scheduler.node2pending[node][0]
+        scheduler.mark_test_complete(node, index, 0.01)
+    later = nodes[0].sent[1:]
+    assert later and max(map(len, later)) <= 8 == conftest.TAIL_CHUNK  # xdist alone: up to 39 at a time here
+    # what the first worker holds once nothing is left to hand out: a few items, not a quarter of the run
+    assert len(scheduler.node2pending[nodes[0]]) <= 16

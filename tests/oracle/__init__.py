@@ -7,9 +7,45 @@ Both live only in the test tree: nothing in ``dictation`` may import them.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import types
+
 import numpy as np
 
 SAMPLE_RATE = 16000
+
+
+class _Deferred(types.ModuleType):
+    """Stands in for a module in ``sys.modules`` until one of its names is used, then imports it."""
+
+    def __getattr__(self, name: str):  # called only for names the stand-in itself lacks
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def _defer_nagisa() -> None:
+    """Makes ``import nagisa`` cheap: the real module is imported when one of its names is first used.
+
+    The official package imports nagisa (Japanese word segmentation) at its top for its forced aligner,
+    which the tests never run. Importing it took about 1 s of CPU and 200 MB in every test worker and
+    every process that builds a checkpoint (they import the official config classes). Where
+    something does use it, it is imported in full then (tests/oracle/test_oracle.py checks both)."""
+    if "nagisa" in sys.modules:
+        return
+    spec = importlib.util.find_spec("nagisa")
+    if spec is None:
+        return
+    stand_in = _Deferred("nagisa")
+    stand_in.__spec__ = spec
+    stand_in.__file__ = spec.origin
+    sys.modules["nagisa"] = stand_in
+
+
+_defer_nagisa()
 
 
 def synth_audio(seconds: float, seed: int = 0) -> np.ndarray:

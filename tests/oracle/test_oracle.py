@@ -364,3 +364,21 @@ def test_transformers5_native_model_agrees_on_the_hf_layout(ckpt_root, tie):
             torch.tensor(got["first_step_logits"]), twin.first_step_logits(clip, language=lang), rtol=1e-5, atol=1e-4
         )
         assert got["greedy_ids"] == twin.greedy_ids(clip, language=lang, max_new_tokens=16)
+
+
+def test_nagisa_is_imported_only_when_used():
+    """tests/oracle defers the official package's nagisa import (about 200 MB and 1 s per process)
+    until a name of it is used; then it is the real module, and it segments Japanese."""
+    import subprocess
+
+    script = (
+        "import sys, tests.oracle, nagisa\n"
+        "assert type(sys.modules['nagisa']).__name__ == '_Deferred', sys.modules['nagisa']\n"
+        "assert not any(m.startswith('nagisa.') for m in sys.modules), 'nagisa was imported'\n"
+        "print(nagisa.tagging('東京に行きます').words)\n"
+        "assert type(sys.modules['nagisa']).__name__ == 'module'\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['東京', 'に', '行き', 'ます']"
