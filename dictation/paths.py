@@ -14,6 +14,7 @@ from pathlib import Path
 
 APP_NAME = "dictation"
 LOG_FILE = "dictation.log"
+CRASH_FILE = "crash.log"  # Python's stacks if the app dies of a fatal signal (app/logs.py)
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"  # the app's log file and stderr
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import faulthandler
 import logging
 import logging.handlers
 import os
@@ -26,8 +27,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 
-from dictation.paths import LOG_FILE, LOG_FORMAT, log_dir
+from dictation.paths import CRASH_FILE, LOG_FILE, LOG_FORMAT, log_dir
 from dictation.private import private_dir, repair
+
+log = logging.getLogger(__name__)
 
 FORMAT = LOG_FORMAT
 KEEP_RECORDS = 1000
@@ -178,3 +181,33 @@ def setup_logging(verbose: bool = False, folder: Path | None = None) -> tuple[Lo
     for noisy in ("huggingface_hub", "urllib3", "filelock", "PIL"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return bridge, path
+
+
+_crash_stream = None  # the open crash file: faulthandler writes to its descriptor when the process dies
+
+
+def record_crashes(folder: Path | None = None) -> Path | None:
+    """If the process dies of a fatal signal (SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL), Python's stack
+    of every thread is written to ``crash.log`` in the log folder (0600): file names, lines and
+    function names, nothing the user said. A crash file left by the previous run is kept as
+    ``crash-previous.log`` and named in the log once. Returns the crash file, or None where it cannot
+    be opened (the app runs on without it)."""
+    global _crash_stream
+    folder = folder or log_dir()
+    path = folder / CRASH_FILE
+    try:
+        private_dir(folder)
+        if path.is_file() and path.stat().st_size > 0:
+            previous = path.with_name("crash-previous.log")
+            os.replace(path, previous)
+            log.warning("the previous run of dictation crashed; Python's stacks at that moment: %s", previous)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as exc:
+        log.warning("no crash file: %s: %s", exc.filename or path, exc.strerror or exc)
+        return None
+    stream = os.fdopen(fd, "w", encoding="utf-8")
+    faulthandler.enable(file=stream, all_threads=True)
+    if _crash_stream is not None:
+        _crash_stream.close()
+    _crash_stream = stream
+    return path

@@ -223,7 +223,7 @@ def start(verbose: bool = False, early: Early | None = None) -> App | int:
     microphone), handed over here."""
     from dictation.app.controller import AppController, Services
     from dictation.app.ipc import IpcServer
-    from dictation.app.logs import setup_logging
+    from dictation.app.logs import record_crashes, setup_logging
     from dictation.config.store import SettingsStore
     from dictation.ipc import IpcError, claim_instance
     from dictation.paths import private_folders
@@ -252,6 +252,8 @@ def start(verbose: bool = False, early: Early | None = None) -> App | int:
         return _forward_to_running()
 
     log.info("dictation %s starting; log file %s", __version__, log_path if not bridge.file_problem else "none")
+    if not bridge.file_problem:
+        record_crashes(log_path.parent)
     problems = [bridge.file_problem] if bridge.file_problem else []
     made_private = repair(private_folders())  # an older version wrote them 0644 in 0755 folders
     if made_private:

@@ -42,6 +42,15 @@ THRESHOLD = 0.05  # the burst's RMS is ~0.35; the virtual microphone's silence i
 TOLERANCE_S = 0.03  # fade-in, envelope frames, a block boundary
 
 
+def app_log(home: Path) -> str:
+    """The app's log, and after it the stacks of a crash if the app died of a fatal signal."""
+    log, crash = home / "log" / "dictation.log", home / "log" / "crash.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    if crash.exists() and crash.stat().st_size:
+        text += "\n--- crash.log ---\n" + crash.read_text(errors="replace")
+    return text
+
+
 def write_burst(path: Path, seconds: float = BURST_S) -> Path:
     """``seconds`` of a ``BURST_HZ`` sine at half scale (5-ms fades), 16 kHz mono 16-bit."""
     n = round(seconds * RATE)
@@ -101,8 +110,7 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
     def log(self) -> str:
-        path = self.home / "log" / "dictation.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return app_log(self.home)
 
     @property
     def complete(self) -> bool:
@@ -303,8 +311,7 @@ class TimedPress:
     notes: list[str] = field(default_factory=list)
 
     def log(self) -> str:
-        path = self.home / "log" / "dictation.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return app_log(self.home)
 
     def grabbed_after_s(self) -> float | None:
         return grab_time(self.log())

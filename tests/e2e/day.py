@@ -24,7 +24,7 @@ import pytest
 
 from dictation.config import History, Settings
 from dictation.config.store import SettingsStore
-from tests.e2e.coldstart import _send, grab_time
+from tests.e2e.coldstart import _send, app_log, grab_time
 from tests.output.conftest import _stop, read_lines
 from tests.waiting import wait_until
 
@@ -366,8 +366,7 @@ class DayApp:
         return reply if reply.get("ok") else {}
 
     def log(self) -> str:
-        path = self.home / "log" / "dictation.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return app_log(self.home)
 
     def history(self) -> list:
         """Every entry, oldest first."""

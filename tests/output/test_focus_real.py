@@ -186,6 +186,9 @@ def test_sway_nothing_is_pasted_into_our_own_focused_window(sway, wl_target, wl_
 # ---- no text into no window -------------------------------------------------------------------
 
 
+KEEPER = "import time; from Xlib.display import Display; d = Display(); print('connected', flush=True); time.sleep(600)"
+
+
 @pytest.fixture
 def bare_x(tmp_path):
     """A display of its own where no window has the focus (X starts with the focus on PointerRoot)."""
@@ -194,9 +197,13 @@ def bare_x(tmp_path):
         env.update(DISPLAY=display, XDG_SESSION_TYPE="x11")
         env.pop("SWAYSOCK", None)
         wait_until(lambda: _run(env, "xdotool", "getmouselocation").returncode == 0, 10, what="X server")
-        # A client that stays connected: when the last one leaves, the X server resets, focus included.
-        keeper = subprocess.Popen(["xdotool", "sleep", "600"], env=env)
+        # A client that stays connected: when the last one leaves, the X server resets, focus included,
+        # and refuses connections while it does. It says when it is connected: `xdotool sleep` did not,
+        # and a test's first xdotool call, made before it had connected, left an X server resetting
+        # under the next one ("Can't open display", once in a full run on a busy machine).
+        keeper = subprocess.Popen([sys.executable, "-c", KEEPER], env=env, stdout=subprocess.PIPE)
         try:
+            assert keeper.stdout.readline().strip() == b"connected", "the client keeping the X server up failed"
             yield env
         finally:
             _stop(keeper)
