@@ -7,7 +7,8 @@ from `Takes` and the controller); a take's saved samples come straight from the 
 (`take_saved`, audio thread -> engine thread), and `Takes`' `transcribe_take` says when to
 transcribe them (the session asked, and the take's history entry exists; `dictation.takes`):
 whichever of the two comes second starts the transcription. A take without speech (a muted
-microphone, or only silence) is answered with `no_speech`.
+microphone, or only silence) is answered with `no_speech`; a trimmed take whose speech gives no
+words is transcribed once more, whole (`_finish_take`).
 `transcribe(request, samples, ...)` serves the history's `Retranscription`s; answers carry the
 take id or that request back.
 
@@ -217,18 +218,22 @@ class EngineWorker(QObject):
     @Slot(object, object, object, str)
     def transcribe(self, key: Any, samples: np.ndarray, language: str | None, context: str) -> None:
         """Transcribe ``samples``; the answer carries ``key`` (a take id, or a `Retranscription`)."""
+        result, failure = self._run(key, samples, language, context)
+        if result is None:
+            self.transcribe_failed.emit(key, failure)
+        else:
+            self.transcribed.emit(key, result)
+
+    def _run(self, key: Any, samples: np.ndarray, language: str | None, context: str) -> tuple[Any, str]:
+        """``(transcript, "")``, or ``(None, why)`` when the engine failed (the CPU tried where it could)."""
         if self._engine is None:
-            self.transcribe_failed.emit(key, "the speech model is not loaded")
-            return
+            return None, "the speech model is not loaded"
         try:
-            result = self._engine.transcribe(samples, language=language, context=context)
+            return self._engine.transcribe(samples, language=language, context=context), ""
         except Exception as exc:
             log_failure(f"transcription {key} failed", exc)
             result = self._retry_on_cpu(exc, samples, language, context)
-            if result is None:
-                self.transcribe_failed.emit(key, _message(exc))
-                return
-        self.transcribed.emit(key, result)
+            return result, ("" if result is not None else _message(exc))
 
     # ---- takes -----------------------------------------------------------------------------------
 
@@ -363,7 +368,13 @@ class EngineWorker(QObject):
     ) -> None:
         """Transcribe a saved take: finish its stream if it was streamed (the last audio, the
         trailing silence cut at ``saved.end``), or transcribe ``saved.speech`` as a whole if streaming
-        did not happen or failed. Either way the text is ``engine.transcribe(saved.speech)``."""
+        did not happen or failed. Either way the text is ``engine.transcribe(saved.speech)``.
+
+        The trim found speech, so a transcript without a word gets one more pass, over the whole
+        recording: speech cut at a margin (a word that fades out, a gate closing early) or audio the
+        model reads differently with its edges is not thrown away. Only when that finds nothing
+        either (or the take was not trimmed: the same samples give the same text) is it no speech."""
+        result = None
         if take is not None and not saved.streamed:  # nothing was fed (the device did not deliver 16 kHz)
             if take.stream is not None:
                 take.stream.cancel()
@@ -374,10 +385,17 @@ class EngineWorker(QObject):
                 self._fail(take, "the language or vocabulary changed during the recording")
             if take.stream is not None and not take.failed:
                 result = self._finish_stream(take, saved)
-                if result is not None:
-                    self.transcribed.emit(take_id, result)
-                    return
-        self.transcribe(take_id, saved.speech, language, context)
+        if result is None:
+            result, failure = self._run(take_id, saved.speech, language, context)
+            if result is None:
+                self.transcribe_failed.emit(take_id, failure)
+                return
+        if not result.text.strip() and len(saved.speech) < len(saved.samples):
+            log.info("take %d: no words in its speech; transcribing the whole recording once more", take_id)
+            whole, _ = self._run(take_id, saved.samples, language, context)
+            if whole is not None:
+                result = whole
+        self.transcribed.emit(take_id, result)
 
     def _finish_stream(self, take: _StreamedTake, saved: Any) -> Any:
         """The stream's transcript of ``saved.samples[:saved.end]``; None (stream dropped) on failure."""

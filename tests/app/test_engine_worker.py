@@ -10,7 +10,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import logging
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -38,6 +38,8 @@ class FakeEngine:
         self.is_loaded = False
         self.model_label = "fake · cpu"
         self.calls: list[tuple[np.ndarray, str | None, str]] = []
+        self.texts: dict[int, str | Exception] = {}  # by number of samples: another text, or a failure
+        self.streams: list[FakeStream] = []
 
     def prepare(self) -> None:
         self.is_loaded = True
@@ -47,7 +49,30 @@ class FakeEngine:
 
     def transcribe(self, samples, language=None, context=""):
         self.calls.append((samples, language, context))
-        return SimpleNamespace(text=f"{len(samples)} samples", language="English", timings={})
+        text = self.texts.get(len(samples), f"{len(samples)} samples")
+        if isinstance(text, Exception):
+            raise text
+        return SimpleNamespace(text=text, language="English", timings={})
+
+    def stream(self, *, language=None, context=""):
+        self.streams.append(FakeStream(self))
+        return self.streams[-1]
+
+
+class FakeStream:
+    """Streams like the engine: what it was fed, finished at ``end``, is transcribed."""
+
+    def __init__(self, engine: FakeEngine) -> None:
+        self.engine, self.fed, self.cancelled = engine, [], False
+
+    def feed(self, samples) -> None:
+        self.fed.append(samples)
+
+    def finish(self, draft_ids=None, *, end=None):
+        return self.engine.transcribe(np.concatenate(self.fed)[:end])
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 @pytest.fixture
@@ -118,6 +143,43 @@ def test_a_take_without_speech_is_answered_without_the_engine(worker, take):
     worker.take_saved(3, take)
     worker.transcribe_take(3, None, "")
     assert worker.answers == [("no_speech", 3)] and worker.engine.calls == []
+
+
+@pytest.mark.parametrize("whole", ["1000 samples", "", RuntimeError("out of memory")])
+def test_a_trimmed_take_without_words_is_transcribed_once_more_whole(worker, whole, caplog):
+    """The trim found speech but the model found no words in it: the whole recording gets a second
+    pass (its text wins if it has any); nothing more, and a failing second pass is not a failure."""
+    worker.engine.texts = {800: "", 1000: whole}
+    take = saved()
+    with caplog.at_level(logging.INFO, logger="dictation.app.engine_worker"):
+        worker.take_saved(1, take)
+        worker.transcribe_take(1, None, "")
+    assert [len(samples) for samples, _, _ in worker.engine.calls] == [800, 1000]
+    np.testing.assert_array_equal(worker.engine.calls[1][0], take.samples)
+    assert worker.answers == [("transcribed", 1, whole if isinstance(whole, str) else "")]
+    assert "take 1: no words in its speech; transcribing the whole recording once more" in caplog.text
+
+
+def test_an_untrimmed_take_without_words_is_not_transcribed_twice(worker):
+    worker.engine.texts = {1000: ""}
+    worker.take_saved(1, saved(0, 1000))
+    worker.transcribe_take(1, None, "")
+    assert len(worker.engine.calls) == 1 and worker.answers == [("transcribed", 1, "")]
+
+
+def test_a_streamed_take_without_words_is_transcribed_once_more_whole(worker):
+    """The stream's text (the take up to its trailing silence) is empty: the whole take is
+    transcribed, not the stream again."""
+    worker.engine.texts = {900: ""}
+    take = replace(saved(0, 900), streamed=True)
+    worker.begin_take(1, None, "", False)
+    worker.feed(1, 0, take.samples[:600])
+    worker.feed(1, 600, take.samples[600:])
+    worker.take_saved(1, take)
+    worker.transcribe_take(1, None, "")
+    [stream] = worker.engine.streams
+    assert [len(samples) for samples, _, _ in worker.engine.calls] == [900, 1000]  # finish(end=900), then whole
+    assert worker.answers == [("transcribed", 1, "1000 samples")] and not stream.cancelled
 
 
 def test_a_dropped_take_is_forgotten(worker):
