@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import lanes
+
 
 @contextlib.contextmanager
 def collector_paused():
@@ -51,140 +53,18 @@ def pytest_collection(session):
     return result
 
 
-# Seconds each module took under `pytest -n 2` on an idle 2-core machine (the sum of its items' times;
-# modules under 2.5 s are left out and count as fast). Only the order depends on them: refresh them
-# when a module's time changes much (`pytest -n 2 --durations=0`, summed per module).
-MODULE_SECONDS = {
-    "tests/e2e/test_day_e2e.py": 107,
-    "tests/e2e/test_crash_recovery_e2e.py": 56,
-    "tests/test_cli_train.py": 47,
-    "tests/asr/test_fast_paths.py": 42,
-    "tests/asr/test_convert.py": 37,
-    "tests/test_bench.py": 30,
-    "tests/oracle/test_oracle.py": 30,
-    "tests/e2e/test_cold_start_e2e.py": 24,
-    "tests/asr/test_gguf.py": 24,
-    "tests/asr/test_generalise.py": 23,
-    "tests/asr/test_variants.py": 23,
-    "tests/asr/test_triton_fused.py": 21,
-    "tests/asr/test_gguf_llama.py": 20,
-    "tests/output/test_hold_x11_real.py": 20,
-    "tests/app/test_streaming.py": 18,
-    "tests/test_cli.py": 18,
-    "tests/asr/test_parity.py": 18,
-    "tests/e2e/test_app_e2e.py": 18,
-    "tests/asr/test_weights.py": 17,
-    "tests/app/test_controller.py": 17,
-    "tests/app/test_settings_window.py": 16,
-    "tests/asr/test_gguf_crispasr.py": 15,
-    "tests/test_cli_limits.py": 14,
-    "tests/app/test_durability.py": 13,
-    "tests/asr/test_triton_gemv.py": 13,
-    "tests/asr/test_lora.py": 13,
-    "tests/asr/test_quant.py": 11,
-    "tests/asr/test_streaming.py": 10,
-    "tests/output/test_steps_real.py": 10,
-    "tests/asr/test_buckets.py": 9,
-    "tests/asr/test_adapters.py": 9,
-    "tests/asr/test_engine.py": 9,
-    "tests/hotkeys/test_x11_backend.py": 8,
-    "tests/asr/test_draft.py": 8,
-    "tests/output/test_x11_real.py": 8,
-    "tests/test_packaging.py": 8,
-    "tests/asr/test_compact.py": 8,
-    "tests/asr/test_native_step.py": 7,
-    "tests/app/test_ipc.py": 7,
-    "tests/app/test_history_window.py": 7,
-    "tests/audio/test_cue_echo.py": 6,
-    "tests/app/test_second_launch.py": 6,
-    "tests/app/test_cold_start.py": 6,
-    "tests/asr/test_int8_table.py": 5,
-    "tests/asr/test_compiled_step.py": 5,
-    "tests/output/test_focus_real.py": 5,
-    "tests/asr/test_vocabulary_parity.py": 5,
-    "tests/asr/test_train.py": 5,
-    "tests/asr/test_check_model_folder.py": 5,
-    "tests/test_training.py": 4,
-    "tests/audio/test_virtual_mic.py": 4,
-    "tests/hotkeys/test_pynput_backend.py": 4,
-    "tests/asr/test_prompt.py": 4,
-    "tests/asr/test_inference_mode.py": 3,
-    "tests/audio/test_sounds.py": 3,
-    "tests/asr/test_limits.py": 3,
-    "tests/output/test_wayland_real.py": 3,
-    "tests/asr/test_triton_dequant.py": 3,
-    "tests/output/test_hold.py": 3,
-    "tests/test_imports.py": 3,
-    "tests/audio/test_resample.py": 3,
-    "tests/test_collection.py": 3,
-    "tests/app/test_tray.py": 3,
-    "tests/app/test_startup.py": 3,
-}
-DEALT_SECONDS = 20  # modules at least this long are dealt into the workers' first blocks
-
-
 @pytest.hookimpl(trylast=True)  # after -k/-m/--deselect and pytest's own fixture-scope reordering
 def pytest_collection_modifyitems(config, items):
-    """The same items, longest modules first and fast ones last (each module's items kept together
-    and in order).
-
-    pytest-xdist's default `--dist load` (3.8) first hands each of its W workers a block of
-    N // W // 4 consecutive items (N collected; at most --maxschedchunk), then hands out the rest
-    from the front as workers run low, in chunks of up to a quarter of what is left. So:
-    - the modules of at least DEALT_SECONDS are dealt into W lanes of about equal seconds (the
-      longest to the emptiest lane), and lane k is put at the start of block k, filled up with other
-      items to the block's length: every worker starts on its share of them (a 105-s test that one
-      worker started last kept the run waiting on it at the end);
-    - the other modules follow, longest first, and the modules MODULE_SECONDS does not name (fast)
-      come last: the last chunks, which no other worker can take over, are then quick to run (with
-      the slow command-line modules last, one worker ran 36 of them for 43 s while the other waited).
-    In one process (no workers) the same order runs. Every worker computes the same order from the
-    same collection, as xdist requires."""
+    """The order in which the workers get the items: tests/lanes.py, `order`."""
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
-    lanes: list[list] = [[] for _ in range(workers)]
-    load = [0] * workers
-    by_module: dict[str, list] = {}
-    for item in items:
-        by_module.setdefault(item.nodeid.split("::")[0], []).append(item)
-    modules = sorted(
-        by_module, key=lambda m: MODULE_SECONDS.get(m, 0), reverse=True
-    )  # stable: fast ones keep their order
-    dealt = [m for m in modules if MODULE_SECONDS.get(m, 0) >= DEALT_SECONDS]
-    rest = [item for m in modules if m not in dealt for item in by_module[m]]
-    for module in dealt:
-        k = load.index(min(load))
-        lanes[k] += by_module[module]
-        load[k] += MODULE_SECONDS[module]
-    block = max(2, min(len(items) // workers // 4, config.getoption("maxschedchunk", None) or len(items)))
-    ordered = []
-    for k, lane in enumerate(lanes):
-        take = max(0, (k + 1) * block - len(ordered) - len(lane)) if k < workers - 1 else 0
-        ordered += lane + rest[:take]
-        del rest[:take]
-    items[:] = ordered + rest
-
-
-TAIL_CHUNK = 8  # items at most per hand-out after the first blocks (see LoadWithShortTail)
+    items[:] = lanes.order(items, workers, config.getoption("maxschedchunk", None))
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's `--dist load`, whose hand-outs after the first blocks are at most TAIL_CHUNK
-    items (unless --maxschedchunk says otherwise).
-
-    By default it hands a worker that runs low up to a quarter of the items left, and items once
-    handed out stay with that worker: the run ended with one worker on a chunk of 251 items (45 s)
-    while the other had nothing left. The first blocks keep their size, so the dealing of the long
-    modules (pytest_collection_modifyitems) still holds."""
+    """tests/lanes.py, `scheduler` (xdist's own where another --dist or a --maxschedchunk is asked for)."""
     if config.getvalue("dist") != "load" or config.getoption("maxschedchunk", None):
         return None
-    from xdist.scheduler import LoadScheduling
-
-    class LoadWithShortTail(LoadScheduling):
-        def schedule(self) -> None:
-            super().schedule()  # the first blocks (a later call hands out what is left as below)
-            self.maxschedchunk = min(self.maxschedchunk, TAIL_CHUNK)
-
-    return LoadWithShortTail(config, log)
+    return lanes.scheduler(config, log)
 
 
 # torch before any test imports PySide6: with PySide6 loaded first and torch later (the app's engine
@@ -194,8 +74,19 @@ def pytest_xdist_make_scheduler(config, log):
 # call returning nothing one to None), and torch imported first only adds some 10,000 references to
 # True. `qt_refs.guard` after collection (above) now pins them. (Today test_startup.py alone exits 0
 # even without torch first and without the guard.)
-with collector_paused():
-    import tests.oracle.checkpoints  # noqa: F401, E402
+
+
+def import_torch_first() -> None:
+    """torch first (above), where tests run; pytest_configure calls it, but not in pytest-xdist's
+    controller, which only hands out the items (torch and the official package held some 150 MB there)."""
+    with collector_paused():
+        import tests.oracle.checkpoints  # noqa: F401
+
+
+def xdist_controller(config) -> bool:
+    """True in the process that runs pytest-xdist's workers (not in a worker, nor in a run without them)."""
+    return bool(config.getoption("numprocesses", None)) and not os.environ.get("PYTEST_XDIST_WORKER")
+
 
 # Under pytest-xdist each worker's torch runs on one thread (the processes the tests start keep their
 # own defaults). The tiny checkpoints' operators are too small to share: two workers on two cores, each
@@ -216,16 +107,20 @@ WORKER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_ARENA_MAX": "2"}
 WORKER_MALLOC_FLAG = "DICTATION_TESTS_WORKER_MALLOC"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-qt's, which imports PySide6
 def pytest_configure(config):
-    if config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
-        for name, value in WORKER_MALLOC.items():
-            if name not in os.environ:
-                os.environ[name] = value
-                os.environ[WORKER_MALLOC_FLAG] = os.environ.get(WORKER_MALLOC_FLAG, "") + f" {name}"
+    if not xdist_controller(config):
+        import_torch_first()
+        return
+    for name, value in WORKER_MALLOC.items():
+        if name not in os.environ:
+            os.environ[name] = value
+            os.environ[WORKER_MALLOC_FLAG] = os.environ.get(WORKER_MALLOC_FLAG, "") + f" {name}"
 
 
 for _name in os.environ.pop(WORKER_MALLOC_FLAG, "").split() if os.environ.get("PYTEST_XDIST_WORKER") else ():
     os.environ.pop(_name, None)
+lanes.nice_cpu_lane()  # with a waiting lane (pytest -n 3 or more): see tests/lanes.py
 
 
 def pytest_runtest_teardown(item, nextitem):

@@ -77,7 +77,9 @@ def transcribe(capsys, ckpt, clips, *adapters):
 
 @pytest.fixture(scope="module")
 def adapters(ckpt, data, tmp_path_factory):
-    """bits -> adapter folder, trained once per module with the issue's settings (the rest default)."""
+    """bits -> adapter folder, trained once per module with rank 8 and 100 steps (the rest default).
+    Both texts come out exactly from 60 steps on (40 do not): 100 leave room for other CPUs' rounding,
+    in half the time of the 200 this took before."""
     root = tmp_path_factory.mktemp("adapters")
     made = {}
     threads = torch.get_num_threads()
@@ -86,7 +88,7 @@ def adapters(ckpt, data, tmp_path_factory):
         for bits in (16, 4):
             out = root / f"bits{bits}"
             code = cli.main(["train-adapter", "--model", str(ckpt), "--data", str(data), "--out", str(out),
-                             "--steps", "200", "--rank", "8", "--bits", str(bits), "--device", "cpu"])  # fmt: skip
+                             "--steps", "100", "--rank", "8", "--bits", str(bits), "--device", "cpu"])  # fmt: skip
             assert code == 0
             made[bits] = out
     finally:

@@ -4,6 +4,7 @@ and pytest imports them with Python's automatic garbage collection paused (tests
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import lanes
 from tests.conftest import collector_paused
 
 TESTS = Path(__file__).parent
@@ -104,7 +106,7 @@ class _Config:
         self.workerinput = {"workercount": workers}
 
     def getvalue(self, name):
-        return {"dist": "load", "tx": ["2*popen"]}.get(name)
+        return {"dist": "load", "tx": [f"{self.workerinput['workercount']}*popen"]}.get(name)
 
     def getoption(self, name, default=None):
         return default
@@ -113,8 +115,8 @@ class _Config:
 def test_the_order_deals_the_long_modules_to_each_worker_and_ends_with_the_fast_ones(monkeypatch):
     import tests.conftest as conftest
 
-    monkeypatch.setattr(conftest, "MODULE_SECONDS", {"a.py": 90, "b.py": 60, "c.py": 40, "d.py": 8, "e.py": 3})
-    monkeypatch.setattr(conftest, "DEALT_SECONDS", 20)
+    monkeypatch.setattr(lanes, "MODULE_SECONDS", {"a.py": 90, "b.py": 60, "c.py": 40, "d.py": 8, "e.py": 3})
+    monkeypatch.setattr(lanes, "DEALT_SECONDS", 20)
     names = ["fast1.py", "e.py", "a.py", "fast2.py", "d.py", "b.py", "c.py"]
     count = {"fast1.py": 100, "fast2.py": 100}  # the others: 10 items each
     items = [_Item(f"{name}::t{i}") for name in names for i in range(count.get(name, 10))]
@@ -130,24 +132,25 @@ def test_the_order_deals_the_long_modules_to_each_worker_and_ends_with_the_fast_
         assert own == [f"{name}::t{i}" for i in range(count.get(name, 10))]
 
 
+class _Node:
+    shutting_down = False
+
+    def __init__(self, k: int):
+        self.sent: list[list[int]] = []
+        self.gateway = type("Gateway", (), {"id": f"gw{k}"})()
+
+    def send_runtest_some(self, indices):
+        self.sent.append(list(indices))
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
 def test_after_the_first_blocks_a_worker_gets_at_most_a_few_items_at_a_time():
     import tests.conftest as conftest
 
-    class Node:
-        shutting_down = False
-
-        def __init__(self):
-            self.sent: list[list[int]] = []
-            self.gateway = type("Gateway", (), {"id": f"gw{id(self)}"})()
-
-        def send_runtest_some(self, indices):
-            self.sent.append(list(indices))
-
-        def shutdown(self):
-            self.shutting_down = True
-
     scheduler = conftest.pytest_xdist_make_scheduler(_Config(), None)
-    nodes = [Node(), Node()]
+    nodes = [_Node(0), _Node(1)]
     collection = [f"m.py::t{i}" for i in range(400)]
     for node in nodes:
         scheduler.add_node(node)
@@ -159,6 +162,68 @@ def test_after_the_first_blocks_a_worker_gets_at_most_a_few_items_at_a_time():
         index = scheduler.node2pending[node][0]
         scheduler.mark_test_complete(node, index, 0.01)
     later = nodes[0].sent[1:]
-    assert later and max(map(len, later)) <= 8 == conftest.TAIL_CHUNK  # xdist alone: up to 39 at a time here
+    assert later and max(map(len, later)) <= 8 == lanes.TAIL_CHUNK  # xdist alone: up to 39 at a time here
     # what the first worker holds once nothing is left to hand out: a few items, not a quarter of the run
     assert len(scheduler.node2pending[nodes[0]]) <= 16
+
+
+WAITS = sorted(lanes.WAIT_MODULES)
+
+
+def _suite(items_per_module: int = 10) -> list[_Item]:
+    """A collection of CPU modules and waiting ones, mixed as pytest collects them (by path)."""
+    names = sorted(["tests/a.py", "tests/b.py", "tests/fast.py", *WAITS[:3]])
+    return [_Item(f"{name}::t{i}") for name in names for i in range(items_per_module)]
+
+
+def test_with_three_workers_the_waiting_modules_go_first_and_the_rest_is_ordered_for_two(monkeypatch):
+    monkeypatch.setattr(lanes, "MODULE_SECONDS", {"tests/a.py": 90, "tests/b.py": 60, WAITS[1]: 50})
+    items = _suite()
+    ordered = lanes.order(list(items), 3)
+    modules = list(dict.fromkeys(lanes.module_of(item.nodeid) for item in ordered))
+    assert modules[:3] == [WAITS[1], WAITS[0], WAITS[2]]  # all of them, the longest first
+    assert modules[3:] == ["tests/a.py", "tests/b.py", "tests/fast.py"]  # a lane each, then the fast
+    # two workers: no waiting lane, the waiting modules are ordered by their seconds like the others
+    two = list(dict.fromkeys(lanes.module_of(item.nodeid) for item in lanes.order(list(items), 2)))
+    assert two == ["tests/a.py", "tests/b.py", WAITS[1], WAITS[0], WAITS[2], "tests/fast.py"]
+
+
+def test_the_waiting_lane_gets_every_waiting_item_at_once_and_nothing_else():
+    import tests.conftest as conftest
+
+    items = lanes.order(_suite(40), 3)
+    collection = [item.nodeid for item in items]
+    scheduler = conftest.pytest_xdist_make_scheduler(_Config(3), None)
+    nodes = [_Node(2), _Node(0), _Node(1)]  # in the order they came up
+    for node in nodes:
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    waiter, cpu = nodes[0], nodes[1:]
+    waiting = [i for i, nodeid in enumerate(collection) if lanes.module_of(nodeid) in lanes.WAIT_MODULES]
+    assert len(waiting) == 120 and waiter.sent == [waiting] and waiter.shutting_down
+    assert [len(node.sent[0]) for node in cpu] == [15, 15]  # 120 CPU items // 2 // 4
+    while any(scheduler.node2pending[node] for node in cpu):  # the CPU lanes run, and the waiting lane
+        for node in (*cpu, waiter):
+            if scheduler.node2pending[node]:
+                scheduler.mark_test_complete(node, scheduler.node2pending[node][0], 0.01)
+    to_cpu = sorted(i for node in cpu for batch in node.sent for i in batch)
+    assert to_cpu == [i for i in range(len(collection)) if i not in waiting]  # every CPU item once
+    assert len(waiter.sent) == 1 and all(node.shutting_down for node in cpu)
+
+
+def test_with_two_workers_or_no_waiting_module_there_is_no_waiting_lane():
+    assert lanes.waiting_lane(3, [item.nodeid for item in _suite()])
+    assert not lanes.waiting_lane(2, [item.nodeid for item in _suite()])
+    assert not lanes.waiting_lane(3, ["tests/a.py::t0", "tests/b.py::t1"])
+
+
+@pytest.mark.parametrize(
+    ("worker", "count", "niceness"), [("gw0", "3", 10), ("gw1", "3", 10), ("gw2", "3", 0), ("gw1", "2", 0)]
+)
+def test_the_cpu_lanes_run_at_a_lower_priority_than_the_waiting_lane(worker, count, niceness):
+    script = "import os; from tests import lanes; lanes.nice_cpu_lane(); print(os.nice(0))"
+    env = {**os.environ, "PYTEST_XDIST_WORKER": worker, "PYTEST_XDIST_WORKER_COUNT": count}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=TESTS.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) == min(19, os.nice(0) + niceness)  # 19 at most (this test may run in a CPU lane)
