@@ -203,26 +203,31 @@ def scheduler(config, log):
         waiter = None  # the waiting lane's node, once scheduled
 
         def schedule(self) -> None:
-            if self.collection is None and self.collection_is_completed and self._check_nodes_have_same_collection():
-                self._first_hand_outs()
+            waiter = self._waiting_node() if self.collection is None else None
+            if waiter is None:
+                super().schedule()  # no waiting lane, or a later call: hands out what is left as below
+            elif self._check_nodes_have_same_collection():
+                self._first_hand_outs(waiter)
             else:
-                super().schedule()  # a later call: hands out what is left as below
+                self.log("**Different tests collected, aborting run**")  # as xdist's own says it
             self.maxschedchunk = min(self.maxschedchunk or TAIL_CHUNK, TAIL_CHUNK)
 
-        def _first_hand_outs(self) -> None:
+        def _waiting_node(self):
+            """The waiting lane's node if this collection has one (collection_is_completed here)."""
             collection = next(iter(self.node2collection.values()))
-            ids = {node.gateway.id: node for node in self.nodes}
-            if not waiting_lane(self.numnodes, collection) or waiting_worker(self.numnodes) not in ids:
-                super().schedule()
-                return
-            self.collection = collection
-            self.waiter = ids[waiting_worker(self.numnodes)]
+            if not waiting_lane(self.numnodes, collection):
+                return None
+            return next((node for node in self.nodes if node.gateway.id == waiting_worker(self.numnodes)), None)
+
+        def _first_hand_outs(self, waiter) -> None:
+            self.collection = collection = self.node2collection[waiter]
+            self.waiter = waiter
             waits = [i for i, nodeid in enumerate(collection) if module_of(nodeid) in WAIT_MODULES]
             self.pending[:] = [i for i, nodeid in enumerate(collection) if module_of(nodeid) not in WAIT_MODULES]
-            self.node2pending[self.waiter].extend(waits)
-            self.waiter.send_runtest_some(waits)
-            self.waiter.shutdown()
-            others = [node for node in self.nodes if node is not self.waiter]
+            self.node2pending[waiter].extend(waits)
+            waiter.send_runtest_some(waits)
+            waiter.shutdown()
+            others = [node for node in self.nodes if node is not waiter]
             block = first_block(len(self.pending), len(others), self.maxschedchunk)
             for node in others:
                 self._send_tests(node, block)
