@@ -17,6 +17,16 @@ import pytest
 
 from tests import lanes
 
+# OpenMP's threads (torch's intra-op pool) wait for work by spinning, by default for a while before
+# they sleep. The processes the tests start (the app, the command line, the official implementation
+# in transformers 5) keep torch's default of one thread per core, while the suite's workers keep
+# those cores busy: a thread that spins while the one it waits for is not running takes the core
+# its partner needs. `dictation bench` on the tiny model beside two busy cores: 18.3 s of CPU and
+# 20.4 s of wall time spinning, 4.7 s and 6.7 s waiting passively (4.8 s of CPU on an idle machine).
+# Set before torch is imported here, and inherited by every process the tests start: what they
+# compute does not change, only how their threads wait.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 @contextlib.contextmanager
 def collector_paused():

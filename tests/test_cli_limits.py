@@ -16,7 +16,7 @@ from dictation.audio.wav import write_wav
 from dictation.cli import engine_commands
 from dictation.cli.terminal import TranscribeProgress
 from tests.oracle import synth_audio
-from tests.test_cli import assert_one_line_error, run_cli
+from tests.test_cli import assert_one_line_error, run_cli_here
 
 
 @pytest.fixture(scope="module")
@@ -28,23 +28,25 @@ def speech_wav(tmp_path_factory):
 
 @pytest.mark.parametrize("device", ["tpu:7", "gpu", ""])
 def test_a_bad_device_is_one_error_line(ckpt_untied, speech_wav, device):
-    proc = run_cli("transcribe", speech_wav, "--model", ckpt_untied, "--device", device)
+    proc = run_cli_here("transcribe", speech_wav, "--model", ckpt_untied, "--device", device)
     assert_one_line_error(proc, f"unknown device {device!r}; choose auto, cpu, cuda, cuda:N or mps")
 
 
 def test_an_absurd_token_budget_is_refused_before_the_model_loads(ckpt_untied, speech_wav):
-    proc = run_cli("transcribe", speech_wav, "--model", ckpt_untied, "--max-new-tokens", "1000000000")
+    proc = run_cli_here("transcribe", speech_wav, "--model", ckpt_untied, "--max-new-tokens", "1000000000")
     assert_one_line_error(proc, "--max-new-tokens: the token budget must be between 1 and 36,064")
-    assert_one_line_error(run_cli("transcribe", speech_wav, "--model", ckpt_untied, "--max-new-tokens", "0"), "not 0")
+    assert_one_line_error(
+        run_cli_here("transcribe", speech_wav, "--model", ckpt_untied, "--max-new-tokens", "0"), "not 0"
+    )
 
 
 def test_a_context_over_the_settings_cap_is_refused(ckpt_untied, speech_wav):
-    proc = run_cli("transcribe", speech_wav, "--model", ckpt_untied, "--context", "x" * 100_000)
+    proc = run_cli_here("transcribe", speech_wav, "--model", ckpt_untied, "--context", "x" * 100_000)
     assert_one_line_error(proc, "--context: the context is 100,000 characters long, more than the 20,000 allowed")
 
 
 def test_a_budget_beyond_the_audio_is_lowered_with_a_warning(ckpt_untied, speech_wav):
-    proc = run_cli(
+    proc = run_cli_here(
         "transcribe", speech_wav, "--model", ckpt_untied, "--device", "cpu", "--max-new-tokens", "5000", "--json"
     )
     assert proc.returncode == 0, proc.stderr
@@ -101,7 +103,7 @@ def test_vocabulary_gives_the_model_the_apps_vocabulary_and_learned_words(ckpt_u
     env = {"DICTATION_HOME": str(home)}
 
     def text(*args):
-        proc = run_cli(
+        proc = run_cli_here(
             "transcribe", speech_wav, "--model", ckpt_untied, "--max-new-tokens", "12", "--json", *args, env=env
         )
         assert proc.returncode == 0, proc.stderr
@@ -110,7 +112,7 @@ def test_vocabulary_gives_the_model_the_apps_vocabulary_and_learned_words(ckpt_u
     with_vocabulary = text("--vocabulary", "--context", "Helm")
     assert with_vocabulary == text("--context", "PySide6, Dr. Nguyen\nkubectl\nHelm")
     assert with_vocabulary != text("--context", "Helm")  # the app's vocabulary really reached the model
-    too_long = run_cli(
+    too_long = run_cli_here(
         "transcribe", speech_wav, "--model", ckpt_untied, "--vocabulary", "--context", "x" * 19_990, env=env
     )
     assert_one_line_error(too_long, "--vocabulary with --context: the context is")

@@ -14,7 +14,7 @@ from dictation.asr.nn.quantized import QUANT_MODULES
 from dictation.asr.tune.quantize import quantize_model
 from dictation.asr.tune.writers import write_quantized_folder
 from tests.oracle import synth_audio
-from tests.test_cli import assert_one_line_error, run_cli
+from tests.test_cli import assert_one_line_error, run_cli_here
 
 AUDIO = synth_audio(2.5, seed=41)
 MAX_NEW = 12
@@ -108,7 +108,7 @@ def test_an_unknown_variant_is_refused(ckpt_untied):
 def test_adapters_merge_in_fp32_before_load_time_quantization(ckpt_untied, adapters, tmp_path):
     """base + adapter, quantized at load == the merged model (merge-lora, fp32) quantized at load."""
     merged = tmp_path / "merged"
-    proc = run_cli("merge-lora", "--model", ckpt_untied, "--adapter", adapters["a"], "--out", merged)
+    proc = run_cli_here("merge-lora", "--model", ckpt_untied, "--adapter", adapters["a"], "--out", merged)
     assert proc.returncode == 0, proc.stderr
     with_adapter = engine(ckpt_untied, variant="int8", adapters=[str(adapters["a"])])
     from_merged = engine(merged, variant="int8")
@@ -148,7 +148,9 @@ def test_adapters_run_unmerged_beside_prequantized_layers(ckpt_untied, prequanti
 def test_stacked_adapters_equal_sequential_merges(ckpt_untied, adapters, tmp_path):
     """[A, B] on the base == B on (the base with A merged into it), for LoRA then DoRA."""
     first = tmp_path / "first"
-    assert run_cli("merge-lora", "--model", ckpt_untied, "--adapter", adapters["a"], "--out", first).returncode == 0
+    assert (
+        run_cli_here("merge-lora", "--model", ckpt_untied, "--adapter", adapters["a"], "--out", first).returncode == 0
+    )
     stacked, _ = run(engine(ckpt_untied, adapters=[str(adapters["a"]), str(adapters["b"])]))
     sequential, _ = run(engine(first, adapters=[str(adapters["b"])]))
     torch.testing.assert_close(stacked, sequential, atol=1e-4 * float(stacked.abs().max()), rtol=0)
@@ -159,7 +161,7 @@ def test_stacked_adapters_equal_sequential_merges(ckpt_untied, adapters, tmp_pat
 
 def test_merge_lora_writes_a_standalone_folder_that_loads_like_the_adapter(ckpt_untied, adapters, tmp_path):
     out = tmp_path / "merged"
-    proc = run_cli(
+    proc = run_cli_here(
         "merge-lora",
         "--model",
         ckpt_untied,
@@ -183,7 +185,7 @@ def test_merge_lora_writes_a_standalone_folder_that_loads_like_the_adapter(ckpt_
 
 def test_merge_lora_refuses_an_adapter_for_another_model(ckpt_untied, tmp_path):
     wide = write_adapter(tmp_path / "wide", q_shape=(2048, 128), encoder=False)
-    proc = run_cli("merge-lora", "--model", ckpt_untied, "--adapter", wide, "--out", tmp_path / "out")
+    proc = run_cli_here("merge-lora", "--model", ckpt_untied, "--adapter", wide, "--out", tmp_path / "out")
     assert_one_line_error(
         proc,
         str(wide),
@@ -197,7 +199,7 @@ def test_quantize_command_and_transcribe_with_a_variant(ckpt_untied, tmp_path):
     from dictation.audio.wav import write_wav
 
     out = tmp_path / "int8"
-    proc = run_cli("quantize", "--model", ckpt_untied, "--variant", "int8", "--out", out)
+    proc = run_cli_here("quantize", "--model", ckpt_untied, "--variant", "int8", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "config.json").read_text())["quantization_config"]["variant"] == "int8"
     wav = tmp_path / "a.wav"
@@ -206,12 +208,12 @@ def test_quantize_command_and_transcribe_with_a_variant(ckpt_untied, tmp_path):
     # holds them (bfloat16 by default on a CPU with bf16 instructions: other integers from this float32
     # checkpoint, the same ones from a bf16 checkpoint such as Qwen's).
     common = ("--device", "cpu", "--dtype", "fp32", "--json", "--max-new-tokens", "4")
-    a = run_cli("transcribe", wav, "--model", out, *common)
-    b = run_cli("transcribe", wav, "--model", ckpt_untied, "--variant", "int8", *common)
+    a = run_cli_here("transcribe", wav, "--model", out, *common)
+    b = run_cli_here("transcribe", wav, "--model", ckpt_untied, "--variant", "int8", *common)
     assert a.returncode == b.returncode == 0, a.stderr + b.stderr
     ra, rb = json.loads(a.stdout), json.loads(b.stdout)
     assert ra["token_ids"] == rb["token_ids"] and "int8" in ra["model"] and "int8" in rb["model"]
-    again = run_cli("quantize", "--model", ckpt_untied, "--variant", "int8", "--out", out)
+    again = run_cli_here("quantize", "--model", ckpt_untied, "--variant", "int8", "--out", out)
     assert_one_line_error(again, str(out))
 
 
@@ -223,7 +225,7 @@ def test_transcribe_with_a_bad_adapter_is_one_line(ckpt_untied, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "adapter_config.json").write_text('{"peft_type": "IA3"}')
-    proc = run_cli("transcribe", wav, "--model", ckpt_untied, "--device", "cpu", "--adapter", bad)
+    proc = run_cli_here("transcribe", wav, "--model", ckpt_untied, "--device", "cpu", "--adapter", bad)
     assert_one_line_error(proc, f"{bad}/adapter_config.json: peft_type is 'IA3'")
 
 
