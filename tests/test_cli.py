@@ -164,6 +164,24 @@ def test_one_bad_file_among_good_ones(ckpt_untied, speech_wav, tmp_path):
     assert str(missing) in proc.stderr and proc.stdout.startswith(f"{speech_wav}: ")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("transcribe", "{missing}", "--model", "{model}"),  # one error line, exit 1
+        ("transcribe", "{wav}", "--model", "{model}", "--device", "tpu:7"),
+        ("transcribe",),  # a usage error: argparse's exit 2
+        ("quantize", "--help"),
+    ],
+    ids=["missing-file", "bad-device", "usage", "help"],
+)
+def test_running_main_here_gives_what_the_process_gives(ckpt_untied, speech_wav, tmp_path, args):
+    """run_cli_here stands in for run_cli in most tests: the same exit code, stdout and stderr."""
+    args = [a.format(missing=tmp_path / "nope.wav", model=ckpt_untied, wav=speech_wav) for a in args]
+    here, there = run_cli_here(*args), run_cli(*args)
+    assert (here.returncode, here.stdout, here.stderr) == (there.returncode, there.stdout, there.stderr)
+    assert here.stdout or here.stderr
+
+
 def test_version_and_help():
     proc = run_cli("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("dictation ")
