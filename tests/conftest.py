@@ -259,6 +259,15 @@ def ckpt_stops(ckpt_root):
 
 
 @pytest.fixture
+def short_pattern_deadline(monkeypatch):
+    """The regular-expression matcher's deadline at 1.5 s instead of the app's 3 s, for tests that
+    wait for it to pass: its child spins on a core until it is killed (dictation/asr/tune/patterns.py)."""
+    from dictation.asr.tune import patterns
+
+    monkeypatch.setattr(patterns, "TIMEOUT_S", 1.5)
+
+
+@pytest.fixture
 def one_torch_thread():
     """torch's operators on one thread for the test, as they were before after it.
 

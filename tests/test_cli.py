@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
@@ -29,20 +28,6 @@ def run_cli(*args, env=None):
     )
 
 
-@contextlib.contextmanager
-def environment(changes: dict[str, str]):
-    before = {name: os.environ.get(name) for name in changes}
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def run_cli_here(*args, env=None) -> subprocess.CompletedProcess:
     """`dictation ARGS` run by the command's own `main` in this process: its exit code, stdout and
     stderr as run_cli gives them (logging set up by `main` on this stderr, as in a process of its
@@ -57,7 +42,9 @@ def run_cli_here(*args, env=None) -> subprocess.CompletedProcess:
     try:
         # COLUMNS: argparse wraps --help to the terminal's width, which a process writing into a pipe does not have
         changes = {"HF_HUB_OFFLINE": "1", "COLUMNS": os.environ.get("COLUMNS", "80"), **(env or {})}
-        with environment(changes), redirect_stdout(out), redirect_stderr(err):
+        with pytest.MonkeyPatch.context() as patch, redirect_stdout(out), redirect_stderr(err):
+            for name, value in changes.items():
+                patch.setenv(name, value)
             try:
                 code = main(argv)
             except SystemExit as exc:  # argparse: --help, or a usage error (2)
@@ -213,16 +200,13 @@ def test_quantize_says_what_it_does_and_what_it_wrote(ckpt_untied, tmp_path):
 
 
 def test_an_adapter_whose_pattern_never_finishes_is_one_error_not_a_hang(
-    ckpt_untied, speech_wav, tmp_path, monkeypatch
+    ckpt_untied, speech_wav, tmp_path, short_pattern_deadline
 ):
     """target_modules "(.*)*X" hung `dictation transcribe` for ever; now it is refused
     before the model loads, within the matcher's deadline."""
     import time
 
-    from dictation.asr.tune import patterns
     from tests.asr.test_lora import write_adapter
-
-    monkeypatch.setattr(patterns, "TIMEOUT_S", 1.5)  # the matcher's child spins on a core until its deadline
 
     adapter = write_adapter(tmp_path / "hangs", target_modules="(.*)*X")
     t0 = time.monotonic()

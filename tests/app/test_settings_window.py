@@ -393,7 +393,7 @@ def test_switching_an_adapter_on_checks_it_first(qtbot, open_window, make_contro
 
 
 def test_an_adapter_whose_pattern_never_finishes_is_refused_while_the_window_stays_live(
-    qtbot, open_window, make_controller, model_folder, make_adapter, monkeypatch
+    qtbot, open_window, make_controller, model_folder, make_adapter, short_pattern_deadline
 ):
     """target_modules "(.*)*X" used to freeze the GUI thread for ever (re held it); now the check runs on a
     worker thread, is refused after the matcher's deadline, and the window keeps painting meanwhile."""
@@ -403,9 +403,6 @@ def test_an_adapter_whose_pattern_never_finishes_is_refused_while_the_window_sta
 
     from PySide6.QtCore import QTimer
 
-    from dictation.asr.tune import patterns
-
-    monkeypatch.setattr(patterns, "TIMEOUT_S", 1.5)  # the matcher's child spins on a core until its deadline
     controller = make_controller(with_engine(model=str(model_folder)))
     window = open_window(controller)
     adapter = make_adapter("hangs")

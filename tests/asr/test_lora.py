@@ -408,13 +408,6 @@ def test_an_adapter_without_lora_weights(tmp_path):
 BACKTRACKS = "(.*)*X"  # exponential in re against a 40-character module name: it would never finish
 
 
-@pytest.fixture
-def short_deadline(monkeypatch):
-    """The matcher's deadline at 1.5 s instead of the app's 3 s, for tests that wait for it to pass:
-    the child spins on a core until it is killed, so each of these tests cost a core for 3 s."""
-    monkeypatch.setattr(patterns, "TIMEOUT_S", 1.5)
-
-
 @pytest.mark.parametrize(
     "key, value",
     [
@@ -423,7 +416,7 @@ def short_deadline(monkeypatch):
         ("alpha_pattern", {BACKTRACKS: 2}),
     ],
 )
-def test_a_pattern_that_backtracks_for_ever_is_refused_within_seconds(tmp_path, key, value, short_deadline):
+def test_a_pattern_that_backtracks_for_ever_is_refused_within_seconds(tmp_path, key, value, short_pattern_deadline):
     adapter = write_adapter(tmp_path / "a", **{key: value})
     t0 = time.monotonic()
     with pytest.raises(AdapterError) as info:
@@ -436,7 +429,7 @@ def test_a_pattern_that_backtracks_for_ever_is_refused_within_seconds(tmp_path, 
     assert "'q_proj'" not in message  # only the patterns that can backtrack are named
 
 
-def test_matching_a_pattern_that_never_finishes_leaves_the_other_threads_running(tmp_path, short_deadline):
+def test_matching_a_pattern_that_never_finishes_leaves_the_other_threads_running(tmp_path, short_pattern_deadline):
     """re holds the interpreter lock while it matches: the GUI thread, IPC and signal handlers stopped
     with it. The child process leaves this thread free to run while the worker waits."""
     adapter = write_adapter(tmp_path / "a", target_modules=BACKTRACKS)
