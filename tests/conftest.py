@@ -63,6 +63,56 @@ def pytest_collection(session):
     return result
 
 
+# Modules (their node ids) whose tests froze what they left alive (`collected_and_frozen`).
+_frozen_in: set[str] = set()
+
+
+def collected_and_frozen(item) -> None:
+    """A full collection at the end of ``item`` (a test), then what is still alive moved out of the
+    collector's sight (``gc.freeze``), as after collection (`pytest_collection`).
+
+    The Qt tests collect at each test's end (tests/app/conftest.py), and a full collection walks every
+    object the process made since the last freeze: 0.12-0.15 s per Qt test, 43 s of the 149 s that
+    tests/app took in one process, most of it walking what earlier tests left alive (modules imported
+    on the way, caches, module fixtures). Frozen, that is walked once per module instead
+    (`pytest_runtest_teardown`): a cycle that a later test of the module drops waits until then."""
+    gc.collect()
+    gc.freeze()
+    _frozen_in.add(item.nodeid.split("::")[0])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a module's last test on this worker (the next item belongs to another module) and its
+    module fixtures' teardown:
+    - the source lines read from files are forgotten (``linecache``). Once PySide6 is imported, its
+      import hook reads the whole source of every module imported after it (``inspect.getsource``, to
+      see whether it names PySide6), and ``linecache`` keeps every line: about 120 MB of strings per
+      worker by the end of a run. Lines registered without a file (code that torch generates) stay;
+      the others are read again when a traceback needs them;
+    - what the module's tests froze (`collected_and_frozen`) is unfrozen and collected, and what
+      survives is frozen again."""
+    result = yield
+    module = item.nodeid.split("::")[0]
+    if nextitem is not None and nextitem.nodeid.split("::")[0] == module:
+        return result
+    for name, entry in list(linecache.cache.items()):
+        if len(entry) == 4 and entry[1] is not None:  # (size, mtime, lines, path): read from a file
+            linecache.cache.pop(name, None)
+    if module in _frozen_in:
+        _frozen_in.discard(module)
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+    return result
+
+
+def pytest_unconfigure(config):
+    """Everything frozen is given back to the collector before the interpreter exits: its last
+    collection frees it (frozen, nanobind's objects in Triton were reported as leaked at exit)."""
+    gc.unfreeze()
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m/--deselect and pytest's own fixture-scope reordering
 def pytest_collection_modifyitems(config, items):
     """The order in which the workers get the items: tests/lanes.py, `order`."""
@@ -138,20 +188,6 @@ def pytest_configure(config):
 for _name in os.environ.pop(WORKER_MALLOC_FLAG, "").split() if os.environ.get("PYTEST_XDIST_WORKER") else ():
     os.environ.pop(_name, None)
 lanes.nice_cpu_lane()  # with a waiting lane (pytest -n 3 or more): see tests/lanes.py
-
-
-def pytest_runtest_teardown(item, nextitem):
-    """After a module's last test: forgets the source lines read from files (``linecache``).
-
-    Once PySide6 is imported, its import hook reads the whole source of every module imported after
-    it (``inspect.getsource``, to see whether it names PySide6), and ``linecache`` keeps every line:
-    about 120 MB of strings per worker by the end of a run. Lines registered without a file (code
-    that torch generates) stay; the others are read again when a traceback needs them."""
-    if nextitem is not None and nextitem.nodeid.split("::")[0] == item.nodeid.split("::")[0]:
-        return
-    for name, entry in list(linecache.cache.items()):
-        if len(entry) == 4 and entry[1] is not None:  # (size, mtime, lines, path): read from a file
-            linecache.cache.pop(name, None)
 
 
 # Where the suite's short folders go: Unix socket paths hold at most 107 bytes, and pytest-xdist's

@@ -6,13 +6,13 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything imports Qt
 
-import gc  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 from tests.app.fakes import FakeController  # noqa: E402
+from tests.conftest import collected_and_frozen  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +30,10 @@ def qt_garbage_freed_here(request, qapp):
     """Qt objects in cycles are freed on this (the GUI) thread only, during the test as in the app
     (dictation/app/gui_gc.py), and at its end: the tests' own threads (an IPC client, a page's
     probe) would otherwise trigger the collector and free a Qt object there, which crashes the
-    process (a worker died so in test_cold_start's IPC tests). Tests of gui_gc itself opt out."""
+    process (a worker died so in test_cold_start's IPC tests). Tests of gui_gc itself opt out.
+
+    What is still alive then is frozen (tests/conftest.py, `collected_and_frozen`): the next test's
+    collection walks only what that test made, not the whole process again."""
     from dictation.app import gui_gc
 
     held = request.node.get_closest_marker("own_gc") is None
@@ -39,7 +42,7 @@ def qt_garbage_freed_here(request, qapp):
     yield
     if held:
         gui_gc.release()
-    gc.collect()
+    collected_and_frozen(request.node)
 
 
 @pytest.fixture
