@@ -103,3 +103,31 @@ def test_a_tokenizer_is_read_once_while_its_files_stay_the_same(ckpt_untied, tmp
     for _ in range(2):  # each load fails again: the error is never kept, nor the tokenizer before it
         with pytest.raises(ModelError, match="merges.txt"):
             load_tokenizer(folder)
+
+
+def test_the_same_tokenizer_files_in_another_folder_share_the_tokenizer_and_an_edit_is_seen(ckpt_untied, tmp_path):
+    """The cache is keyed by the files' contents: a copy elsewhere (a variant's or a merged adapter's
+    folder) gets the tokenizer read first, and a file edited in place keeping its size and time is
+    read again."""
+    import os
+
+    from dictation.asr.text.tokenizer import load_tokenizer
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(ckpt_untied, first)
+    shutil.copytree(ckpt_untied, second)
+    tok, _ = load_tokenizer(first)
+    assert load_tokenizer(second)[0] is tok
+
+    vocab = second / "vocab.json"
+    text, times = vocab.read_text(encoding="utf-8"), os.stat(vocab)
+    hello, world = tok.token_to_id("hello"), tok.token_to_id("world")  # two 5-digit ids: swapped, same size
+    swapped = text.replace(f'"hello":{hello}', '"hello":X').replace(f'"world":{world}', f'"world":{hello}')
+    swapped = swapped.replace('"hello":X', f'"hello":{world}')
+    assert swapped != text and len(swapped.encode()) == len(text.encode())
+    vocab.write_text(swapped, encoding="utf-8")
+    os.utime(vocab, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert (os.stat(vocab).st_size, os.stat(vocab).st_mtime_ns) == (times.st_size, times.st_mtime_ns)
+    edited, _ = load_tokenizer(second)
+    assert edited is not tok and (edited.token_to_id("hello"), edited.token_to_id("world")) == (world, hello)
+    assert load_tokenizer(first)[0] is tok

@@ -7,7 +7,9 @@ former.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -34,12 +36,14 @@ MAX_TOKENIZER_CONFIG_BYTES = 64 << 20  # tokenizer_config.json (Qwen's: 10 kB; s
 MAX_ADDED_ID = 1 << 22  # an added token's id; Qwen's highest is 151704 (a 4M-entry vocabulary would be absurd)
 
 
-# Tokenizers read, kept for the next load of the same unchanged files (an engine loaded again for another
-# variant, adapter or device reads the same folder; reading Qwen's 151k-token vocabulary takes 0.3-1 s of
-# CPU). Keyed by the folder, the vocabulary size asked for and each file's size, mtime, inode and
-# device, so a changed, added or removed file is read again; a failed read is never kept. Nothing
-# changes a tokenizer after it is built (encode and decode only), so loads can share one. Each holds
-# about 62 MiB: two are kept (the loaded model's, which it holds anyway, and the one before it).
+# Tokenizers read, kept for the next load of the same files (an engine loaded again for another variant,
+# adapter or device reads the same tokenizer, often from another folder: a quantized variant, a merged
+# adapter or a converted copy carries the same files; reading Qwen's 151k-token vocabulary takes 0.3-1 s of
+# CPU). Keyed by the vocabulary size asked for and each file's name, size and contents (a BLAKE2 digest:
+# about 10 ms for Qwen's 4.5 MB), so a changed, added or removed file is read again, even one edited in
+# place with its size and time kept; a failed read is never kept. Nothing changes a tokenizer after it
+# is built (encode and decode only), so loads can share one. Each holds about 62 MiB: two are kept (the
+# loaded model's, which it holds anyway, and the one before it).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json")
 TOKENIZERS_KEPT = 2
 _kept: OrderedDict[tuple, tuple[Tokenizer, tuple[str, ...]]] = OrderedDict()
@@ -52,17 +56,19 @@ def load_tokenizer(folder: Path, vocab_size: int | None = None) -> tuple[Tokeniz
     Added tokens are taken from ``tokenizer_config.json`` at their listed ids; ids missing from the
     list get placeholders so that every later id stays where the checkpoint expects it. An id at or
     beyond ``vocab_size`` (the model's embedding rows), or absurdly large without it, is refused.
-    Every problem is a ModelError naming the file. The same unchanged files give the tokenizer
+    Every problem is a ModelError naming the file. The same files (here or in another folder) give the tokenizer
     read before (``TOKENIZERS_KEPT`` of them are kept).
     """
     folder = Path(folder)
     key = _files_key(folder, vocab_size)
     with _kept_lock:
-        hit = _kept.get(key)
+        hit = _kept.get(key) if key is not None else None
         if hit is not None:
             _kept.move_to_end(key)
             return hit[0], list(hit[1])
     tok, strings = _read_tokenizer(folder, vocab_size)
+    if key is None:
+        return tok, strings
     with _kept_lock:
         _kept[key] = (tok, tuple(strings))
         while len(_kept) > TOKENIZERS_KEPT:
@@ -70,16 +76,31 @@ def load_tokenizer(folder: Path, vocab_size: int | None = None) -> tuple[Tokeniz
     return tok, strings
 
 
-def _files_key(folder: Path, vocab_size: int | None) -> tuple:
-    stats = []
+MAX_KEYED_BYTES = 256 << 20  # a tokenizer file larger than this is read without the cache (no digest)
+
+
+def _files_key(folder: Path, vocab_size: int | None) -> tuple | None:
+    """The cache key of ``folder``'s tokenizer files; None where one is not a regular file of at most
+    MAX_KEYED_BYTES (a FIFO is never opened here: reading the tokenizer names the problem)."""
+    files = []
     for name in TOKENIZER_FILES:
+        path = folder / name
         try:
-            st = os.stat(folder / name)
+            st = os.stat(path)
         except OSError:
-            stats.append(None)
-        else:
-            stats.append((st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev))
-    return str(folder.absolute()), vocab_size, tuple(stats)
+            files.append((name, None))
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_KEYED_BYTES:
+            return None
+        digest = hashlib.blake2b(digest_size=16)
+        try:
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+        except OSError:
+            return None
+        files.append((name, st.st_size, digest.digest()))
+    return vocab_size, tuple(files)
 
 
 def _read_tokenizer(folder: Path, vocab_size: int | None) -> tuple[Tokenizer, list[str]]:
