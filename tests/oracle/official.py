@@ -20,6 +20,7 @@ import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
@@ -67,6 +68,20 @@ def register_windowed_attention() -> str:
     return WINDOWED_ATTENTION
 
 
+@contextlib.contextmanager
+def cheap_processor_repr() -> Iterator[None]:
+    """transformers' processor repr as Python's default while a processor loads.
+
+    ``ProcessorMixin.from_args_and_dict`` logs ``f"Processor {processor}"`` at info level, and the
+    f-string is built whatever the level: the repr deep-copies the processor, tokenizer included,
+    into a JSON string (0.4 s of each 0.8-s processor load here, 9 s of the suite's CPU). Nothing
+    else reads that repr while the processor loads."""
+    from transformers.processing_utils import ProcessorMixin
+
+    with mock.patch.object(ProcessorMixin, "__repr__", object.__repr__):
+        yield
+
+
 class OfficialOracle:
     """The official model + processor on one checkpoint folder (thinker layout), fp32, CPU.
 
@@ -96,7 +111,8 @@ class OfficialOracle:
             raise FileNotFoundError(f"{self.folder} has no config.json")
         self.model = AutoModel.from_pretrained(str(self.folder), dtype=dtype, attn_implementation="sdpa")
         self.model.to(device).eval()
-        processor = AutoProcessor.from_pretrained(str(self.folder), fix_mistral_regex=fix_mistral_regex)
+        with cheap_processor_repr():
+            processor = AutoProcessor.from_pretrained(str(self.folder), fix_mistral_regex=fix_mistral_regex)
         # the official wrapper, used for its prompt builder and its transcribe() pipeline
         self.asr = Qwen3ASRModel(
             backend="transformers", model=self.model, processor=processor, max_inference_batch_size=-1
@@ -307,8 +323,11 @@ _HF_NATIVE_SCRIPT = r"""
 import json, sys
 import numpy as np, torch
 from transformers import AutoProcessor, Qwen3ASRForConditionalGeneration
+from transformers.processing_utils import ProcessorMixin
 job = json.loads(sys.stdin.read())
+repr_was, ProcessorMixin.__repr__ = ProcessorMixin.__repr__, object.__repr__  # cheap_processor_repr (above)
 processor = AutoProcessor.from_pretrained(job["folder"])
+ProcessorMixin.__repr__ = repr_was
 model = Qwen3ASRForConditionalGeneration.from_pretrained(job["folder"], dtype=torch.float32).eval()
 results = []
 for clip_path, language in zip(job["clips"], job["languages"]):
