@@ -101,9 +101,10 @@ def pytest_runtest_teardown(item, nextitem):
             linecache.cache.pop(name, None)
     if module in _frozen_in:
         _frozen_in.discard(module)
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
+        with collector_paused():  # no automatic collection on another thread between these calls
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
     return result
 
 
