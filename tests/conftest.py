@@ -63,22 +63,29 @@ def pytest_collection(session):
     return result
 
 
-# Modules (their node ids) whose tests froze what they left alive (`collected_and_frozen`).
+# Modules (their node ids) that froze what was alive when their first Qt test began (`frozen_for_module`).
 _frozen_in: set[str] = set()
 
 
-def collected_and_frozen(item) -> None:
-    """A full collection at the end of ``item`` (a test), then what is still alive moved out of the
-    collector's sight (``gc.freeze``), as after collection (`pytest_collection`).
+def frozen_for_module(item) -> None:
+    """Before the first Qt test of ``item``'s module: a full collection, then what is alive moved out
+    of the collector's sight (``gc.freeze``), as after collection (`pytest_collection`).
 
     The Qt tests collect at each test's end (tests/app/conftest.py), and a full collection walks every
     object the process made since the last freeze: 0.12-0.15 s per Qt test, 43 s of the 149 s that
-    tests/app took in one process, most of it walking what earlier tests left alive (modules imported
-    on the way, caches, module fixtures). Frozen, that is walked once per module instead
-    (`pytest_runtest_teardown`): a cycle that a later test of the module drops waits until then."""
-    gc.collect()
-    gc.freeze()
-    _frozen_in.add(item.nodeid.split("::")[0])
+    tests/app took in one process, most of it walking what earlier modules left alive (modules
+    imported on the way, caches). Frozen at the module's start, each test's collection walks what the
+    module made; a cycle among the older objects that the module drops waits until its end
+    (`pytest_runtest_teardown`). (Freezing after each test instead also froze what Qt deletes on the
+    next test's events, a controller and its engine each time: a worker grew 0.7 GB over
+    tests/app/test_streaming.py.)"""
+    module = item.nodeid.split("::")[0]
+    if module in _frozen_in:
+        return
+    with collector_paused():
+        gc.collect()
+        gc.freeze()
+    _frozen_in.add(module)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -90,7 +97,7 @@ def pytest_runtest_teardown(item, nextitem):
       see whether it names PySide6), and ``linecache`` keeps every line: about 120 MB of strings per
       worker by the end of a run. Lines registered without a file (code that torch generates) stay;
       the others are read again when a traceback needs them;
-    - what the module's tests froze (`collected_and_frozen`) is unfrozen and collected, and what
+    - what the module froze (`frozen_for_module`) is unfrozen and collected, and what
       survives is frozen again."""
     result = yield
     module = item.nodeid.split("::")[0]

@@ -6,13 +6,14 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything imports Qt
 
+import gc  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 from tests.app.fakes import FakeController  # noqa: E402
-from tests.conftest import collected_and_frozen  # noqa: E402
+from tests.conftest import frozen_for_module  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -32,17 +33,18 @@ def qt_garbage_freed_here(request, qapp):
     probe) would otherwise trigger the collector and free a Qt object there, which crashes the
     process (a worker died so in test_cold_start's IPC tests). Tests of gui_gc itself opt out.
 
-    What is still alive then is frozen (tests/conftest.py, `collected_and_frozen`): the next test's
-    collection walks only what that test made, not the whole process again."""
+    What was alive before the module's first Qt test is frozen (tests/conftest.py, `frozen_for_module`):
+    this collection walks what the module made, not the whole process again."""
     from dictation.app import gui_gc
 
+    frozen_for_module(request.node)
     held = request.node.get_closest_marker("own_gc") is None
     if held:
         gui_gc.hold()
     yield
     if held:
         gui_gc.release()
-    collected_and_frozen(request.node)
+    gc.collect()
 
 
 @pytest.fixture
