@@ -56,8 +56,8 @@ def load_tokenizer(folder: Path, vocab_size: int | None = None) -> tuple[Tokeniz
     Added tokens are taken from ``tokenizer_config.json`` at their listed ids; ids missing from the
     list get placeholders so that every later id stays where the checkpoint expects it. An id at or
     beyond ``vocab_size`` (the model's embedding rows), or absurdly large without it, is refused.
-    Every problem is a ModelError naming the file. The same files (here or in another folder) give the tokenizer
-    read before (``TOKENIZERS_KEPT`` of them are kept).
+    Every problem is a ModelError naming the file. The same files, in this folder or another, give
+    the tokenizer read before (``TOKENIZERS_KEPT`` of them are kept).
     """
     folder = Path(folder)
     key = _files_key(folder, vocab_size)
