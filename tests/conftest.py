@@ -4,6 +4,7 @@ and engines on them (docs/architecture.md, "Tests")."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import linecache
 import os
@@ -97,8 +98,11 @@ def pytest_runtest_teardown(item, nextitem):
       see whether it names PySide6), and ``linecache`` keeps every line: about 120 MB of strings per
       worker by the end of a run. Lines registered without a file (code that torch generates) stay;
       the others are read again when a traceback needs them;
-    - what the module froze (`frozen_for_module`) is unfrozen and collected, and what
-      survives is frozen again."""
+    - the kept engines and official models are dropped if the next test does not ask for
+      `engine_factory` (`release_models`): kept through the tests that share them, they no longer
+      stay for the rest of the run. With them the worker's free heap is given back (`malloc_trim`);
+    - what the module froze (`frozen_for_module`), or everything if models were dropped, is unfrozen
+      and collected, and what survives is frozen again."""
     result = yield
     module = item.nodeid.split("::")[0]
     if nextitem is not None and nextitem.nodeid.split("::")[0] == module:
@@ -106,13 +110,23 @@ def pytest_runtest_teardown(item, nextitem):
     for name, entry in list(linecache.cache.items()):
         if len(entry) == 4 and entry[1] is not None:  # (size, mtime, lines, path): read from a file
             linecache.cache.pop(name, None)
-    if module in _frozen_in:
+    released = not models_wanted_next(nextitem) and release_models()
+    if module in _frozen_in or released:
         _frozen_in.discard(module)
         with collector_paused():  # no automatic collection on another thread between these calls
             gc.unfreeze()
             gc.collect()
             gc.freeze()
+    if released:
+        heap_given_back()
     return result
+
+
+def heap_given_back() -> None:
+    """glibc's free heap returned to the system (``malloc_trim``); nothing where the C library lacks it."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def pytest_unconfigure(config):
@@ -327,27 +341,55 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="session")
-def engine_factory():
-    """CPU engines by (folder, dtype), the last ENGINES_KEPT of them kept for the tests that follow.
+class KeptEngines:
+    """CPU engines by (folder, dtype), the last ENGINES_KEPT of them kept for the tests that follow
+    (the session's `engine_factory`); `release_models` drops them at a module's end when the next
+    module does not ask for them.
 
     Many tests build an engine on a folder of their own (a copy of a checkpoint in tmp_path): a cache
     that kept them all held every engine of the session, about 13 GB at the end of a full run."""
-    from dictation.asr import AsrEngine, EngineOptions
 
-    engines: OrderedDict[tuple[str, str], AsrEngine] = OrderedDict()
+    def __init__(self, kept: int) -> None:
+        self.kept = kept
+        self.engines: OrderedDict[tuple[str, str], object] = OrderedDict()
 
-    def make(folder, dtype="fp32"):
+    def __call__(self, folder, dtype="fp32"):
         key = (str(folder), dtype)
-        if key in engines:
-            engines.move_to_end(key)
+        if key in self.engines:
+            self.engines.move_to_end(key)
         else:
+            from dictation.asr import AsrEngine, EngineOptions
+
             engine = AsrEngine(EngineOptions(model=str(folder), device="cpu", dtype=dtype))
             engine.prepare()
-            engines[key] = engine
-            while len(engines) > ENGINES_KEPT:
-                engines.popitem(last=False)  # the tests that had it keep their own reference
-        return engines[key]
+            self.engines[key] = engine
+            while len(self.engines) > self.kept:
+                self.engines.popitem(last=False)  # the tests that had it keep their own reference
+        return self.engines[key]
 
-    yield make
-    engines.clear()
+
+_kept_engines = KeptEngines(ENGINES_KEPT)
+
+
+@pytest.fixture(scope="session")
+def engine_factory():
+    """`KeptEngines`: ``engine_factory(folder, dtype="fp32")`` is a prepared CPU engine on ``folder``."""
+    yield _kept_engines
+    _kept_engines.engines.clear()
+
+
+def models_wanted_next(nextitem) -> bool:
+    """Whether the test after a module's last one asks for the kept engines (`engine_factory`)."""
+    return nextitem is not None and "engine_factory" in nextitem.fixturenames
+
+
+def release_models() -> bool:
+    """The session's kept engines (`engine_factory`) and official models (tests/oracle/official.py)
+    dropped; True if there were any."""
+    held = bool(_kept_engines.engines)
+    _kept_engines.engines.clear()
+    official = sys.modules.get("tests.oracle.official")
+    if official is not None:
+        held = held or official.oracles_kept() > 0
+        official.drop_oracles()
+    return held

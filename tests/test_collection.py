@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import lanes
+from tests import conftest, lanes
 from tests.conftest import collector_paused
 
 TESTS = Path(__file__).parent
@@ -227,3 +227,48 @@ def test_the_cpu_lanes_run_at_a_lower_priority_than_the_waiting_lane(worker, cou
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=TESTS.parent)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) == min(19, os.nice(0) + niceness)  # 19 at most (this test may run in a CPU lane)
+
+
+class _Next:
+    def __init__(self, *fixturenames: str):
+        self.fixturenames = list(fixturenames)
+
+
+def test_the_kept_models_stay_for_a_next_test_that_asks_for_engines_and_go_otherwise(monkeypatch):
+    assert conftest.models_wanted_next(_Next("tmp_path", "engine_factory"))
+    assert not conftest.models_wanted_next(_Next("tmp_path", "qtbot"))
+    assert not conftest.models_wanted_next(None)  # the worker's last test
+
+    dropped = []
+    official = type(sys)("tests.oracle.official")
+    official.oracles_kept = lambda: 1 - len(dropped)
+    official.drop_oracles = lambda: dropped.append(True)
+    monkeypatch.setitem(sys.modules, "tests.oracle.official", official)
+    monkeypatch.setattr(conftest._kept_engines, "engines", {("folder", "fp32"): object()})
+    assert conftest.release_models() is True
+    assert conftest._kept_engines.engines == {} and dropped == [True]
+    assert conftest.release_models() is False  # nothing was held
+
+
+def test_the_waiting_lane_builds_checkpoints_without_the_official_package(tmp_path):
+    """The same files as a build here, and the waiting lane's worker never imports qwen_asr for them."""
+    from tests.oracle.checkpoints import build_tiny_checkpoint
+
+    kwargs = {"seed": 3, "text_dims": {"num_hidden_layers": 1}, "extra_active": (11, 12)}
+    script = textwrap.dedent(f"""
+        import sys
+        from tests.oracle.checkpoints import cached_checkpoint
+        print(cached_checkpoint(sys.argv[1], **{kwargs!r}))
+        print(sorted(m for m in ("qwen_asr", "transformers") if m in sys.modules))
+    """)
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw2", "PYTEST_XDIST_WORKER_COUNT": "3"}
+    command = [sys.executable, "-c", script, str(tmp_path / "lane")]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=TESTS.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    built, imported = proc.stdout.splitlines()[-2:]
+    assert imported == "[]"
+    here = build_tiny_checkpoint(tmp_path / "here", **kwargs)
+    names = sorted(path.name for path in here.iterdir())
+    assert "model.safetensors" in names and names == sorted(path.name for path in Path(built).iterdir())
+    for name in names:
+        assert (Path(built) / name).read_bytes() == (here / name).read_bytes(), name

@@ -311,8 +311,19 @@ def _cached_oracle(folder: str, fix_mistral_regex: bool) -> OfficialOracle:
 
 
 def oracle_for(folder: str | os.PathLike, *, fix_mistral_regex: bool = True) -> OfficialOracle:
-    """A process-wide cached ``OfficialOracle`` per (folder, flag): load once per test session."""
+    """A process-wide cached ``OfficialOracle`` per (folder, flag): loaded once while it is used (the
+    suite drops the kept ones between modules that use no model: tests/conftest.py, `release_models`)."""
     return _cached_oracle(str(Path(folder).resolve()), fix_mistral_regex)
+
+
+def oracles_kept() -> int:
+    """How many official models `oracle_for` keeps loaded now."""
+    return _cached_oracle.cache_info().currsize
+
+
+def drop_oracles() -> None:
+    """The official models `oracle_for` keeps, dropped (loaded again when next asked for)."""
+    _cached_oracle.cache_clear()
 
 
 # --- transformers >= 5 native model (optional second reference for the hf layout) -----------------------------
