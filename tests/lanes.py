@@ -242,8 +242,15 @@ def scheduler(config, log):
     return Lanes(config, log)
 
 
+def lane_here() -> str | None:
+    """ "cpu" or "waiting" in a pytest-xdist worker of a run with three workers or more, else None."""
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if not worker or workers < 3:
+        return None
+    return "waiting" if worker == waiting_worker(workers) else "cpu"
+
+
 def nice_cpu_lane() -> None:
     """In a pytest-xdist worker of a run with a waiting lane: a CPU lane runs at CPU_LANE_NICE."""
-    worker, workers = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    if worker and workers >= 3 and worker != waiting_worker(workers):
+    if lane_here() == "cpu":
         os.nice(CPU_LANE_NICE)
