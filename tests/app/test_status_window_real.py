@@ -72,14 +72,25 @@ def test_the_no_hotkey_advice_is_shown_whole_on_x11(xvfb, tmp_path):  # noqa: F8
         app.close()
 
 
+def _settled_window(env, name: str) -> dict:
+    """The named window once sway reports the same size for it three times in a row, 0.1 s apart.
+
+    Read as it is mapped, its size may not yet be the one it settles at (on a busy machine the test
+    once waited 10 s in vain for the window to grow past the size it read first)."""
+    sizes: list[tuple] = []
+
+    def settled():
+        node = next((n for n in _sway_windows(env) if n["name"] == name), None)
+        sizes.append(None if node is None else (node["rect"]["width"], node["rect"]["height"]))
+        return node if node is not None and sizes[-3:] == [sizes[-1]] * 3 else None
+
+    return wait_until(settled, 15, what=f"the window {name!r} to settle", interval=0.1)
+
+
 def test_on_sway_the_status_window_floats_and_stays_small(sway, tmp_path):  # noqa: F811
     app = OwnApp(sway, tmp_path / "app")
     try:
-        node = wait_until(
-            lambda: next((n for n in _sway_windows(sway) if n["name"] == "Ready — Dictation"), None),
-            15,
-            what="the status window",
-        )
+        node = _settled_window(sway, "Ready — Dictation")
         assert node["type"] == "floating_con", node["type"]  # tiled, it took half of the 1280x800 screen
         rect = node["rect"]
         assert rect["width"] < 450 and rect["height"] < 300, rect
