@@ -232,14 +232,9 @@ def short_tmp():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture(autouse=True)
-def private_home(tmp_path_factory, monkeypatch):
-    """Every test runs in a home of its own: HOME, the XDG folders, DICTATION_HOME and the Hugging
-    Face folders point into this test's temporary folder, the runtime folder (sockets, locks) into
-    a short private one. Nothing a test runs (nor the processes it starts) reaches the user's own
-    ~/.cache/dictation, ~/.config or Hugging Face cache (tests/test_isolation.py checks it)."""
-    home = tmp_path_factory.mktemp("home", numbered=True)
-    runtime = short_dir("dtrun-")
+def point_home_at(monkeypatch, home: Path, runtime: Path) -> None:
+    """HOME, the XDG folders, DICTATION_HOME and the Hugging Face folders into ``home``, the runtime
+    folder (sockets, locks) at ``runtime``."""
     for name, folder in {
         "HOME": home,
         "XDG_CONFIG_HOME": home / ".config",
@@ -253,6 +248,34 @@ def private_home(tmp_path_factory, monkeypatch):
         monkeypatch.setenv(name, str(folder))
     for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory):
+    """The whole session's home, before any other session or module fixture is set up (pytest sets
+    up autouse fixtures first within a scope, and wider scopes before narrower ones).
+
+    A session fixture that starts a server copies the environment once (the X server's, sway's and
+    PulseAudio's clients get that copy), and it was set up before the first test's `private_home`:
+    the copy named the user's own HOME and no runtime folder, and `dictation toggle` run with it made
+    its socket folder in the user's own ~/.cache/dictation (tests/test_isolation.py)."""
+    runtime = short_dir("dtses-")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        point_home_at(monkeypatch, tmp_path_factory.mktemp("session-home"), runtime)
+        yield
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path_factory, monkeypatch):
+    """Every test runs in a home of its own: HOME, the XDG folders, DICTATION_HOME and the Hugging
+    Face folders point into this test's temporary folder, the runtime folder (sockets, locks) into
+    a short private one (`point_home_at`). Nothing a test runs (nor the processes it starts) reaches
+    the user's own ~/.cache/dictation, ~/.config or Hugging Face cache (tests/test_isolation.py checks
+    it); what session fixtures set up before it sees the session's own home (`session_home`)."""
+    home = tmp_path_factory.mktemp("home", numbered=True)
+    runtime = short_dir("dtrun-")
+    point_home_at(monkeypatch, home, runtime)
     yield home
     shutil.rmtree(runtime, ignore_errors=True)
 

@@ -55,3 +55,34 @@ def test_a_started_process_gets_the_tests_folders_too(tmp_path):
     assert proc.returncode == 1, proc.stderr
     socket = Path(json.loads(proc.stdout)["socket"])
     assert socket.parent.parent == Path(os.environ["XDG_RUNTIME_DIR"])
+
+
+HOME_VARIABLES = ("HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "DICTATION_HOME")
+
+
+@pytest.fixture(scope="session")
+def environment_copied_at_session_start():
+    """What a session fixture that starts a server copies once for its clients (tests/output/conftest.py
+    `xvfb` and `sway`, tests/audio/conftest.py `pulse_server`): set up before any test's own home."""
+    return dict(os.environ)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Unix sockets")
+def test_a_session_fixtures_copy_of_the_environment_holds_the_sessions_home_not_the_users(
+    environment_copied_at_session_start, tmp_path_factory, tmp_path
+):
+    """The copy once named the user's own HOME and no runtime folder, and `dictation toggle` run with it
+    (tests/e2e/test_app_e2e.py) made its socket folder in the user's own ~/.cache/dictation."""
+    env = environment_copied_at_session_start
+    base = tmp_path_factory.getbasetemp()
+    for name in (*HOME_VARIABLES, "HF_HOME"):
+        assert Path(env[name]).is_relative_to(base), (name, env[name])
+    runtime = Path(env["XDG_RUNTIME_DIR"])
+    assert runtime.is_dir() and stat.S_IMODE(runtime.stat().st_mode) == 0o700
+    nobody = {**env, "DICTATION_HOME": str(tmp_path / "nobody-home")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "dictation", "status", "--json"], env=nobody, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1, proc.stderr
+    socket = Path(json.loads(proc.stdout)["socket"])
+    assert socket.parent.parent == runtime and not socket.is_relative_to(REAL_HOME)
