@@ -4,9 +4,9 @@ The converter is plain Python inside PyPI's ``llama-cpp-python`` sdist (``vendor
 cannot install a script from inside an sdist, so ``llama_cpp_tree()`` fetches the sdist once with pip
 (``pip download --no-binary :all: --no-deps``, about two minutes: pip prepares the sdist's metadata) and
 keeps only the converter's files under a cache folder, ``$DICTATION_TEST_CACHE`` or
-``~/.cache/dictation-tests`` (reused by later runs; CI reaches PyPI). ``$DICTATION_LLAMA_CPP`` may name a
-llama.cpp source tree instead. The converter needs torch, numpy, transformers and sentencepiece (the test
-extra).
+``.pytest_cache/d/dictation-tests`` in the checkout (reused by later runs; CI reaches PyPI).
+``$DICTATION_LLAMA_CPP`` may name a llama.cpp source tree instead. The converter needs torch, numpy,
+transformers and sentencepiece (the test extra).
 
 ``gguf_entries(path)`` reads a GGUF file's metadata as (value type, raw value bytes) per key and its
 tensor table with the raw tensor bytes, so two files compare exactly (types included) without gguf-py's
@@ -32,8 +32,13 @@ LLAMA_CPP_PYTHON = "0.3.36"  # its vendor/llama.cpp registers Qwen3ASRForConditi
 _KEEP = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("DICTATION_TEST_CACHE") or Path.home() / ".cache" / "dictation-tests")
+    """``$DICTATION_TEST_CACHE``, or a folder in this checkout's pytest cache (kept between runs; never
+    the user's own ~/.cache: the tests run with a home of their own, tests/conftest.py)."""
+    return Path(os.environ.get("DICTATION_TEST_CACHE") or REPO / ".pytest_cache" / "d" / "dictation-tests")
 
 
 def llama_cpp_tree() -> Path:
