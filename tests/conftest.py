@@ -28,6 +28,14 @@ from tests import lanes
 # compute does not change, only how their threads wait.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Triton's compiled kernels are kept between runs in the checkout's pytest cache, as its converter
+# download is (tests/oracle/llama_cpp.py): by default Triton keeps them under $HOME/.triton, and
+# every test and the session run with homes of their own (`session_home`, `private_home`), so each
+# run compiled them all again (the three Triton modules: 41 s of CPU with the kept kernels, 64 s
+# without). Triton keys each entry by the kernel's source, its compiler and options, and writes
+# entries atomically, so the workers share the folder. A fresh checkout (CI) compiles them all.
+os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "d" / "triton"))
+
 
 @contextlib.contextmanager
 def collector_paused():
