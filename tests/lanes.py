@@ -20,7 +20,10 @@ Within the CPU lanes: the longest modules first and the fast ones last (MODULE_S
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from pathlib import Path
 
 # Seconds each module took under `pytest -n 2` on an idle 2-core machine (the sum of its items' times;
 # modules under 2.5 s are left out and count as fast). Only the order depends on them: refresh them
@@ -254,3 +257,20 @@ def nice_cpu_lane() -> None:
     """In a pytest-xdist worker of a run with a waiting lane: a CPU lane runs at CPU_LANE_NICE."""
     if lane_here() == "cpu":
         os.nice(CPU_LANE_NICE)
+
+
+# The lock file of `one_big_child_at_a_time`: in the checkout's pytest cache, which every worker of a
+# run (and any other run in this checkout) sees.
+BIG_CHILD_LOCK = Path(__file__).resolve().parents[1] / ".pytest_cache" / "d" / "big-child.lock"
+
+
+@contextlib.contextmanager
+def one_big_child_at_a_time():
+    """Held while a test runs a child process that imports the official stack (torch and transformers:
+    the transformers-5 reference, llama.cpp's converter, each 350-450 MB for a few seconds); another
+    worker's such child waits until it ends. Two of them at once, beside the app of an e2e test in the
+    waiting lane, made the highest used memory of a fresh clone's run (3.5 GiB above idle)."""
+    BIG_CHILD_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(BIG_CHILD_LOCK, "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        yield

@@ -272,3 +272,13 @@ def test_the_waiting_lane_builds_checkpoints_without_the_official_package(tmp_pa
     assert "model.safetensors" in names and names == sorted(path.name for path in Path(built).iterdir())
     for name in names:
         assert (Path(built) / name).read_bytes() == (here / name).read_bytes(), name
+
+
+def test_a_big_child_waits_while_another_workers_big_child_runs():
+    script = "from tests import lanes\nwith lanes.one_big_child_at_a_time():\n    print('ran', flush=True)"
+    with lanes.one_big_child_at_a_time():
+        other = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=TESTS.parent)
+        with pytest.raises(subprocess.TimeoutExpired):
+            other.wait(timeout=1.5)  # the other worker's child waits
+    out, _ = other.communicate(timeout=30)
+    assert other.returncode == 0 and out.strip() == "ran"

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dictation.asr.checkpoints.gguf.reader import SUPPORTED_TYPES, read_gguf_file
+from tests import lanes
 
 LLAMA_CPP_PYTHON = "0.3.36"  # its vendor/llama.cpp registers Qwen3ASRForConditionalGeneration
 _KEEP = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
@@ -85,7 +86,8 @@ def run_converter(tree: Path, jobs: list[tuple[Path, Path, str, bool]]) -> None:
     one process (torch and transformers are imported once)."""
     args = [f"{model}|{out}|{outtype}|{'1' if mmproj else ''}" for model, out, outtype, mmproj in jobs]
     cmd = [sys.executable, "-c", _DRIVER, str(tree / "convert_hf_to_gguf.py"), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    with lanes.one_big_child_at_a_time():
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"llama.cpp's converter failed:\n{proc.stderr[-3000:]}")
 

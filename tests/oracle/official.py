@@ -25,6 +25,8 @@ from unittest import mock
 import numpy as np
 import torch
 
+from tests import lanes
+
 WINDOWED_ATTENTION = "qwen3_asr_windowed_sdpa"
 EOS_TOKEN_IDS = (151645, 151643)
 SAMPLE_RATE = 16000
@@ -383,14 +385,15 @@ def hf_native_outputs(
             np.save(paths[-1], _as_clip(clip))
         job = {"folder": str(hf_folder), "clips": paths, "languages": languages, "max_new_tokens": max_new_tokens}
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(transformers5_path), os.environ.get("PYTHONPATH", "")]))
-        proc = subprocess.run(
-            [sys.executable, "-c", _HF_NATIVE_SCRIPT],
-            input=json.dumps(job),
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-        )
+        with lanes.one_big_child_at_a_time():
+            proc = subprocess.run(
+                [sys.executable, "-c", _HF_NATIVE_SCRIPT],
+                input=json.dumps(job),
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+            )
     if proc.returncode != 0:
         raise RuntimeError(f"transformers 5 reference failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
