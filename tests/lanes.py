@@ -271,7 +271,7 @@ def one_big_child_at_a_time():
     waiting lane, made the highest used memory of a fresh clone's run (3.5 GiB above idle)."""
     try:
         import fcntl
-    except ImportError:  # Windows: no flock; its runs have no waiting lane to share memory with
+    except ImportError:  # Windows has no flock: the children run as they come
         yield
         return
     BIG_CHILD_LOCK.parent.mkdir(parents=True, exist_ok=True)
