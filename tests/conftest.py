@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import lanes
+from tests import KEPT, lanes
 
 # OpenMP's threads (torch's intra-op pool) wait for work by spinning, by default for a while before
 # they sleep. The processes the tests start (the app, the command line, the official implementation
@@ -34,7 +34,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # run compiled them all again (the three Triton modules: 41 s of CPU with the kept kernels, 64 s
 # without). Triton keys each entry by the kernel's source, its compiler and options, and writes
 # entries atomically, so the workers share the folder. A fresh checkout (CI) compiles them all.
-os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "d" / "triton"))
+os.environ.setdefault("TRITON_CACHE_DIR", str(KEPT / "triton"))
 
 
 @contextlib.contextmanager

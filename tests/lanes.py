@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
+
+from tests import KEPT
 
 # Seconds each module took under `pytest -n 2` on an idle 2-core machine (the sum of its items' times;
 # modules under 2.5 s are left out and count as fast). Only the order depends on them: refresh them
@@ -258,9 +259,9 @@ def nice_cpu_lane() -> None:
         os.nice(CPU_LANE_NICE)
 
 
-# The lock file of `one_big_child_at_a_time`: in the checkout's pytest cache, which every worker of a
-# run (and any other run in this checkout) sees.
-BIG_CHILD_LOCK = Path(__file__).resolve().parents[1] / ".pytest_cache" / "d" / "big-child.lock"
+# The lock file of `one_big_child_at_a_time`: every worker of a run (and any other run in this checkout)
+# sees it.
+BIG_CHILD_LOCK = KEPT / "big-child.lock"
 
 
 @contextlib.contextmanager

@@ -66,11 +66,9 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from tests import lanes
+from tests import REPO, lanes
 
 from . import synth_audio
-
-_REPO = Path(__file__).resolve().parents[2]  # the repository root: where `tests` is importable
 
 __all__ = [
     "EOS_BIAS_EARLY_STOP",
@@ -743,7 +741,7 @@ def _build_in_child(out: Path, kwargs: dict) -> None:
         " build_tiny_checkpoint(sys.argv[1], **pickle.load(sys.stdin.buffer))"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, str(out)], input=pickle.dumps(kwargs), cwd=_REPO, capture_output=True
+        [sys.executable, "-c", script, str(out)], input=pickle.dumps(kwargs), cwd=REPO, capture_output=True
     )
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace")[-4000:]

@@ -27,19 +27,16 @@ from pathlib import Path
 import numpy as np
 
 from dictation.asr.checkpoints.gguf.reader import SUPPORTED_TYPES, read_gguf_file
-from tests import lanes
+from tests import KEPT, lanes
 
 LLAMA_CPP_PYTHON = "0.3.36"  # its vendor/llama.cpp registers Qwen3ASRForConditionalGeneration
 _KEEP = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
 
 
-REPO = Path(__file__).resolve().parents[2]
-
-
 def cache_root() -> Path:
     """``$DICTATION_TEST_CACHE``, or a folder in this checkout's pytest cache (kept between runs; never
     the user's own ~/.cache: the tests run with a home of their own, tests/conftest.py)."""
-    return Path(os.environ.get("DICTATION_TEST_CACHE") or REPO / ".pytest_cache" / "d" / "dictation-tests")
+    return Path(os.environ.get("DICTATION_TEST_CACHE") or KEPT / "dictation-tests")
 
 
 def llama_cpp_tree() -> Path:
